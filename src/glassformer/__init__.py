@@ -1,0 +1,58 @@
+"""glassformer: a Transformer written from scratch in PyTorch, readable and proven."""
+
+__version__ = "0.1.0"
+
+from glassformer.checkpoint import load_checkpoint, save_checkpoint
+from glassformer.models import (
+    GPT,
+    ClassifierConfig,
+    EncoderLM,
+    EncoderLMConfig,
+    GPTConfig,
+    ModelOutput,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
+from glassformer.modules import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    LearnedPositionalEmbedding,
+    MultiHeadAttention,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+
+__all__ = [
+    "GPT",
+    "ClassifierConfig",
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLM",
+    "EncoderLMConfig",
+    "EncoderLayer",
+    "FeedForward",
+    "GPTConfig",
+    "LearnedPositionalEmbedding",
+    "ModelOutput",
+    "MultiHeadAttention",
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
+    "SinusoidalPositionalEncoding",
+    "TokenEmbedding",
+    "TransformerClassifier",
+    "causal_mask",
+    "combine_masks",
+    "load_checkpoint",
+    "padding_mask",
+    "save_checkpoint",
+    "scaled_dot_product_attention",
+]

@@ -1,0 +1,124 @@
+"""Checkpoints: a directory with config.json and model.safetensors.
+
+    run/
+      config.json        {"kind": "gpt", "config": {...}, "glassformer_version": "..."}
+      model.safetensors  the weights (tied weights stored once)
+
+A checkpoint is written into a temporary directory beside the target and renamed into
+place, so a crash mid-save never leaves a half-written checkpoint under the real name.
+Loading reads only JSON and safetensors: no pickle, no code execution.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+
+from glassformer.models.base import MODEL_KINDS, PretrainedModel
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A path that is not a loadable glassformer checkpoint."""
+
+
+def save_checkpoint(
+    model: PretrainedModel, path: str | Path, *, extra_files: dict[str, bytes] | None = None
+) -> Path:
+    """Write ``model`` to the directory ``path`` atomically and return the path.
+
+    Args:
+        model: a glassformer model (a ``torch.compile``d one is unwrapped first).
+        path: the checkpoint directory; replaced if it exists.
+        extra_files: more files to write into the directory (name → contents),
+            e.g. ``tokenizer.json``.
+    """
+    model = getattr(model, "_orig_mod", model)  # torch.compile wraps; save the same keys
+    if not isinstance(model, PretrainedModel):
+        raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        meta = {"kind": model.kind, "config": model.config.to_dict(),
+                "glassformer_version": _version()}  # fmt: skip
+        (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        save_model(model, str(tmp / WEIGHTS_NAME))
+        for name, data in (extra_files or {}).items():
+            (tmp / name).write_bytes(data)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        _swap_into_place(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _swap_into_place(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; an existing ``path`` is moved aside, then removed."""
+    if not path.exists():
+        os.replace(tmp, path)
+        return
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(
+    path: str | Path, *, kind: str | None = None, map_location: str | torch.device = "cpu"
+) -> Any:
+    """Load the model saved in directory ``path``.
+
+    Args:
+        path: a checkpoint directory written by ``save_checkpoint``.
+        kind: if given, the model kind expected (e.g. "gpt"); another kind is an error.
+        map_location: device for the weights.
+    """
+    path = Path(path)
+    config_file = path / CONFIG_NAME
+    if not config_file.is_file():
+        raise CheckpointError(f"{path} is not a glassformer checkpoint: no {CONFIG_NAME} in it")
+    try:
+        meta = json.loads(config_file.read_text())
+        saved_kind, values = meta["kind"], meta["config"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{config_file} is not a glassformer config: {e}") from None
+    if saved_kind not in MODEL_KINDS:
+        raise CheckpointError(f"{path} holds unknown model kind {saved_kind!r}; known: {sorted(MODEL_KINDS)}")
+    if kind is not None and saved_kind != kind:
+        raise CheckpointError(f"{path} holds a {saved_kind!r} model, expected {kind!r}")
+    cls = MODEL_KINDS[saved_kind]
+    model = cls(cls.config_class.from_dict(values))
+    weights = path / WEIGHTS_NAME
+    if not weights.is_file():
+        raise CheckpointError(f"{path} has no {WEIGHTS_NAME}")
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=False, device=str(map_location))
+    except Exception as e:  # safetensors raises its own types for corrupt files and shapes
+        raise CheckpointError(f"cannot load {weights}: {e}") from None
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights} does not match the {saved_kind!r} config: missing {sorted(missing)}, "
+            f"unexpected {sorted(unexpected)}"
+        )
+    model.eval()
+    return model
+
+
+def _version() -> str:
+    from glassformer import __version__
+
+    return __version__

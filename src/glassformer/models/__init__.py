@@ -1,0 +1,21 @@
+"""Whole models assembled from the building blocks, each built from a dataclass config."""
+
+from glassformer.models.base import MODEL_KINDS, ModelOutput, PretrainedModel
+from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
+from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
+from glassformer.models.gpt import GPT, GPTConfig
+from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+
+__all__ = [
+    "GPT",
+    "MODEL_KINDS",
+    "ClassifierConfig",
+    "EncoderLM",
+    "EncoderLMConfig",
+    "GPTConfig",
+    "ModelOutput",
+    "PretrainedModel",
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
+    "TransformerClassifier",
+]

@@ -1,0 +1,124 @@
+"""What every model shares: the output type, config checks and presets, save/load.
+
+A model is an ``nn.Module`` built from one dataclass config. Each model class names
+its ``kind`` (the string stored in a checkpoint's config.json) and its config class;
+subclasses register themselves so a checkpoint can be loaded without knowing its kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glassformer.modules.attention import check_dropout, check_heads
+from glassformer.modules.feedforward import check_activation
+from glassformer.modules.position import POSITIONAL
+
+MODEL_KINDS: dict[str, type[PretrainedModel]] = {}
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    """The one type every model's forward returns.
+
+    Attributes:
+        logits: (B, C) for a classifier, (B, T, V) for language models and translators.
+        loss: mean cross-entropy when labels were given, else None.
+        encoder_attentions: per encoder layer, (B, H, S, S); only when asked for.
+        decoder_attentions: per decoder (or GPT) layer, (B, H, T, T); only when asked for.
+        cross_attentions: per decoder layer, (B, H, T, S); only when asked for.
+    """
+
+    logits: Tensor
+    loss: Tensor | None = None
+    encoder_attentions: tuple[Tensor, ...] | None = None
+    decoder_attentions: tuple[Tensor, ...] | None = None
+    cross_attentions: tuple[Tensor, ...] | None = None
+
+
+class ConfigBase:
+    """Mixin for model configs: presets by name, checks, dict round trip."""
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> Any:
+        """A named preset (``tiny``, ``small``, ``base``, ...) with fields overridden."""
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown preset {name!r} for {cls.__name__}; known: {sorted(cls.PRESETS)}")
+        return cls(**{**cls.PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+    def _check(self) -> None:
+        """Checks common to all configs; each config's ``__post_init__`` calls this."""
+        for name in ("vocab_size", "src_vocab_size", "tgt_vocab_size", "num_classes",
+                     "d_model", "d_ff", "max_len", "num_layers",
+                     "num_encoder_layers", "num_decoder_layers"):  # fmt: skip
+            value = getattr(self, name, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_heads(self.d_model, self.num_heads, self.head_dim)  # type: ignore[attr-defined]
+        check_dropout(self.dropout)  # type: ignore[attr-defined]
+        check_activation(self.activation)  # type: ignore[attr-defined]
+        positional = self.positional  # type: ignore[attr-defined]
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {sorted(POSITIONAL)}, got {positional!r}")
+        if positional == "sinusoidal" and self.d_model % 2:  # type: ignore[attr-defined]
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
+
+
+class PretrainedModel(nn.Module):
+    """Base of every model: registry by kind, ``save_pretrained``/``from_pretrained``."""
+
+    kind: ClassVar[str]
+    config_class: ClassVar[type]
+    config: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            MODEL_KINDS[cls.kind] = cls
+
+    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write this model as a checkpoint directory (config.json + model.safetensors)."""
+        from glassformer.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Any:
+        """Load a checkpoint directory written by ``save_pretrained``."""
+        from glassformer.checkpoint import load_checkpoint
+
+        return load_checkpoint(path, kind=cls.kind, **kwargs)
+
+    def num_parameters(self) -> int:
+        """Number of distinct trainable parameters (tied weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def cross_entropy(logits: Tensor, labels: Tensor, ignore_index: int | None) -> Tensor:
+    """Mean cross-entropy over positions whose label is not ``ignore_index``.
+
+    logits (..., V) and labels (...) are flattened; pass -100 or the pad id to ignore.
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        labels.reshape(-1),
+        ignore_index=-100 if ignore_index is None else ignore_index,
+    )

@@ -1,0 +1,115 @@
+"""Encoder-only sequence classifier (Bloem's "Transformers from scratch").
+
+ids (B, T) → embeddings + positions → encoder layers → pool over T → linear → (B, C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.modules.layers import Encoder
+
+POOLING = ("mean", "cls", "max")
+
+
+@dataclass
+class ClassifierConfig(ConfigBase):
+    """Configuration of ``TransformerClassifier``.
+
+    ``pooling``: "mean" over real tokens (Bloem), "cls" (the first token), or "max".
+    """
+
+    vocab_size: int
+    num_classes: int
+    max_len: int = 512
+    d_model: int = 128
+    num_heads: int = 8
+    head_dim: int | None = None
+    num_layers: int = 6
+    d_ff: int = 512
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm_first: bool = False
+    positional: str = "learned"
+    qkv_bias: bool = True
+    pooling: str = "mean"
+    pad_id: int | None = 0
+    scale_embeddings: bool = False
+
+    PRESETS: ClassVar[dict] = {
+        # Bloem's classifier: k=128, 8 wide heads (each k wide), depth 6, 4k ReLU FF,
+        # no q/k/v bias, learned positions for 100 tokens.
+        "bloem": dict(vocab_size=1000, num_classes=10, max_len=100, d_model=128, num_heads=8,
+                      head_dim=128, num_layers=6, d_ff=512, qkv_bias=False),
+        "tiny": dict(d_model=64, num_heads=4, num_layers=2, d_ff=256),
+        "small": dict(d_model=128, num_heads=8, num_layers=4, d_ff=512),
+        "base": dict(d_model=256, num_heads=8, num_layers=6, d_ff=1024),
+    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {list(POOLING)}, got {self.pooling!r}")
+
+
+class TransformerClassifier(PretrainedModel):
+    """Classify a token sequence into one of ``num_classes``."""
+
+    kind = "classifier"
+    config_class = ClassifierConfig
+
+    def __init__(self, config: ClassifierConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
+                                positional=c.positional, dropout=c.dropout,
+                                scale=c.scale_embeddings)  # fmt: skip
+        self.encoder = Encoder(
+            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
+            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
+            head_dim=c.head_dim, qkv_bias=c.qkv_bias,
+        )  # fmt: skip
+        self.head = nn.Linear(c.d_model, c.num_classes)
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Classify a batch.
+
+        Args:
+            ids: token ids, (B, T); ``pad_id`` marks padding.
+            labels: class indices (B,); when given, ``loss`` is their cross-entropy.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None.
+            need_weights: return every layer's attention weights.
+        """
+        if mask is None:
+            mask = auto_padding_mask(ids, self.config.pad_id)
+        x = self.embed(ids)  # (B, T, D)
+        x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
+        pooled = self.pool(x, mask)  # (B, D)
+        logits = self.head(pooled)  # (B, C)
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        return ModelOutput(logits, loss, encoder_attentions=attentions)
+
+    def pool(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """(B, T, D) → (B, D), ignoring padded positions."""
+        pooling = self.config.pooling
+        if pooling == "cls":
+            return x[:, 0]
+        if mask is None:
+            return x.mean(dim=1) if pooling == "mean" else x.amax(dim=1)
+        real = mask.reshape(mask.size(0), -1, 1).to(x.dtype)  # (B, T, 1), 1 for real tokens
+        if pooling == "mean":
+            return (x * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
+        return x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)

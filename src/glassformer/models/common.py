@@ -1,0 +1,40 @@
+"""Pieces the model assemblies share: the embedding front end and automatic masks."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from glassformer.modules.masks import padding_mask
+from glassformer.modules.position import TokenEmbedding, positional_encoding
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally ×√D), plus positions, then dropout: ids (B, T) → (B, T, D)."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        positional: str,
+        dropout: float,
+        scale: bool = False,
+    ) -> None:
+        super().__init__()
+        self.token = TokenEmbedding(vocab_size=vocab_size, d_model=d_model, scale=scale)
+        self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        return self.dropout(self.position(self.token(ids), start))  # (B, T, D)
+
+
+def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
+    """The key padding mask (B, 1, 1, T) for ``ids``, or None when nothing is padded.
+
+    Returning None when the batch has no pads lets attention take its fastest path.
+    """
+    if pad_id is None or not (ids == pad_id).any():
+        return None
+    return padding_mask(ids, pad_id)

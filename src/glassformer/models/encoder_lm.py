@@ -1,0 +1,91 @@
+"""An encoder with a vocabulary head: a per-token language model (BERT-like, bidirectional).
+
+ids (B, T) → token + position embeddings → encoder layers → Linear(D, V) → (B, T, V).
+Trained as a masked language model: labels mark the positions to predict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from torch import Tensor, nn
+
+from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.modules.layers import Encoder
+
+
+@dataclass
+class EncoderLMConfig(ConfigBase):
+    """Configuration of ``EncoderLM``; the defaults are the source material's model
+    (vocabulary 10,000, width 128, 4 heads, 2 layers, FF 256, 500 learned positions)."""
+
+    vocab_size: int = 10000
+    max_len: int = 500
+    d_model: int = 128
+    num_heads: int = 4
+    head_dim: int | None = None
+    num_layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm_first: bool = False
+    positional: str = "learned"
+    qkv_bias: bool = True
+    pad_id: int | None = 0
+    tie_weights: bool = False
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, num_heads=4, num_layers=2, d_ff=256),
+        "small": dict(d_model=128, num_heads=4, num_layers=2, d_ff=256),
+        "base": dict(d_model=256, num_heads=8, num_layers=6, d_ff=1024),
+    }
+
+    def __post_init__(self) -> None:
+        self._check()
+
+
+class EncoderLM(PretrainedModel):
+    """Bidirectional encoder that predicts a token at every position."""
+
+    kind = "encoder_lm"
+    config_class = EncoderLMConfig
+
+    def __init__(self, config: EncoderLMConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
+                                positional=c.positional, dropout=c.dropout)  # fmt: skip
+        self.encoder = Encoder(
+            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
+            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
+            head_dim=c.head_dim, qkv_bias=c.qkv_bias,
+        )  # fmt: skip
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size)
+        if c.tie_weights:
+            self.lm_head.weight = self.embed.token.embedding.weight
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Vocabulary logits at every position.
+
+        Args:
+            ids: token ids (B, T), possibly with some replaced by a mask token.
+            labels: (B, T) target ids; -100 marks positions not to score.
+            mask: key mask (B, 1, 1, T); built from ``pad_id`` if None.
+            need_weights: return every layer's attention weights.
+        """
+        if mask is None:
+            mask = auto_padding_mask(ids, self.config.pad_id)
+        x = self.embed(ids)  # (B, T, D)
+        x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        return ModelOutput(logits, loss, encoder_attentions=attentions)

@@ -1,0 +1,131 @@
+"""A decoder-only language model in the GPT-2 style.
+
+ids (B, T) → token + learned position embeddings → causal pre-norm blocks → final
+LayerNorm → lm_head (tied to the token embedding) → logits (B, T, V).
+
+A GPT block is an ``EncoderLayer`` with ``causal=True``: self-attention and
+feed-forward, no cross-attention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.modules.layers import Encoder
+
+
+@dataclass
+class GPTConfig(ConfigBase):
+    """Configuration of ``GPT``. ``d_ff`` defaults to 4·``d_model``.
+
+    ``pad_id`` may be None for vocabularies without a padding token (GPT-2's).
+    """
+
+    vocab_size: int
+    max_len: int = 256
+    d_model: int = 384
+    num_heads: int = 6
+    head_dim: int | None = None
+    num_layers: int = 6
+    d_ff: int | None = None
+    dropout: float = 0.1
+    activation: str = "gelu"
+    norm_first: bool = True
+    positional: str = "learned"
+    qkv_bias: bool = True
+    tie_weights: bool = True
+    layer_norm_eps: float = 1e-5
+    pad_id: int | None = 0
+
+    PRESETS: ClassVar[dict] = {
+        # nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, context 64.
+        "tiny": dict(max_len=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0),
+        # nanoGPT's shakespeare-char config: 6 layers, 6 heads, 384 wide, context 256.
+        "small": dict(max_len=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2),
+        # GPT-2 small's shape.
+        "base": dict(max_len=1024, d_model=768, num_heads=12, num_layers=12),
+    }
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        self._check()
+        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
+
+
+class GPT(PretrainedModel):
+    """Decoder-only Transformer language model."""
+
+    kind = "gpt"
+    config_class = GPTConfig
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
+                                positional=c.positional, dropout=c.dropout)  # fmt: skip
+        self.blocks = Encoder(
+            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
+            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
+            head_dim=c.head_dim, qkv_bias=c.qkv_bias, causal=True,
+            layer_norm_eps=c.layer_norm_eps, final_norm=True,
+        )  # fmt: skip
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            # GPT-2: shrink the projections that write into the residual stream.
+            if name.endswith(("out_proj.weight", "linear2.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.num_layers))
+        if c.tie_weights:
+            self.lm_head.weight = self.embed.token.embedding.weight
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Next-token logits for every position.
+
+        Args:
+            ids: token ids (B, T), T ≤ ``max_len``.
+            labels: the token that should follow each position (B, T), already shifted;
+                positions labelled ``pad_id`` (or -100 without a pad id) are ignored.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None.
+                Causality is always applied.
+            need_weights: return every layer's (B, H, T, T) attention weights.
+        """
+        if mask is None:
+            mask = auto_padding_mask(ids, self.config.pad_id)
+        x = self.embed(ids)  # (B, T, D)
+        x, attentions, _ = self.blocks(x, mask, need_weights=need_weights)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
+        return ModelOutput(logits, loss, decoder_attentions=attentions)
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, max_new_tokens: int, **kwargs) -> Tensor:
+        """Continue ``input_ids`` (B, T); returns the prompt followed by the new tokens.
+
+        See ``glassformer.generation.gpt_generate`` for the options.
+        """
+        from glassformer.generation import gpt_generate
+
+        return gpt_generate(self, input_ids, max_new_tokens, **kwargs)

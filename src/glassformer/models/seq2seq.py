@@ -1,0 +1,166 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+src (B, S) → encoder → memory (B, S, D)
+tgt (B, T) → decoder (masked self-attention, cross-attention to memory) → (B, T, V)
+
+Training is teacher forcing: the decoder reads the target shifted right (starting with
+``bos_id``) and is scored on the target shifted left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.modules.layers import Decoder, Encoder
+
+
+@dataclass
+class Seq2SeqConfig(ConfigBase):
+    """Configuration of ``Seq2SeqTransformer``; the defaults are the paper's base model.
+
+    ``share_embeddings`` makes source and target one embedding matrix (needs equal
+    vocabularies); ``tie_output`` makes the output projection reuse the target embedding.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    head_dim: int | None = None
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 5000
+    activation: str = "relu"
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    qkv_bias: bool = True
+    scale_embeddings: bool = True
+    share_embeddings: bool = False
+    tie_output: bool = False
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                     d_ff=256),
+        "small": dict(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3,
+                      d_ff=1024),
+        "base": dict(),  # the paper's base model
+    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                f"{self.src_vocab_size} and {self.tgt_vocab_size}"
+            )
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not 0 <= value < self.tgt_vocab_size:
+                raise ValueError(f"{name}={value} is outside the target vocabulary")
+
+
+class Seq2SeqTransformer(PretrainedModel):
+    """Encoder-decoder Transformer for translation and other sequence-to-sequence tasks."""
+
+    kind = "seq2seq"
+    config_class = Seq2SeqConfig
+
+    def __init__(self, config: Seq2SeqConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        embed = dict(d_model=c.d_model, max_len=c.max_len, positional=c.positional,
+                     dropout=c.dropout, scale=c.scale_embeddings)  # fmt: skip
+        layer = dict(d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff, dropout=c.dropout,
+                     activation=c.activation, norm_first=c.norm_first, head_dim=c.head_dim,
+                     qkv_bias=c.qkv_bias)  # fmt: skip
+        self.src_embed = Embeddings(vocab_size=c.src_vocab_size, **embed)
+        self.tgt_embed = Embeddings(vocab_size=c.tgt_vocab_size, **embed)
+        self.encoder = Encoder(num_layers=c.num_encoder_layers, **layer)
+        self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer)
+        self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size)
+        self._init_weights()
+        if c.share_embeddings:
+            self.tgt_embed.token.embedding.weight = self.src_embed.token.embedding.weight
+        if c.tie_output:
+            self.output_proj.weight = self.tgt_embed.token.embedding.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every matrix, as in the reference implementations."""
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, *, need_weights: bool = False
+    ):
+        """src (B, S) → StackOutput(hidden=memory (B, S, D), self_attn_weights)."""
+        return self.encoder(self.src_embed(src), src_mask, need_weights=need_weights)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ):
+        """tgt (B, T), memory (B, S, D) → StackOutput(hidden (B, T, D), self, cross weights).
+
+        ``tgt_mask`` restricts the decoder's self-attention on top of causality (usually
+        the target padding mask (B, 1, 1, T)); ``src_mask`` masks padded source keys.
+        """
+        x = self.tgt_embed(tgt)  # (B, T, D)
+        return self.decoder(x, memory, tgt_mask, src_mask, need_weights=need_weights)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        *,
+        labels: Tensor | None = None,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Teacher-forced forward pass.
+
+        Args:
+            src: source ids (B, S).
+            tgt: decoder input ids (B, T), starting with ``bos_id``.
+            labels: the ids each position should predict (B, T); ``pad_id`` is ignored.
+            src_mask, tgt_mask: key masks; built from ``pad_id`` when None.
+            need_weights: return encoder, decoder and cross-attention weights.
+        """
+        pad = self.config.pad_id
+        if src_mask is None:
+            src_mask = auto_padding_mask(src, pad)
+        if tgt_mask is None:
+            tgt_mask = auto_padding_mask(tgt, pad)
+        memory, enc_w, _ = self.encode(src, src_mask, need_weights=need_weights)
+        hidden, dec_w, cross_w = self.decode(tgt, memory, src_mask, tgt_mask,
+                                             need_weights=need_weights)  # fmt: skip
+        logits = self.output_proj(hidden)  # (B, T, V)
+        loss = None if labels is None else cross_entropy(logits, labels, pad)
+        return ModelOutput(logits, loss, enc_w, dec_w, cross_w)
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, max_new_tokens: int, **kwargs) -> Tensor:
+        """Translate ``src`` (B, S); returns target ids (B, T) starting with ``bos_id``.
+
+        See ``glassformer.generation.seq2seq_generate`` for the options.
+        """
+        from glassformer.generation import seq2seq_generate
+
+        return seq2seq_generate(self, src, max_new_tokens, **kwargs)

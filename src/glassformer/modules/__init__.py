@@ -1,0 +1,44 @@
+"""Building blocks, one concept a file."""
+
+from glassformer.modules.attention import (
+    AttentionOutput,
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from glassformer.modules.feedforward import ACTIVATIONS, FeedForward
+from glassformer.modules.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    LayerOutput,
+    StackOutput,
+)
+from glassformer.modules.masks import causal_mask, combine_masks, padding_mask
+from glassformer.modules.position import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    positional_encoding,
+)
+
+__all__ = [
+    "ACTIVATIONS",
+    "AttentionOutput",
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "LayerOutput",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "SinusoidalPositionalEncoding",
+    "StackOutput",
+    "TokenEmbedding",
+    "causal_mask",
+    "combine_masks",
+    "padding_mask",
+    "positional_encoding",
+    "scaled_dot_product_attention",
+]

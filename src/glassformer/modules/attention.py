@@ -1,0 +1,237 @@
+"""Scaled dot-product attention and multi-head attention.
+
+Shapes used throughout:
+    B  batch size          H   number of heads
+    Tq query length        Dh  dimension of one head
+    Tk key/value length    D   model width (d_model)
+
+Masks are boolean and True means "may attend". They broadcast to (B, H, Tq, Tk):
+a padding mask is (B, 1, 1, Tk), a causal mask (Tq, Tk). A query row that may
+attend to no key at all produces zeros (never NaN) on both paths.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glassformer.modules.masks import causal_mask, check_mask
+
+
+class AttentionOutput(NamedTuple):
+    """What attention returns: always two fields, ``weights`` None unless asked for."""
+
+    output: Tensor  # (B, Tq, D) from the module, (B, H, Tq, Dh) from the function
+    weights: Tensor | None  # (B, H, Tq, Tk), the softmax the values were mixed with
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    *,
+    need_weights: bool = True,
+    is_causal: bool = False,
+) -> AttentionOutput:
+    """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
+
+    With ``need_weights=True`` (the default) this is the readable path: the scores,
+    the mask, the softmax and the weighted sum are spelled out and the weights are
+    returned. With ``need_weights=False`` it calls the fused
+    ``F.scaled_dot_product_attention`` and returns ``weights=None``. Tests prove the
+    two paths agree.
+
+    Args:
+        q: queries, (B, H, Tq, Dh).
+        k: keys, (B, H, Tk, Dh).
+        v: values, (B, H, Tk, Dv).
+        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+        dropout_p: dropout probability on the attention weights. Pass 0.0 in eval.
+        need_weights: return the attention weights (readable path) or not (fused path).
+        is_causal: also forbid each query from seeing later keys. Queries align to the
+            end of the keys, so a block of Tq new queries after Tk - Tq cached keys works.
+
+    Returns:
+        ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None)``.
+    """
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_mask(mask)
+    Tq, Tk = q.size(-2), k.size(-2)
+
+    if not need_weights:
+        if is_causal and mask is None and Tq == Tk:
+            # The fused kernel builds the triangle itself; no mask is materialised.
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            return AttentionOutput(out, None)
+        if is_causal:
+            mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return AttentionOutput(out, None)
+
+    if is_causal:
+        mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
+    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    scores = scores / math.sqrt(q.size(-1))
+    if mask is not None:
+        # The most negative finite value, not -inf (NaN for empty rows) nor -1e9 (overflows fp16).
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk), each row sums to 1
+    if mask is not None:
+        # A row with no allowed key came out uniform; make it all zeros instead.
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = weights @ v  # (B, H, Tq, Dv)
+    return AttentionOutput(out, weights)
+
+
+def _and(mask: Tensor | None, other: Tensor) -> Tensor:
+    return other if mask is None else mask & other
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: project, split into heads, attend, merge, project.
+
+    One module does self-attention (``key`` omitted) and cross-attention (``key`` and
+    ``value`` given, usually the encoder's output). Causality is fixed at construction.
+
+    The projections follow ``nn.MultiheadAttention``'s layout so weights copy across:
+    ``qkv_proj`` is a Linear D → 3·H·Dh whose rows are [q; k; v], each head-major, and
+    ``out_proj`` a Linear H·Dh → D. Cross-attention applies the q rows to the query and
+    the k, v rows to the memory.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
+        head_dim: width of one head Dh; ``d_model // num_heads`` when None. Bloem's
+            "wide" heads are ``head_dim=d_model``.
+        dropout: dropout on the attention weights.
+        qkv_bias: whether the q, k, v projections have a bias.
+        out_bias: whether the output projection has a bias.
+        causal: each query may only attend to keys at or before its own position.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        dropout: float = 0.0,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
+        causal: bool = False,
+    ) -> None:
+        super().__init__()
+        head_dim = check_heads(d_model, num_heads, head_dim)
+        check_dropout(dropout)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout = dropout
+        self.causal = causal
+        inner = num_heads * head_dim
+        self.qkv_proj = nn.Linear(d_model, 3 * inner, bias=qkv_bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Attend from ``query`` to ``key``/``value`` (or to itself).
+
+        Args:
+            query: (B, Tq, D).
+            key: (B, Tk, D), or None for self-attention.
+            value: (B, Tk, D); defaults to ``key``.
+            mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+            need_weights: also return the per-head weights (B, H, Tq, Tk). Without them
+                the fused kernel runs.
+
+        Returns:
+            ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
+        """
+        q, k, v = self._project(query, key, value)  # each (B, H, T, Dh)
+        dropout_p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, dropout_p, need_weights=need_weights, is_causal=self.causal
+        )
+        B, H, Tq, Dh = out.shape
+        out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H·Dh), heads side by side
+        return AttentionOutput(self.out_proj(out), weights)
+
+    def _project(
+        self, query: Tensor, key: Tensor | None, value: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The q, k, v projections, split into heads: three (B, H, T, Dh) tensors."""
+        if query.dim() != 3 or query.size(-1) != self.d_model:
+            raise ValueError(
+                f"query must be (batch, length, {self.d_model}), got {tuple(query.shape)}"
+            )
+        H, Dh = self.num_heads, self.head_dim
+        inner = H * Dh
+        W, b = self.qkv_proj.weight, self.qkv_proj.bias  # (3·H·Dh, D), (3·H·Dh,)
+        if key is None:
+            if value is not None:
+                raise ValueError("value given without key; pass both for cross-attention")
+            B, T, _ = query.shape
+            qkv = F.linear(query, W, b)  # (B, T, 3·H·Dh), one matmul for all three
+            qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+            return qkv[0], qkv[1], qkv[2]
+
+        value = key if value is None else value
+        w_q, w_k, w_v = W.split(inner)  # each (H·Dh, D)
+        b_q, b_k, b_v = b.split(inner) if b is not None else (None, None, None)
+        q = F.linear(query, w_q, b_q)  # (B, Tq, H·Dh)
+        if value is key:
+            # The memory is both keys and values: one matmul for the two.
+            b_kv = None if b is None else b[inner:]
+            k, v = F.linear(key, W[inner:], b_kv).chunk(2, dim=-1)  # each (B, Tk, H·Dh)
+        else:
+            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # each (B, Tk, H·Dh)
+        return _split_heads(q, H), _split_heads(k, H), _split_heads(v, H)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+            f"dropout={self.dropout}, causal={self.causal}"
+        )
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    B, T, inner = x.shape
+    return x.view(B, T, num_heads, inner // num_heads).transpose(1, 2)  # (B, H, T, Dh)
+
+
+def check_heads(d_model: int, num_heads: int, head_dim: int | None) -> int:
+    """Validate the head geometry and return the head width Dh."""
+    if d_model <= 0:
+        raise ValueError(f"d_model must be a positive integer, got {d_model}")
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads}")
+    if head_dim is None:
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                "choose another num_heads or set head_dim explicitly"
+            )
+        return d_model // num_heads
+    if head_dim <= 0:
+        raise ValueError(f"head_dim must be a positive integer or None, got {head_dim}")
+    return head_dim
+
+
+def check_dropout(p: float, name: str = "dropout") -> None:
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")

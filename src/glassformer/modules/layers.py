@@ -1,0 +1,251 @@
+"""Encoder and decoder layers, and the stacks made of them.
+
+Shapes: B batch, S source length, T target length, D d_model, H heads.
+
+Each sub-layer (attention or feed-forward) is wrapped in a residual connection with
+dropout and a LayerNorm, in one of two orders:
+
+    post-norm (the paper, ``norm_first=False``):  x = norm(x + dropout(sublayer(x)))
+    pre-norm  (GPT-2 and most modern models):    x = x + dropout(sublayer(norm(x)))
+
+A pre-norm stack ends with one more LayerNorm (``Encoder.norm``/``Decoder.norm``),
+since its last residual sum is otherwise never normalised.
+
+Parameter names match ``nn.TransformerEncoderLayer``/``nn.TransformerDecoderLayer``
+(``self_attn``, ``cross_attn`` ≙ ``multihead_attn``, ``linear1``/``linear2`` inside
+``feed_forward``, ``norm1..3``), so weights copy across one to one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from glassformer.modules.attention import MultiHeadAttention, check_dropout
+from glassformer.modules.feedforward import FeedForward
+
+
+class LayerOutput(NamedTuple):
+    """One layer's result. Weights are (B, H, Tq, Tk), None unless asked for."""
+
+    hidden: Tensor  # (B, T, D)
+    self_attn_weights: Tensor | None = None
+    cross_attn_weights: Tensor | None = None
+
+
+class StackOutput(NamedTuple):
+    """A stack's result, with one weights tensor per layer when asked for."""
+
+    hidden: Tensor  # (B, T, D)
+    self_attn_weights: tuple[Tensor, ...] | None = None
+    cross_attn_weights: tuple[Tensor, ...] | None = None
+
+
+class _ResidualLayer(nn.Module):
+    """What encoder and decoder layers share: the residual + LayerNorm wiring."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        check_dropout(dropout)
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)  # on each sub-layer's output, before the sum
+
+    def _in(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """The sub-layer's input: normalised first under pre-norm."""
+        return norm(x) if self.norm_first else x
+
+    def _out(self, x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """Add the sub-layer's output ``y`` to the residual ``x``; normalise under post-norm."""
+        x = x + self.dropout(y)
+        return x if self.norm_first else norm(x)
+
+
+class EncoderLayer(_ResidualLayer):
+    """Self-attention then feed-forward, each with residual + LayerNorm.
+
+    With ``causal=True`` this is a GPT block (a decoder layer without cross-attention).
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        d_ff: inner width of the feed-forward network.
+        dropout: dropout on attention weights, inside the FFN and on each residual branch.
+        activation: "relu", "gelu" or "gelu_tanh".
+        norm_first: pre-norm (True) or the paper's post-norm (False).
+        head_dim: width of one head; ``d_model // num_heads`` when None.
+        qkv_bias: bias on the q, k, v projections.
+        causal: forbid attending to later positions.
+        layer_norm_eps: LayerNorm epsilon.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        causal: bool = False,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(
+            d_model=d_model, num_heads=num_heads, head_dim=head_dim,
+            dropout=dropout, qkv_bias=qkv_bias, causal=causal,
+        )  # fmt: skip
+        self.feed_forward = FeedForward(
+            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation
+        )
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> LayerOutput:
+        """x (B, T, D), mask broadcastable to (B, H, T, T) → LayerOutput."""
+        attn = self.self_attn(self._in(x, self.norm1), mask=mask, need_weights=need_weights)
+        x = self._out(x, attn.output, self.norm1)
+        x = self._out(x, self.feed_forward(self._in(x, self.norm2)), self.norm2)
+        return LayerOutput(x, attn.weights)
+
+
+class DecoderLayer(_ResidualLayer):
+    """Masked self-attention, cross-attention to the encoder's output, then feed-forward.
+
+    Arguments as for ``EncoderLayer``; ``causal`` defaults to True here.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        causal: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first)
+        attention = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim,
+                         dropout=dropout, qkv_bias=qkv_bias)  # fmt: skip
+        self.self_attn = MultiHeadAttention(**attention, causal=causal)
+        self.cross_attn = MultiHeadAttention(**attention)
+        self.feed_forward = FeedForward(
+            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation
+        )
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> LayerOutput:
+        """Run one decoder layer.
+
+        Args:
+            x: target-side hidden states, (B, T, D).
+            memory: the encoder's output, (B, S, D).
+            mask: self-attention mask, broadcastable to (B, H, T, T); causality is
+                already built in.
+            memory_mask: cross-attention mask, broadcastable to (B, H, T, S), usually the
+                source padding mask (B, 1, 1, S).
+            need_weights: return both attention maps.
+        """
+        self_attn = self.self_attn(self._in(x, self.norm1), mask=mask, need_weights=need_weights)
+        x = self._out(x, self_attn.output, self.norm1)
+        cross = self.cross_attn(
+            self._in(x, self.norm2), memory, mask=memory_mask, need_weights=need_weights
+        )
+        x = self._out(x, cross.output, self.norm2)
+        x = self._out(x, self.feed_forward(self._in(x, self.norm3)), self.norm3)
+        return LayerOutput(x, self_attn.weights, cross.weights)
+
+
+class Encoder(nn.Module):
+    """A stack of ``EncoderLayer``s, with a final LayerNorm under pre-norm.
+
+    Args:
+        num_layers: how many layers.
+        final_norm: add a LayerNorm after the last layer; defaults to ``norm_first``.
+        **layer_kwargs: passed to every ``EncoderLayer`` (d_model, num_heads, d_ff, ...).
+    """
+
+    def __init__(self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs) -> None:
+        super().__init__()
+        if num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers}")
+        self.layers = nn.ModuleList(EncoderLayer(**layer_kwargs) for _ in range(num_layers))
+        self.norm = _final_norm(final_norm, layer_kwargs)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> StackOutput:
+        """x (B, T, D), mask broadcastable to (B, H, T, T) → StackOutput."""
+        weights = []
+        for layer in self.layers:
+            x, w, _ = layer(x, mask, need_weights=need_weights)
+            weights.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return StackOutput(x, tuple(weights) if need_weights else None)
+
+
+class Decoder(nn.Module):
+    """A stack of ``DecoderLayer``s, with a final LayerNorm under pre-norm.
+
+    Args:
+        num_layers: how many layers.
+        final_norm: add a LayerNorm after the last layer; defaults to ``norm_first``.
+        **layer_kwargs: passed to every ``DecoderLayer``.
+    """
+
+    def __init__(self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs) -> None:
+        super().__init__()
+        if num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers}")
+        self.layers = nn.ModuleList(DecoderLayer(**layer_kwargs) for _ in range(num_layers))
+        self.norm = _final_norm(final_norm, layer_kwargs)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> StackOutput:
+        """x (B, T, D), memory (B, S, D) → StackOutput with self- and cross-attention maps."""
+        self_weights, cross_weights = [], []
+        for layer in self.layers:
+            x, w_self, w_cross = layer(x, memory, mask, memory_mask, need_weights=need_weights)
+            self_weights.append(w_self)
+            cross_weights.append(w_cross)
+        if self.norm is not None:
+            x = self.norm(x)
+        if not need_weights:
+            return StackOutput(x)
+        return StackOutput(x, tuple(self_weights), tuple(cross_weights))
+
+
+def _final_norm(final_norm: bool | None, layer_kwargs: dict) -> nn.LayerNorm | None:
+    if final_norm is None:
+        final_norm = layer_kwargs.get("norm_first", False)
+    if not final_norm:
+        return None
+    return nn.LayerNorm(layer_kwargs["d_model"], eps=layer_kwargs.get("layer_norm_eps", 1e-5))

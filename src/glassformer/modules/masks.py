@@ -1,0 +1,79 @@
+"""Attention masks.
+
+Every mask here is boolean with True = "may attend", the convention of
+``F.scaled_dot_product_attention``. Masks broadcast to (B, H, Tq, Tk):
+
+    padding_mask(ids)   (B, 1, 1, T)   keys that are real tokens
+    causal_mask(Tq, Tk) (Tq, Tk)       keys at or before each query's position
+    combine_masks(a, b) their AND, None meaning "no restriction"
+
+``nn.MultiheadAttention``'s ``key_padding_mask`` has the opposite polarity (True =
+ignore); convert with ``~`` before passing one here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
+    """Which keys are real tokens.
+
+    Args:
+        ids: token ids, (B, T).
+        pad_id: the id used for padding.
+
+    Returns:
+        (B, 1, 1, T) boolean, True where ``ids != pad_id``.
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
+    return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def causal_mask(
+    query_len: int, key_len: int | None = None, *, device: torch.device | str | None = None
+) -> Tensor:
+    """Lower-triangular mask: query i may attend to keys 0..i.
+
+    When there are more keys than queries (a block of new tokens after cached ones),
+    the queries are the *last* ``query_len`` positions: query i sits at position
+    ``key_len - query_len + i``.
+
+    Returns:
+        (Tq, Tk) boolean.
+    """
+    key_len = query_len if key_len is None else key_len
+    if query_len <= 0 or key_len < query_len:
+        raise ValueError(
+            f"causal_mask needs 0 < query_len <= key_len, got query_len={query_len}, "
+            f"key_len={key_len}"
+        )
+    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=key_len - query_len)  # (Tq, Tk)
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """AND of the given masks (each broadcastable to (B, H, Tq, Tk)); None if all are None."""
+    out = None
+    for m in masks:
+        if m is None:
+            continue
+        check_mask(m)
+        out = m if out is None else out & m
+    return out
+
+
+def check_mask(mask: Tensor | None) -> None:
+    """Raise a clear error for a mask that is not boolean or has too many dimensions."""
+    if mask is None:
+        return
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"attention masks must be boolean (True = may attend), got dtype {mask.dtype}"
+        )
+    if mask.dim() > 4:
+        raise ValueError(
+            f"attention mask must broadcast to (B, H, Tq, Tk), got shape {tuple(mask.shape)}"
+        )

@@ -1,0 +1,123 @@
+"""Token embeddings and the two ways to tell the model where a token sits.
+
+Shapes: B batch, T length, D d_model, V vocabulary.
+
+Both positional modules share one interface: ``forward(x, start=0)`` takes token
+embeddings (B, T, D) and returns them with the positions ``start .. start+T-1`` added.
+``start`` lets a decoder continue after tokens it has already seen (KV cache).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids → vectors, optionally scaled by √D as in the paper (section 3.4).
+
+    Args:
+        vocab_size: V.
+        d_model: D.
+        scale: multiply by √D (the paper does; GPT and BERT do not).
+    """
+
+    def __init__(self, *, vocab_size: int, d_model: int, scale: bool = False) -> None:
+        super().__init__()
+        if vocab_size <= 0:
+            raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.embedding.weight
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, T) ids → (B, T, D)."""
+        vocab_size = self.embedding.num_embeddings
+        if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+            bad = ids[(ids < 0) | (ids >= vocab_size)][0].item()
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+        x = self.embedding(ids)  # (B, T, D)
+        return x * self.scale if self.scale != 1.0 else x
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """The paper's fixed encoding: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...).
+
+    Sine and cosine interleave (even and odd features), as in "Attention Is All You
+    Need". The table is a non-persistent buffer: it is recomputed, never saved.
+
+    Args:
+        d_model: D (even).
+        max_len: longest sequence the table covers.
+    """
+
+    def __init__(self, *, d_model: int, max_len: int = 5000) -> None:
+        super().__init__()
+        if d_model <= 0 or d_model % 2:
+            raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
+        if max_len <= 0:
+            raise ValueError(f"max_len must be a positive integer, got {max_len}")
+        self.max_len = max_len
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
+        T = x.size(1)
+        check_length(start + T, self.max_len)
+        return x + self.pe[start : start + T].to(x.dtype)  # (T, D) broadcasts over B
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """The (max_len, D) table of the paper's sinusoids, computed in float64 then cast."""
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angles = position * inv_freq  # (max_len, D/2)
+    table = torch.empty(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles.cos()
+    return table.float()
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trained vector per position (Bloem, GPT, BERT).
+
+    Args:
+        max_len: number of positions.
+        d_model: D.
+    """
+
+    def __init__(self, *, max_len: int, d_model: int) -> None:
+        super().__init__()
+        if max_len <= 0:
+            raise ValueError(f"max_len must be a positive integer, got {max_len}")
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
+        T = x.size(1)
+        check_length(start + T, self.max_len)
+        positions = torch.arange(start, start + T, device=x.device)  # (T,)
+        return x + self.embedding(positions)  # (T, D) broadcasts over B
+
+
+POSITIONAL = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEmbedding}
+
+
+def positional_encoding(kind: str, *, d_model: int, max_len: int) -> nn.Module:
+    """Build the positional module named by a config's ``positional`` value."""
+    if kind not in POSITIONAL:
+        raise ValueError(f"positional must be one of {sorted(POSITIONAL)}, got {kind!r}")
+    return POSITIONAL[kind](d_model=d_model, max_len=max_len)
+
+
+def check_length(length: int, max_len: int) -> None:
+    if length > max_len:
+        raise ValueError(
+            f"sequence of length {length} is longer than the model's max_len={max_len}"
+        )
