@@ -49,8 +49,11 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        meta = {"kind": model.kind, "config": model.config.to_dict(),
-                "glassformer_version": _version()}  # fmt: skip
+        meta = {
+            "kind": model.kind,
+            "config": model.config.to_dict(),
+            "glassformer_version": _version(),
+        }
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
         save_model(model, str(tmp / WEIGHTS_NAME))
         for name, data in (extra_files or {}).items():
@@ -97,7 +100,9 @@ def load_checkpoint(
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{config_file} is not a glassformer config: {e}") from None
     if saved_kind not in MODEL_KINDS:
-        raise CheckpointError(f"{path} holds unknown model kind {saved_kind!r}; known: {sorted(MODEL_KINDS)}")
+        raise CheckpointError(
+            f"{path} holds unknown model kind {saved_kind!r}; known: {sorted(MODEL_KINDS)}"
+        )
     if kind is not None and saved_kind != kind:
         raise CheckpointError(f"{path} holds a {saved_kind!r} model, expected {kind!r}")
     cls = MODEL_KINDS[saved_kind]
@@ -106,7 +111,9 @@ def load_checkpoint(
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_NAME}")
     try:
-        missing, unexpected = load_model(model, str(weights), strict=False, device=str(map_location))
+        missing, unexpected = load_model(
+            model, str(weights), strict=False, device=str(map_location)
+        )
     except Exception as e:  # safetensors raises its own types for corrupt files and shapes
         raise CheckpointError(f"cannot load {weights}: {e}") from None
     if missing or unexpected:

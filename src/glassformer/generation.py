@@ -76,8 +76,14 @@ def gpt_generate(
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
     for _ in range(max_new_tokens):
         logits = model(ids[:, -max_len:]).logits[:, -1]  # (B, V)
-        next_id = choose_next(logits, do_sample=do_sample, temperature=temperature,
-                              top_k=top_k, top_p=top_p, generator=generator)  # fmt: skip
+        next_id = choose_next(
+            logits,
+            do_sample=do_sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
         if eos_id is not None:
             next_id = next_id.masked_fill(finished, fill)
             finished |= next_id == eos_id

@@ -50,7 +50,9 @@ class ConfigBase:
     def preset(cls, name: str, **overrides: Any) -> Any:
         """A named preset (``tiny``, ``small``, ``base``, ...) with fields overridden."""
         if name not in cls.PRESETS:
-            raise ValueError(f"unknown preset {name!r} for {cls.__name__}; known: {sorted(cls.PRESETS)}")
+            raise ValueError(
+                f"unknown preset {name!r} for {cls.__name__}; known: {sorted(cls.PRESETS)}"
+            )
         return cls(**{**cls.PRESETS[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,9 +68,18 @@ class ConfigBase:
 
     def _check(self) -> None:
         """Checks common to all configs; each config's ``__post_init__`` calls this."""
-        for name in ("vocab_size", "src_vocab_size", "tgt_vocab_size", "num_classes",
-                     "d_model", "d_ff", "max_len", "num_layers",
-                     "num_encoder_layers", "num_decoder_layers"):  # fmt: skip
+        for name in (
+            "vocab_size",
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "num_classes",
+            "d_model",
+            "d_ff",
+            "max_len",
+            "num_layers",
+            "num_encoder_layers",
+            "num_decoder_layers",
+        ):
             value = getattr(self, name, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -45,12 +45,21 @@ class ClassifierConfig(ConfigBase):
     PRESETS: ClassVar[dict] = {
         # Bloem's classifier: k=128, 8 wide heads (each k wide), depth 6, 4k ReLU FF,
         # no q/k/v bias, learned positions for 100 tokens.
-        "bloem": dict(vocab_size=1000, num_classes=10, max_len=100, d_model=128, num_heads=8,
-                      head_dim=128, num_layers=6, d_ff=512, qkv_bias=False),
+        "bloem": dict(
+            vocab_size=1000,
+            num_classes=10,
+            max_len=100,
+            d_model=128,
+            num_heads=8,
+            head_dim=128,
+            num_layers=6,
+            d_ff=512,
+            qkv_bias=False,
+        ),
         "tiny": dict(d_model=64, num_heads=4, num_layers=2, d_ff=256),
         "small": dict(d_model=128, num_heads=8, num_layers=4, d_ff=512),
         "base": dict(d_model=256, num_heads=8, num_layers=6, d_ff=1024),
-    }  # fmt: skip
+    }
 
     def __post_init__(self) -> None:
         self._check()
@@ -67,14 +76,25 @@ class TransformerClassifier(PretrainedModel):
     def __init__(self, config: ClassifierConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
-                                positional=c.positional, dropout=c.dropout,
-                                scale=c.scale_embeddings)  # fmt: skip
+        self.embed = Embeddings(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positional=c.positional,
+            dropout=c.dropout,
+            scale=c.scale_embeddings,
+        )
         self.encoder = Encoder(
-            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
-            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
-            head_dim=c.head_dim, qkv_bias=c.qkv_bias,
-        )  # fmt: skip
+            num_layers=c.num_layers,
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            activation=c.activation,
+            norm_first=c.norm_first,
+            head_dim=c.head_dim,
+            qkv_bias=c.qkv_bias,
+        )
         self.head = nn.Linear(c.d_model, c.num_classes)
 
     def forward(

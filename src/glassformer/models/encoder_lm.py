@@ -55,13 +55,24 @@ class EncoderLM(PretrainedModel):
     def __init__(self, config: EncoderLMConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
-                                positional=c.positional, dropout=c.dropout)  # fmt: skip
+        self.embed = Embeddings(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positional=c.positional,
+            dropout=c.dropout,
+        )
         self.encoder = Encoder(
-            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
-            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
-            head_dim=c.head_dim, qkv_bias=c.qkv_bias,
-        )  # fmt: skip
+            num_layers=c.num_layers,
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            activation=c.activation,
+            norm_first=c.norm_first,
+            head_dim=c.head_dim,
+            qkv_bias=c.qkv_bias,
+        )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size)
         if c.tie_weights:
             self.lm_head.weight = self.embed.token.embedding.weight

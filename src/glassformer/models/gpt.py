@@ -58,7 +58,9 @@ class GPTConfig(ConfigBase):
             self.d_ff = 4 * self.d_model
         self._check()
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
+            raise ValueError(
+                f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})"
+            )
 
 
 class GPT(PretrainedModel):
@@ -70,14 +72,27 @@ class GPT(PretrainedModel):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = Embeddings(vocab_size=c.vocab_size, d_model=c.d_model, max_len=c.max_len,
-                                positional=c.positional, dropout=c.dropout)  # fmt: skip
+        self.embed = Embeddings(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positional=c.positional,
+            dropout=c.dropout,
+        )
         self.blocks = Encoder(
-            num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff,
-            dropout=c.dropout, activation=c.activation, norm_first=c.norm_first,
-            head_dim=c.head_dim, qkv_bias=c.qkv_bias, causal=True,
-            layer_norm_eps=c.layer_norm_eps, final_norm=True,
-        )  # fmt: skip
+            num_layers=c.num_layers,
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            activation=c.activation,
+            norm_first=c.norm_first,
+            head_dim=c.head_dim,
+            qkv_bias=c.qkv_bias,
+            causal=True,
+            layer_norm_eps=c.layer_norm_eps,
+            final_norm=True,
+        )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():

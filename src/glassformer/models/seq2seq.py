@@ -50,12 +50,12 @@ class Seq2SeqConfig(ConfigBase):
     eos_id: int = 2
 
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                     d_ff=256),
-        "small": dict(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3,
-                      d_ff=1024),
+        "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256),
+        "small": dict(
+            d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024
+        ),
         "base": dict(),  # the paper's base model
-    }  # fmt: skip
+    }
 
     def __post_init__(self) -> None:
         self._check()
@@ -79,11 +79,23 @@ class Seq2SeqTransformer(PretrainedModel):
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
-        embed = dict(d_model=c.d_model, max_len=c.max_len, positional=c.positional,
-                     dropout=c.dropout, scale=c.scale_embeddings)  # fmt: skip
-        layer = dict(d_model=c.d_model, num_heads=c.num_heads, d_ff=c.d_ff, dropout=c.dropout,
-                     activation=c.activation, norm_first=c.norm_first, head_dim=c.head_dim,
-                     qkv_bias=c.qkv_bias)  # fmt: skip
+        embed = dict(
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positional=c.positional,
+            dropout=c.dropout,
+            scale=c.scale_embeddings,
+        )
+        layer = dict(
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            activation=c.activation,
+            norm_first=c.norm_first,
+            head_dim=c.head_dim,
+            qkv_bias=c.qkv_bias,
+        )
         self.src_embed = Embeddings(vocab_size=c.src_vocab_size, **embed)
         self.tgt_embed = Embeddings(vocab_size=c.tgt_vocab_size, **embed)
         self.encoder = Encoder(num_layers=c.num_encoder_layers, **layer)
@@ -101,9 +113,7 @@ class Seq2SeqTransformer(PretrainedModel):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(
-        self, src: Tensor, src_mask: Tensor | None = None, *, need_weights: bool = False
-    ):
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, *, need_weights: bool = False):
         """src (B, S) → StackOutput(hidden=memory (B, S, D), self_attn_weights)."""
         return self.encoder(self.src_embed(src), src_mask, need_weights=need_weights)
 
@@ -149,8 +159,9 @@ class Seq2SeqTransformer(PretrainedModel):
         if tgt_mask is None:
             tgt_mask = auto_padding_mask(tgt, pad)
         memory, enc_w, _ = self.encode(src, src_mask, need_weights=need_weights)
-        hidden, dec_w, cross_w = self.decode(tgt, memory, src_mask, tgt_mask,
-                                             need_weights=need_weights)  # fmt: skip
+        hidden, dec_w, cross_w = self.decode(
+            tgt, memory, src_mask, tgt_mask, need_weights=need_weights
+        )
         logits = self.output_proj(hidden)  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, pad)
         return ModelOutput(logits, loss, enc_w, dec_w, cross_w)

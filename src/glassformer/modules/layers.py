@@ -95,9 +95,13 @@ class EncoderLayer(_ResidualLayer):
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
         self.self_attn = MultiHeadAttention(
-            d_model=d_model, num_heads=num_heads, head_dim=head_dim,
-            dropout=dropout, qkv_bias=qkv_bias, causal=causal,
-        )  # fmt: skip
+            d_model=d_model,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+            causal=causal,
+        )
         self.feed_forward = FeedForward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation
         )
@@ -135,8 +139,13 @@ class DecoderLayer(_ResidualLayer):
         layer_norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
-        attention = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim,
-                         dropout=dropout, qkv_bias=qkv_bias)  # fmt: skip
+        attention = dict(
+            d_model=d_model,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            dropout=dropout,
+            qkv_bias=qkv_bias,
+        )
         self.self_attn = MultiHeadAttention(**attention, causal=causal)
         self.cross_attn = MultiHeadAttention(**attention)
         self.feed_forward = FeedForward(

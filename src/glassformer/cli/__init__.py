@@ -1,0 +1,47 @@
+"""The `glassformer` command: one module per subcommand, each with `add_arguments` and `run`.
+
+User errors (bad values, files, checkpoints) print one line and exit non-zero, without
+a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from glassformer import __version__
+from glassformer.cli import demo
+
+SUBCOMMANDS = {"demo": demo}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="glassformer",
+        description="A Transformer written from scratch in PyTorch: train, inspect and use models.",
+    )
+    parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in SUBCOMMANDS.items():
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except (ValueError, TypeError, OSError) as e:
+        print(f"glassformer {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"glassformer {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,237 @@
+"""scaled_dot_product_attention and MultiHeadAttention against PyTorch's own."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glassformer import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from glassformer.interop import from_torch_nn
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def qkv(B=2, H=3, Tq=5, Tk=7, Dh=4, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, Dh, generator=g, dtype=dtype) for T in (Tq, Tk, Tk)]
+
+
+def random_key_mask(B, Tk, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    m = torch.rand(B, 1, 1, Tk, generator=g) > 0.3
+    m[..., 0] = True  # keep at least one key per row
+    return m
+
+
+# ---- the function ----------------------------------------------------------------------
+
+
+def test_readable_path_is_the_formula():
+    q, k, v = qkv()
+    out, w = scaled_dot_product_attention(q, k, v)
+    expected_w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    torch.testing.assert_close(w, expected_w, **TOL)
+    torch.testing.assert_close(out, expected_w @ v, **TOL)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 5), **TOL)
+
+
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "both", "causal_offset"])
+def test_readable_path_equals_torch_sdpa(masking):
+    Tq, Tk = (4, 7) if masking == "causal_offset" else (7, 7)
+    q, k, v = qkv(Tq=Tq, Tk=Tk)
+    mask = random_key_mask(2, Tk) if masking in ("padding", "both") else None
+    is_causal = masking in ("causal", "both", "causal_offset")
+    ours, w = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal)
+    full = mask
+    if is_causal:
+        c = causal_mask(Tq, Tk)
+        full = c if full is None else full & c
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    torch.testing.assert_close(ours, ref, **TOL)
+    fast, none = scaled_dot_product_attention(
+        q, k, v, mask, need_weights=False, is_causal=is_causal
+    )
+    assert none is None
+    torch.testing.assert_close(fast, ours, **TOL)
+    if full is not None:
+        assert (w.masked_select(~full.expand_as(w)) == 0).all()
+
+
+def test_causal_queries_align_to_the_end_of_the_keys():
+    # 3 new queries after 4 cached keys: the last query sees all 7 keys, the first sees 5.
+    m = causal_mask(3, 7)
+    assert m.sum(-1).tolist() == [5, 6, 7]
+    q, k, v = qkv(Tq=7, Tk=7)
+    full, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+    tail, _ = scaled_dot_product_attention(q[:, :, 4:], k, v, is_causal=True)
+    torch.testing.assert_close(tail, full[:, :, 4:], **TOL)
+    tail_fast, _ = scaled_dot_product_attention(
+        q[:, :, 4:], k, v, need_weights=False, is_causal=True
+    )
+    torch.testing.assert_close(tail_fast, full[:, :, 4:], **TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_row_gives_zeros_not_nan(dtype, need_weights):
+    q, k, v = qkv(dtype=dtype)
+    mask = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    mask[0, :, 2] = False  # query 2 of batch 0 may attend to nothing
+    out, w = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    assert torch.isfinite(out).all()
+    assert (out[0, :, 2] == 0).all()
+    assert out[0, :, 1].abs().sum() > 0
+    if need_weights:
+        assert (w[0, :, 2] == 0).all()
+        torch.testing.assert_close(w[0, :, 1].sum(-1).float(), torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fully_masked_row_gradients_are_finite(dtype):
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=dtype))
+    mask = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    mask[1, :, 0] = False
+    for need_weights in (True, False):
+        out, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+        (gq, gk, gv) = torch.autograd.grad(out.float().sum(), (q, k, v))
+        assert all(torch.isfinite(g).all() for g in (gq, gk, gv))
+
+
+def test_gradcheck_float64():
+    q, k, v = (t.requires_grad_() for t in qkv(B=1, H=2, Tq=3, Tk=4, Dh=3, dtype=torch.float64))
+    mask = torch.tensor([True, True, False, True])[None, None, None, :]
+
+    def f(q, k, v):
+        return scaled_dot_product_attention(q, k, v, mask, is_causal=False)
+
+    assert torch.autograd.gradcheck(lambda q, k, v: f(q, k, v).output, (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: f(q, k, v).weights, (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True).output,
+        (q[:, :, :3], k[:, :, :3], v[:, :, :3]),
+    )
+
+
+def test_dropout_acts_on_the_weights():
+    q, k, v = qkv(B=4, H=4, Tq=32, Tk=32)
+    torch.manual_seed(0)
+    out, w = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    zero_fraction = (w == 0).float().mean().item()
+    assert 0.45 < zero_fraction < 0.55
+    # survivors are scaled by 1/(1-p), so rows still sum to 1 on average; v is mixed by them
+    assert abs(w.sum(-1).mean().item() - 1.0) < 0.05
+    torch.testing.assert_close(out, w @ v, **TOL)
+    no_drop, _ = scaled_dot_product_attention(q, k, v)
+    assert not torch.allclose(out, no_drop)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0])
+def test_bad_dropout_is_refused(bad):
+    with pytest.raises(ValueError, match=str(bad)):
+        scaled_dot_product_attention(*qkv(), dropout_p=bad)
+
+
+def test_integer_mask_is_refused():
+    with pytest.raises(TypeError, match="bool"):
+        scaled_dot_product_attention(*qkv(), mask=torch.ones(5, 7, dtype=torch.long))
+
+
+# ---- the module against nn.MultiheadAttention -----------------------------------------
+
+
+def pair(d_model=16, num_heads=4, bias=True, seed=0):
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
+    for p in ref.parameters():  # nn zeroes its biases at init; make them count
+        nn.init.normal_(p, std=0.3)
+    ours = MultiHeadAttention(d_model=d_model, num_heads=num_heads, qkv_bias=bias, out_bias=bias)
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    return ours.eval(), ref.eval()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "both"])
+def test_self_attention_equals_nn_multihead_attention(bias, masking):
+    ours, ref = pair(bias=bias)
+    causal_ours = MultiHeadAttention(
+        d_model=16, num_heads=4, qkv_bias=bias, out_bias=bias, causal=True
+    )
+    causal_ours.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 6, 16)
+    ids = torch.tensor([[5, 5, 5, 5, 5, 5], [5, 5, 5, 5, 0, 0], [5, 5, 5, 0, 0, 0]])
+    key_mask = padding_mask(ids) if masking in ("padding", "both") else None
+    causal = masking in ("causal", "both")
+    module = causal_ours if causal else ours
+    ref_out, ref_w = ref(
+        x,
+        x,
+        x,
+        key_padding_mask=None if key_mask is None else ~key_mask[:, 0, 0],
+        attn_mask=~causal_mask(6) if causal else None,
+        need_weights=True,
+        average_attn_weights=False,
+    )
+    out, w = module(x, mask=key_mask, need_weights=True)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(w, ref_w, **TOL)
+    fast, none = module(x, mask=key_mask)
+    assert none is None
+    torch.testing.assert_close(fast, ref_out, **TOL)
+
+
+def test_cross_attention_equals_nn_multihead_attention():
+    ours, ref = pair()
+    x, memory = torch.randn(2, 4, 16), torch.randn(2, 9, 16)
+    src = torch.tensor([[3] * 9, [3] * 6 + [0] * 3])
+    ref_out, ref_w = ref(
+        x, memory, memory, key_padding_mask=~padding_mask(src)[:, 0, 0], average_attn_weights=False
+    )
+    out, w = ours(x, memory, mask=padding_mask(src), need_weights=True)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(w, ref_w, **TOL)
+    torch.testing.assert_close(ours(x, memory, mask=padding_mask(src)).output, ref_out, **TOL)
+    # distinct key and value tensors take the general path
+    value = torch.randn(2, 9, 16)
+    ref_out, _ = ref(x, memory, value)
+    torch.testing.assert_close(ours(x, memory, value).output, ref_out, **TOL)
+
+
+def test_wide_heads_have_their_own_width():
+    # Bloem's heads are each d_model wide: q, k, v are D → H·D.
+    mha = MultiHeadAttention(d_model=8, num_heads=4, head_dim=8, qkv_bias=False)
+    assert mha.qkv_proj.weight.shape == (3 * 4 * 8, 8)
+    assert mha.out_proj.weight.shape == (8, 32)
+    x = torch.randn(2, 5, 8)
+    out, w = mha(x, need_weights=True)
+    assert w.shape == (2, 4, 5, 5)
+    torch.testing.assert_close(mha(x).output, out, **TOL)
+    # by hand: head h uses rows h*8:(h+1)*8 of each of q, k, v
+    W = mha.qkv_proj.weight
+    heads = []
+    for h in range(4):
+        q = x @ W[h * 8 : (h + 1) * 8].T
+        k = x @ W[32 + h * 8 : 32 + (h + 1) * 8].T
+        v = x @ W[64 + h * 8 : 64 + (h + 1) * 8].T
+        heads.append(torch.softmax(q @ k.transpose(1, 2) / math.sqrt(8), -1) @ v)
+    torch.testing.assert_close(out, mha.out_proj(torch.cat(heads, -1)), **TOL)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(d_model=10, num_heads=3), "d_model=10 is not divisible by num_heads=3"),
+        (dict(d_model=8, num_heads=2, dropout=-0.1), "-0.1"),
+        (dict(d_model=8, num_heads=0), "num_heads must be a positive integer, got 0"),
+        (dict(d_model=8, num_heads=2, head_dim=-4), "-4"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+def test_wrong_query_width_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"\(batch, length, 16\)"):
+        MultiHeadAttention(d_model=16, num_heads=4)(torch.randn(2, 3, 8))

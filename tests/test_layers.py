@@ -1,0 +1,216 @@
+"""Encoder/decoder layers and stacks against torch.nn's, with copied weights."""
+
+import pytest
+import torch
+from torch import nn
+
+from glassformer import Decoder, DecoderLayer, Encoder, EncoderLayer, causal_mask, padding_mask
+from glassformer.interop import from_torch_nn, to_torch_nn
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+D, H, FF = 16, 4, 32
+VARIANTS = [(nf, act) for nf in (False, True) for act in ("relu", "gelu")]
+
+
+def randomise(module, seed=0):
+    """nn's layers start with zero biases and unit norms; give every parameter a value."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return module
+
+
+def batch(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 6, D, generator=g)
+    memory = torch.randn(3, 5, D, generator=g)
+    tgt_ids = torch.tensor([[4] * 6, [4] * 4 + [0] * 2, [4] * 5 + [0]])
+    src_ids = torch.tensor([[4] * 5, [4] * 3 + [0] * 2, [4] * 2 + [0] * 3])
+    return x, memory, padding_mask(tgt_ids), padding_mask(src_ids)
+
+
+def nn_kpm(mask):
+    """Our (B, 1, 1, T) True = attend → nn's key_padding_mask (B, T) True = ignore."""
+    return ~mask[:, 0, 0]
+
+
+def kwargs(norm_first, activation):
+    return dict(
+        d_model=D, num_heads=H, d_ff=FF, dropout=0.0, activation=activation, norm_first=norm_first
+    )
+
+
+def nn_kwargs(norm_first, activation):
+    return dict(
+        d_model=D,
+        nhead=H,
+        dim_feedforward=FF,
+        dropout=0.0,
+        activation=activation,
+        norm_first=norm_first,
+        batch_first=True,
+    )
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("norm_first, activation", VARIANTS)
+def test_encoder_layer_equals_nn(norm_first, activation, train):
+    ref = randomise(nn.TransformerEncoderLayer(**nn_kwargs(norm_first, activation)))
+    ours = EncoderLayer(**kwargs(norm_first, activation))
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    ref.train(train), ours.train(train)
+    x, _, mask, _ = batch()
+    expected = ref(x, src_key_padding_mask=nn_kpm(mask))
+    real = mask[:, 0, 0]  # nn's eval fast path leaves padded rows undefined; compare real ones
+    out, w, no_cross = ours(x, mask, need_weights=True)  # one output type for both layer kinds
+    assert no_cross is None
+    torch.testing.assert_close(out[real], expected[real], **TOL)
+    fast = ours(x, mask).hidden
+    torch.testing.assert_close(fast[real], expected[real], **TOL)
+    torch.testing.assert_close(fast, out, **TOL)  # readable == fused, padded rows included
+    assert w.shape == (3, H, 6, 6)
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("norm_first, activation", VARIANTS)
+def test_decoder_layer_equals_nn(norm_first, activation, train):
+    ref = randomise(nn.TransformerDecoderLayer(**nn_kwargs(norm_first, activation)))
+    ours = DecoderLayer(**kwargs(norm_first, activation))
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    ref.train(train), ours.train(train)
+    x, memory, tgt_mask, src_mask = batch()
+    expected = ref(
+        x,
+        memory,
+        tgt_mask=~causal_mask(6),
+        tgt_is_causal=True,
+        tgt_key_padding_mask=nn_kpm(tgt_mask),
+        memory_key_padding_mask=nn_kpm(src_mask),
+    )
+    out, w_self, w_cross = ours(x, memory, tgt_mask, src_mask, need_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(ours(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
+    assert w_self.shape == (3, H, 6, 6) and w_cross.shape == (3, H, 6, 5)
+    # causal: nothing above the diagonal; cross: nothing on padded source keys
+    assert (w_self.triu(diagonal=1) == 0).all()
+    assert (w_cross[1, :, :, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("norm_first, activation", VARIANTS)
+def test_encoder_stack_equals_nn(norm_first, activation, train):
+    layer = nn.TransformerEncoderLayer(**nn_kwargs(norm_first, activation))
+    norm = nn.LayerNorm(D) if norm_first else None
+    ref = randomise(nn.TransformerEncoder(layer, 3, norm=norm, enable_nested_tensor=False))
+    ours = Encoder(num_layers=3, **kwargs(norm_first, activation))
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    assert (ours.norm is not None) == norm_first
+    ref.train(train), ours.train(train)
+    x, _, mask, _ = batch()
+    real = mask[:, 0, 0]
+    expected = ref(x, src_key_padding_mask=nn_kpm(mask))
+    out, weights, _ = ours(x, mask, need_weights=True)
+    torch.testing.assert_close(out[real], expected[real], **TOL)
+    torch.testing.assert_close(ours(x, mask).hidden, out, **TOL)
+    assert len(weights) == 3
+    # the causal variant is a GPT stack: equal to nn with a causal mask
+    causal = Encoder(num_layers=3, causal=True, **kwargs(norm_first, activation))
+    causal.load_state_dict(ours.state_dict())
+    causal.train(train)
+    expected = ref(x, mask=~causal_mask(6), is_causal=True)
+    torch.testing.assert_close(causal(x).hidden, expected, **TOL)
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("norm_first, activation", VARIANTS)
+def test_decoder_stack_equals_nn(norm_first, activation, train):
+    layer = nn.TransformerDecoderLayer(**nn_kwargs(norm_first, activation))
+    norm = nn.LayerNorm(D) if norm_first else None
+    ref = randomise(nn.TransformerDecoder(layer, 3, norm=norm))
+    ours = Decoder(num_layers=3, **kwargs(norm_first, activation))
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    ref.train(train), ours.train(train)
+    x, memory, tgt_mask, src_mask = batch()
+    expected = ref(
+        x,
+        memory,
+        tgt_mask=~causal_mask(6),
+        tgt_is_causal=True,
+        tgt_key_padding_mask=nn_kpm(tgt_mask),
+        memory_key_padding_mask=nn_kpm(src_mask),
+    )
+    out, self_w, cross_w = ours(x, memory, tgt_mask, src_mask, need_weights=True)
+    torch.testing.assert_close(out, expected, **TOL)
+    torch.testing.assert_close(ours(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
+    assert len(self_w) == len(cross_w) == 3
+
+
+def test_whole_nn_transformer_equals_encoder_plus_decoder():
+    ref = randomise(
+        nn.Transformer(
+            d_model=D,
+            nhead=H,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            dim_feedforward=FF,
+            dropout=0.0,
+            batch_first=True,
+        )
+    )
+    sd = ref.state_dict()
+    enc = Encoder(num_layers=2, final_norm=True, **kwargs(False, "relu"))
+    dec = Decoder(num_layers=2, final_norm=True, **kwargs(False, "relu"))
+    enc.load_state_dict(
+        from_torch_nn({k[8:]: v for k, v in sd.items() if k.startswith("encoder.")})
+    )
+    dec.load_state_dict(
+        from_torch_nn({k[8:]: v for k, v in sd.items() if k.startswith("decoder.")})
+    )
+    x, memory_in, tgt_mask, src_mask = batch()
+    expected = ref(
+        memory_in,
+        x,
+        tgt_mask=~causal_mask(6),
+        tgt_is_causal=True,
+        src_key_padding_mask=nn_kpm(src_mask),
+        tgt_key_padding_mask=nn_kpm(tgt_mask),
+        memory_key_padding_mask=nn_kpm(src_mask),
+    )
+    memory = enc(memory_in, src_mask).hidden
+    torch.testing.assert_close(dec(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
+
+
+def test_weights_round_trip_to_torch_nn():
+    ours = Decoder(num_layers=2, **kwargs(True, "gelu"))
+    ref = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(**nn_kwargs(True, "gelu")), 2, norm=nn.LayerNorm(D)
+    )
+    ref.load_state_dict(to_torch_nn(ours.state_dict()))
+    assert from_torch_nn(ref.state_dict()).keys() == ours.state_dict().keys()
+
+
+def test_dropout_is_active_in_training_and_off_in_eval():
+    layer = EncoderLayer(d_model=D, num_heads=H, d_ff=FF, dropout=0.5)
+    x = torch.randn(2, 6, D)
+    layer.train()
+    assert not torch.allclose(layer(x).hidden, layer(x).hidden)
+    layer.eval()
+    torch.testing.assert_close(layer(x).hidden, layer(x).hidden, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(d_model=10, num_heads=3, d_ff=8), "d_model=10 is not divisible by num_heads=3"),
+        (dict(d_model=8, num_heads=2, d_ff=8, dropout=-0.1), "-0.1"),
+        (dict(d_model=8, num_heads=2, d_ff=8, activation="swish"), "'swish'"),
+        (dict(d_model=8, num_heads=2, d_ff=0), "d_ff must be a positive integer, got 0"),
+    ],
+)
+def test_bad_layer_arguments(kwargs, message):
+    for cls in (EncoderLayer, DecoderLayer):
+        with pytest.raises(ValueError, match=message):
+            cls(**kwargs)
+    with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
+        Encoder(num_layers=0, d_model=8, num_heads=2, d_ff=8)
