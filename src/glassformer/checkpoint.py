@@ -25,6 +25,8 @@ from glassformer.models.base import MODEL_KINDS, PretrainedModel
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+TRAINING_STATE_NAME = "training_state.pt"
+CHECKPOINT_SUBDIR = "checkpoint"  # inside a training run directory
 
 
 class CheckpointError(ValueError):
@@ -32,13 +34,20 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(
-    model: PretrainedModel, path: str | Path, *, extra_files: dict[str, bytes] | None = None
+    model: PretrainedModel,
+    path: str | Path,
+    *,
+    training_state: dict[str, Any] | None = None,
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write ``model`` to the directory ``path`` atomically and return the path.
 
     Args:
         model: a glassformer model (a ``torch.compile``d one is unwrapped first).
         path: the checkpoint directory; replaced if it exists.
+        training_state: what a resumed run needs (optimizer, step, RNG, data position),
+            saved as training_state.pt; only tensors, numbers, strings, lists and dicts,
+            so it loads with ``weights_only=True``.
         extra_files: more files to write into the directory (name → contents),
             e.g. ``tokenizer.json``.
     """
@@ -56,6 +65,8 @@ def save_checkpoint(
         }
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
         save_model(model, str(tmp / WEIGHTS_NAME))
+        if training_state is not None:
+            torch.save(training_state, tmp / TRAINING_STATE_NAME)
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         for f in tmp.iterdir():
@@ -90,7 +101,7 @@ def load_checkpoint(
         kind: if given, the model kind expected (e.g. "gpt"); another kind is an error.
         map_location: device for the weights.
     """
-    path = Path(path)
+    path = resolve_checkpoint_dir(path)
     config_file = path / CONFIG_NAME
     if not config_file.is_file():
         raise CheckpointError(f"{path} is not a glassformer checkpoint: no {CONFIG_NAME} in it")
@@ -123,6 +134,29 @@ def load_checkpoint(
         )
     model.eval()
     return model
+
+
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """A checkpoint directory, or a training run directory holding one in ``checkpoint/``."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    if not (path / CONFIG_NAME).is_file() and (path / CHECKPOINT_SUBDIR / CONFIG_NAME).is_file():
+        return path / CHECKPOINT_SUBDIR
+    return path
+
+
+def load_training_state(path: str | Path) -> dict[str, Any]:
+    """The training state saved beside a checkpoint's weights, loaded with ``weights_only=True``
+    (a pickle that tries to build anything but plain data is refused)."""
+    file = resolve_checkpoint_dir(path) / TRAINING_STATE_NAME
+    if not file.is_file():
+        raise CheckpointError(f"{file.parent} has no {TRAINING_STATE_NAME}; it cannot be resumed")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # an UnpicklingError for forbidden globals, others for corruption
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot load {file}: {first_line}") from None
 
 
 def _version() -> str:

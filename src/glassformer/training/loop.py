@@ -1,0 +1,185 @@
+"""The training loop: one model-agnostic function with hooks.
+
+    for each optimizer step:
+        for each of `accumulation` micro-batches:
+            loss_sum, count = loss_fn(model, batch)   # summed over tokens (or examples)
+            loss_sum.backward()
+        divide the gradients by the total count         # = the mean over the whole big batch
+        clip, set the step's learning rate, optimizer.step()
+        hooks("step", ...)                              # progress bar, metrics, checkpoints
+
+Summing then dividing by the total count makes k micro-batches exactly one big batch, even
+when the micro-batches hold different numbers of real (non-pad) tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.training.schedules import Schedule
+
+LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
+Hook = Callable[[str, "TrainState", dict[str, float]], None]
+
+
+@dataclass
+class TrainConfig:
+    """How long and how to train.
+
+    Args:
+        max_steps: stop after this many optimizer steps (None: only the time budget).
+        minutes: stop once this much training time has passed (None: only max_steps).
+        accumulation: micro-batches per optimizer step.
+        clip_norm: clip the gradient norm to this (None: no clipping).
+        bf16: run forward and loss under bfloat16 autocast.
+        eval_every: evaluate every this many steps (0: only at the end).
+    """
+
+    max_steps: int | None = None
+    minutes: float | None = None
+    accumulation: int = 1
+    clip_norm: float | None = 1.0
+    bf16: bool = False
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes (or both) so training can end")
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps}")
+        if self.minutes is not None and self.minutes <= 0:
+            raise ValueError(f"minutes must be > 0, got {self.minutes}")
+        if self.accumulation <= 0:
+            raise ValueError(f"accumulation must be a positive integer, got {self.accumulation}")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+
+
+@dataclass
+class TrainState:
+    """Where training is; saved with checkpoints so a resumed run carries on."""
+
+    step: int = 0  # optimizer steps taken
+    tokens: int = 0  # real tokens (or examples) trained on
+    elapsed: float = 0.0  # seconds of training, summed over resumed runs
+    last_loss: float = math.nan
+    history: list[dict[str, float]] = field(default_factory=list)  # eval results
+
+    def done(self, config: TrainConfig) -> bool:
+        if config.max_steps is not None and self.step >= config.max_steps:
+            return True
+        return config.minutes is not None and self.elapsed >= config.minutes * 60
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Schedule,
+    batches: Iterator[Any],
+    loss_fn: LossFn,
+    config: TrainConfig,
+    *,
+    state: TrainState | None = None,
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+    hooks: tuple[Hook, ...] = (),
+) -> TrainState:
+    """Train ``model`` until ``config`` says stop; return the final state.
+
+    Args:
+        model: any module; ``loss_fn`` knows how to call it.
+        optimizer: its learning rate is set from ``schedule`` before every step.
+        schedule: learning rate as a function of the step.
+        batches: an endless iterator of batches (whatever ``loss_fn`` accepts).
+        loss_fn: ``(model, batch) -> (loss summed over items, number of items)``.
+        config: when to stop, accumulation, clipping, bf16, evaluation cadence.
+        state: a resumed run's state; a fresh one if None.
+        evaluate: ``model -> metrics``, run every ``config.eval_every`` steps and at the end,
+            in eval mode without gradients.
+        hooks: called as ``hook(event, state, metrics)`` for events "step" (after every
+            optimizer step), "eval" and "end" (also when interrupted, before re-raising).
+    """
+    state = state or TrainState()
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def emit(event: str, metrics: dict[str, float]) -> None:
+        for hook in hooks:
+            hook(event, state, metrics)
+
+    def run_eval() -> None:
+        if evaluate is None:
+            return
+        model.eval()
+        with torch.no_grad(), _autocast(model, config.bf16):
+            metrics = {"step": state.step, **evaluate(model)}
+        model.train()
+        state.history.append(metrics)
+        emit("eval", metrics)
+
+    model.train()
+    try:
+        while not state.done(config):
+            started = time.perf_counter()
+            loss_sum, count = _accumulate(model, batches, loss_fn, config)
+            if not math.isfinite(loss_sum):
+                raise FloatingPointError(
+                    f"training loss became {loss_sum} at step {state.step + 1}; "
+                    "the last checkpoint is intact; try a lower learning rate"
+                )
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(max(count, 1))
+            grad_norm = _clip(params, config.clip_norm)
+            lr = schedule.lr_at(state.step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            seconds = time.perf_counter() - started
+            state.step += 1
+            state.tokens += count
+            state.elapsed += seconds
+            state.last_loss = loss_sum / max(count, 1)
+            metrics = {"loss": state.last_loss, "lr": lr, "grad_norm": grad_norm}
+            emit("step", {**metrics, "tokens_per_s": count / seconds})
+            if config.eval_every and state.step % config.eval_every == 0 and not state.done(config):
+                run_eval()
+        run_eval()
+    finally:
+        emit("end", {})
+    return state
+
+
+def _accumulate(
+    model: nn.Module, batches: Iterator[Any], loss_fn: LossFn, config: TrainConfig
+) -> tuple[float, int]:
+    """Forward and backward over ``config.accumulation`` micro-batches; sum losses and counts."""
+    total_loss, total_count = 0.0, 0
+    for _ in range(config.accumulation):
+        batch = next(batches)
+        with _autocast(model, config.bf16):
+            loss_sum, count = loss_fn(model, batch)
+        loss_sum.backward()
+        total_loss += loss_sum.item()
+        total_count += count
+    return total_loss, total_count
+
+
+def _clip(params: list[Tensor], clip_norm: float | None) -> float:
+    if clip_norm is None:
+        grads = [p.grad for p in params if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+    return torch.nn.utils.clip_grad_norm_(params, clip_norm).item()
+
+
+def _autocast(model: nn.Module, bf16: bool) -> torch.autocast:
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, torch.bfloat16, enabled=bf16)

@@ -1,0 +1,179 @@
+"""A training run on disk: hooks that show progress, log metrics, save and resume.
+
+    run/
+      run.json          what was asked for (task, data, model and training options)
+      checkpoint/       config.json, model.safetensors, tokenizer.json, training_state.pt
+      metrics.jsonl     one JSON object per logged step and per evaluation
+      loss.png          training and validation loss against steps
+
+The checkpoint directory is replaced atomically, so a crash while saving leaves the
+previous one loadable. Resuming restores the model, optimizer, step, RNG and data
+position, so the resumed run continues with the same losses as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_training_state, save_checkpoint
+from glassformer.training.loop import TrainConfig, TrainState
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ProgressBar:
+    """A tqdm bar over steps (or seconds, under a time budget) with loss, tokens/s and ETA."""
+
+    def __init__(self, config: TrainConfig, state: TrainState, *, unit: str = "tok") -> None:
+        self.by_steps = config.max_steps is not None
+        total = config.max_steps if self.by_steps else round(config.minutes * 60)
+        done = state.step if self.by_steps else round(state.elapsed)
+        self.unit = unit
+        self.bar = tqdm(
+            total=total,
+            initial=min(done, total),
+            desc="training",
+            unit="step" if self.by_steps else "s",
+            dynamic_ncols=True,
+        )
+        self.val: float | None = None
+
+    def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
+        if event == "step":
+            target = state.step if self.by_steps else min(round(state.elapsed), self.bar.total)
+            self.bar.update(max(target - self.bar.n, 0))
+            post = {
+                "loss": f"{metrics['loss']:.4f}",
+                f"{self.unit}/s": f"{metrics['tokens_per_s']:,.0f}",
+            }
+            if self.val is not None:
+                post["val"] = f"{self.val:.4f}"
+            self.bar.set_postfix(post, refresh=False)
+        elif event == "eval" and "val_loss" in metrics:
+            self.val = metrics["val_loss"]
+        elif event == "end":
+            self.bar.close()
+
+
+class MetricsLog:
+    """Appends to metrics.jsonl: every ``every``-th step and every evaluation."""
+
+    def __init__(self, path: Path, every: int = 10) -> None:
+        self.path, self.every = path, every
+
+    def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
+        if event == "step" and state.step % self.every == 0 or event == "eval":
+            row = {
+                "event": event,
+                "step": state.step,
+                "tokens": state.tokens,
+                "elapsed_s": round(state.elapsed, 3),
+                **metrics,
+            }
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_loss(metrics_path: Path, png_path: Path, title: str = "") -> Path | None:
+    """Draw training and validation loss from metrics.jsonl; None if nothing to draw."""
+    rows = read_metrics(metrics_path)
+    train = [(r["step"], r["loss"]) for r in rows if r["event"] == "step"]
+    val = [(r["step"], r["val_loss"]) for r in rows if r["event"] == "eval" and "val_loss" in r]
+    if not train and not val:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    if train:
+        ax.plot(*zip(*train, strict=True), label="training loss", linewidth=1, alpha=0.8)
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", label="validation loss", linewidth=2)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title(title or "loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=".loss.", suffix=".png", dir=png_path.parent)
+    os.close(fd)
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return png_path
+
+
+class Checkpointer:
+    """Saves the model and everything a resume needs every ``every`` steps and at the end."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        model,
+        optimizer,
+        batches,
+        *,
+        every: int,
+        extra_files: dict[str, bytes],
+    ) -> None:
+        self.dir = run_dir / CHECKPOINT_SUBDIR
+        self.model, self.optimizer, self.batches = model, optimizer, batches
+        self.every, self.extra_files = every, extra_files
+        self.saved_step: int | None = None
+
+    def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
+        due = event == "step" and self.every and state.step % self.every == 0
+        if (due or event == "end") and state.step != self.saved_step and state.step > 0:
+            self.save(state)
+
+    def save(self, state: TrainState) -> None:
+        training_state = {
+            "train_state": asdict(state),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "data": self.batches.state_dict(),
+        }
+        save_checkpoint(
+            self.model, self.dir, training_state=training_state, extra_files=self.extra_files
+        )
+        self.saved_step = state.step
+
+
+def restore(run_dir: Path, optimizer, batches) -> TrainState:
+    """Load a run's training state into ``optimizer`` and ``batches``; return the TrainState.
+
+    The model's weights are loaded separately (``load_checkpoint``), before this.
+    """
+    saved = load_training_state(run_dir)
+    optimizer.load_state_dict(saved["optimizer"])
+    batches.load_state_dict(saved["data"])
+    torch.set_rng_state(saved["rng"])
+    return TrainState(**saved["train_state"])
