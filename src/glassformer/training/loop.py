@@ -138,7 +138,7 @@ def train(
                 if p.grad is not None:
                     p.grad.div_(max(count, 1))
             grad_norm = _clip(params, config.clip_norm)
-            lr = schedule.lr_at(state.step)
+            lr = schedule.lr_at(state.step, _time_progress(state, config))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()
@@ -178,6 +178,13 @@ def _clip(params: list[Tensor], clip_norm: float | None) -> float:
         grads = [p.grad for p in params if p.grad is not None]
         return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
     return torch.nn.utils.clip_grad_norm_(params, clip_norm).item()
+
+
+def _time_progress(state: TrainState, config: TrainConfig) -> float | None:
+    """How far through a pure time budget training is (None when steps set the length)."""
+    if config.max_steps is not None or config.minutes is None:
+        return None
+    return state.elapsed / (config.minutes * 60)
 
 
 def _autocast(model: nn.Module, bf16: bool) -> torch.autocast:

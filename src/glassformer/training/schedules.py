@@ -2,6 +2,7 @@
 
     noam:          the paper's warm-up, lr = scale · D^-0.5 · min(s^-0.5, s · warmup^-1.5)
     cosine:        linear warm-up to ``lr``, then cosine decay to ``min_lr`` at ``total_steps``
+                   (or at the end of a time budget)
     constant:      linear warm-up to ``lr``, then flat
 
 Being functions of the step (not stateful scheduler objects), they resume exactly:
@@ -44,7 +45,12 @@ class Schedule:
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0 steps, got {self.warmup}")
 
-    def lr_at(self, step: int) -> float:
+    def lr_at(self, step: int, progress: float | None = None) -> float:
+        """The rate for 0-based ``step``.
+
+        ``progress`` (0..1), when given, replaces ``step / total_steps`` as the cosine's
+        position: a run with a time budget decays over its time, not a guessed step count.
+        """
         s = step + 1  # 1-based, so the first step has a non-zero rate
         if self.kind == "noam":
             warmup = max(self.warmup, 1)
@@ -53,6 +59,7 @@ class Schedule:
             return self.lr * s / self.warmup
         if self.kind == "constant":
             return self.lr
-        span = max(self.total_steps - self.warmup, 1)
-        progress = min((s - self.warmup) / span, 1.0)
+        if progress is None:
+            progress = (s - self.warmup) / max(self.total_steps - self.warmup, 1)
+        progress = min(max(progress, 0.0), 1.0)
         return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * progress))
