@@ -11,9 +11,19 @@ import sys
 from collections.abc import Sequence
 
 from glassformer import __version__
-from glassformer.cli import demo
+from glassformer.cli import classify, demo, generate, train, translate
 
-SUBCOMMANDS = {"demo": demo}
+SUBCOMMANDS = {
+    "train": train,
+    "generate": generate,
+    "translate": translate,
+    "classify": classify,
+    "demo": demo,
+}
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Show defaults, and keep the line breaks of each subcommand's description."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=module.HELP,
             description=module.__doc__,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_Formatter,
         )
         module.add_arguments(p)
         p.set_defaults(run=module.run)
@@ -39,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args) or 0
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, FloatingPointError) as e:
         print(f"glassformer {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,0 +1,33 @@
+"""Classify texts with a trained classifier (from `glassformer train classify`).
+
+Texts come as arguments or one per line on standard input; each output line is
+"label<TAB>probability<TAB>text".
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from glassformer.cli._common import inputs, load_model_dir, read_labels
+from glassformer.training.tasks import classify_texts
+
+HELP = "classify texts with a trained classifier"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", nargs="*", help="texts (default: read lines from stdin)")
+    p.add_argument("--model", default="runs/classify", help="run or checkpoint directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    model, tok, ckpt = load_model_dir(args.model, "classifier")
+    labels = read_labels(ckpt)
+    if len(labels) != model.config.num_classes:
+        raise ValueError(
+            f"{ckpt}/labels.json has {len(labels)} labels, the model {model.config.num_classes}"
+        )
+    texts = inputs(args.text)
+    for text, (label, p) in zip(texts, classify_texts(model, tok, labels, texts), strict=True):
+        snippet = text if len(text) <= 70 else text[:67] + "..."
+        print(f"{label}\t{p:.3f}\t{snippet}")
+    return 0

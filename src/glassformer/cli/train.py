@@ -1,0 +1,284 @@
+"""Train a language model, a translator or a classifier.
+
+    glassformer train lm        --corpus austen        (char-level GPT)
+    glassformer train translate --corpus bible-en-es   (English → Spanish, shared BPE)
+    glassformer train classify  --corpus imdb          (sentiment, WordPiece)
+
+Everything goes into one run directory (--out): the checkpoint, metrics.jsonl, loss.png
+and samples.txt. --resume DIR continues an interrupted run exactly where it stopped.
+Training stops at --max-steps or after --minutes of training, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glassformer.checkpoint import load_checkpoint
+from glassformer.training import Schedule, TrainConfig, make_optimizer, train
+from glassformer.training.run import (
+    Checkpointer,
+    MetricsLog,
+    ProgressBar,
+    plot_loss,
+    restore,
+    write_atomic,
+)
+from glassformer.training.tasks import DataOptions, classify_task, lm_task, translate_task
+
+HELP = "train a GPT (lm), a translator (translate) or a classifier (classify)"
+RUN_FILE = "run.json"
+
+# Per task: (default batch size, learning rate, optimizer, schedule, warm-up steps).
+DEFAULTS = {
+    "lm": dict(batch_size=32, lr=2e-3, optimizer="adamw", schedule="cosine", warmup=100),
+    "translate": dict(batch_size=64, lr=1.0, optimizer="adam", schedule="noam", warmup=1000),
+    "classify": dict(batch_size=32, lr=5e-4, optimizer="adamw", schedule="cosine", warmup=200),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", choices=sorted(DEFAULTS), help="what to train")
+    data = p.add_argument_group("data")
+    data.add_argument(
+        "--corpus",
+        help="a bundled corpus: austen, imdb (lm/classify), bible-en-es "
+        "(default: austen for lm, bible-en-es for translate, imdb for classify)",
+    )
+    data.add_argument(
+        "--data",
+        help="your own file: text (lm), TSV/CSV pairs (translate), CSV/TSV text+label (classify)",
+    )
+    data.add_argument(
+        "--tokenizer",
+        choices=["char", "bpe", "wordpiece"],
+        help="default: char (lm), bpe (translate), wordpiece (classify)",
+    )
+    data.add_argument("--vocab-size", type=int, default=8000, help="for bpe and wordpiece")
+    data.add_argument("--src-column", default="0", help="translate: source column (index or name)")
+    data.add_argument("--tgt-column", default="1", help="translate: target column")
+    data.add_argument("--text-column", default="text", help="classify: text column")
+    data.add_argument("--label-column", default="label", help="classify: label column")
+    data.add_argument("--max-examples", type=int, help="use at most this many training examples")
+    model = p.add_argument_group("model")
+    model.add_argument("--preset", default="small", choices=["tiny", "small", "base"])
+    model.add_argument("--block-size", type=int, default=256, help="lm: context length")
+    model.add_argument(
+        "--max-len",
+        type=int,
+        default=None,
+        help="translate/classify: longest sequence in tokens (128 / 256)",
+    )
+    model.add_argument("--d-model", type=int)
+    model.add_argument("--num-heads", type=int)
+    model.add_argument(
+        "--num-layers", type=int, help="lm/classify; translate uses it for both stacks"
+    )
+    model.add_argument("--d-ff", type=int)
+    model.add_argument("--dropout", type=float)
+    model.add_argument(
+        "--norm-first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pre-norm (default: GPT yes, the others as the paper: no)",
+    )
+    opt = p.add_argument_group("training")
+    opt.add_argument("--out", help="run directory (default: runs/<task>)")
+    opt.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
+    opt.add_argument("--minutes", type=float, help="training time budget")
+    opt.add_argument("--max-steps", type=int, help="optimizer steps")
+    opt.add_argument("--batch-size", type=int)
+    opt.add_argument("--accumulation", type=int, default=1, help="micro-batches per step")
+    opt.add_argument("--lr", type=float, help="peak learning rate (noam: the paper's scale factor)")
+    opt.add_argument("--optimizer", choices=["adam", "adamw"])
+    opt.add_argument("--schedule", choices=["noam", "cosine", "constant"])
+    opt.add_argument("--warmup", type=int, help="warm-up steps")
+    opt.add_argument("--weight-decay", type=float, default=0.1)
+    opt.add_argument("--label-smoothing", type=float, default=0.1, help="translate only")
+    opt.add_argument("--clip-norm", type=float, default=1.0)
+    opt.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    opt.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
+    opt.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints")
+    opt.add_argument("--seed", type=int, default=1337)
+    opt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    opt.add_argument(
+        "--no-test",
+        action="store_true",
+        help="skip the held-out evaluation (BLEU, accuracy) at the end",
+    )
+
+
+def _column(value: str) -> str | int:
+    return int(value) if value.isdigit() else value
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's options with the task's defaults filled in; saved as run.json."""
+    opts = {k: v for k, v in vars(args).items() if k not in ("run", "command", "resume")}
+    for key, value in DEFAULTS[args.task].items():
+        if opts.get(key) is None:
+            opts[key] = value
+    if opts["max_steps"] is None and opts["minutes"] is None:
+        opts["minutes"] = 5.0
+    opts["out"] = opts["out"] or f"runs/{args.task}"
+    return opts
+
+
+def build_task(o: dict[str, Any], tokenizer=None, labels=None):
+    overrides = {
+        k: o[k]
+        for k in ("d_model", "num_heads", "d_ff", "dropout", "norm_first")
+        if o.get(k) is not None
+    }
+    data = DataOptions(
+        task=o["task"],
+        corpus=o["corpus"],
+        data=o["data"],
+        tokenizer=o["tokenizer"],
+        vocab_size=o["vocab_size"],
+        src_column=_column(str(o["src_column"])),
+        tgt_column=_column(str(o["tgt_column"])),
+        text_column=_column(str(o["text_column"])),
+        label_column=_column(str(o["label_column"])),
+        max_examples=o["max_examples"],
+    )
+    common = dict(
+        preset=o["preset"], batch_size=o["batch_size"], seed=o["seed"], tokenizer=tokenizer
+    )
+    if o["task"] == "lm":
+        if o.get("num_layers"):
+            overrides["num_layers"] = o["num_layers"]
+        return lm_task(data, block_size=o["block_size"], model_overrides=overrides, **common)
+    if o["task"] == "translate":
+        if o.get("num_layers"):
+            overrides["num_encoder_layers"] = overrides["num_decoder_layers"] = o["num_layers"]
+        return translate_task(
+            data,
+            max_len=o["max_len"] or 128,
+            model_overrides=overrides,
+            label_smoothing=o["label_smoothing"],
+            **common,
+        )
+    if o.get("num_layers"):
+        overrides["num_layers"] = o["num_layers"]
+    return classify_task(
+        data, max_len=o["max_len"] or 256, model_overrides=overrides, labels=labels, **common
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    resume_dir = Path(args.resume) if args.resume else None
+    if resume_dir is not None:
+        run_file = resume_dir / RUN_FILE
+        if not run_file.is_file():
+            raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
+        o = json.loads(run_file.read_text())
+        for key in ("minutes", "max_steps"):  # the budget may be extended on resume
+            if getattr(args, key) is not None:
+                o[key] = getattr(args, key)
+        o["out"] = str(resume_dir)
+    else:
+        o = _options(args)
+    out = Path(o["out"])
+    torch.manual_seed(o["seed"])
+
+    tokenizer = labels = None
+    if resume_dir is not None:
+        from glassformer.data.tokenizers import load_tokenizer
+
+        tokenizer = load_tokenizer(resume_dir / "checkpoint")
+        labels_file = resume_dir / "checkpoint" / "labels.json"
+        labels = json.loads(labels_file.read_text()) if labels_file.is_file() else None
+    print(f"preparing data for {o['task']} ...", file=sys.stderr)
+    task = build_task(o, tokenizer, labels)
+    model = task.model
+    if resume_dir is not None:
+        model = load_checkpoint(resume_dir)
+    print(f"data: {task.description}", file=sys.stderr)
+    print(
+        f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
+        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)",
+        file=sys.stderr,
+    )
+
+    optimizer = make_optimizer(model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"])
+    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
+    schedule = Schedule(
+        o["schedule"],
+        lr=o["lr"],
+        warmup=o["warmup"],
+        total_steps=o["max_steps"] or 1,
+        min_lr=o["lr"] / 10,
+        d_model=model.config.d_model,
+    )
+    config = TrainConfig(
+        max_steps=o["max_steps"],
+        minutes=o["minutes"],
+        accumulation=o["accumulation"],
+        clip_norm=o["clip_norm"],
+        bf16=o["bf16"],
+        eval_every=o["eval_every"],
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
+    if resume_dir is None:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+    hooks = (
+        ProgressBar(config, state or _fresh_state(), unit=task.unit),
+        MetricsLog(out / "metrics.jsonl"),
+        Checkpointer(
+            out,
+            model,
+            optimizer,
+            task.batches,
+            every=o["checkpoint_every"],
+            extra_files=task.extra_files,
+        ),
+    )
+    state = train(
+        model,
+        optimizer,
+        schedule,
+        task.batches,
+        task.loss_fn,
+        config,
+        state=state,
+        evaluate=task.evaluate,
+        hooks=hooks,
+    )
+
+    plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {o['task']}")
+    final = state.history[-1] if state.history else {}
+    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
+    print(f"\nstep {state.step}, {state.elapsed / 60:.1f} min of training: {summary}")
+    model.eval()
+    if task.test is not None and not o.get("no_test"):
+        print("held-out evaluation ...", file=sys.stderr)
+        results = {"step": state.step, "minutes": state.elapsed / 60, **task.test(model)}
+        write_atomic(out / "results.json", (json.dumps(results, indent=2) + "\n").encode())
+        print(
+            "held-out: "
+            + ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()
+            )
+        )
+    samples = task.show(model)
+    write_atomic(out / "samples.txt", (samples + "\n").encode())
+    print(f"\n{samples}\n")
+    print(f"run directory: {out} (checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json)")
+    return 0
+
+
+def _fresh_state():
+    from glassformer.training import TrainState
+
+    return TrainState()

@@ -1,0 +1,32 @@
+"""Data: tokenizers, the user's files, bundled corpora, and batching."""
+
+from glassformer.data.batching import (
+    BucketBatches,
+    LMBatches,
+    collate_labelled,
+    collate_pairs,
+    eval_batches,
+    pad_batch,
+)
+from glassformer.data.corpora import CORPORA, CorpusUnavailableError, Splits, load_corpus
+from glassformer.data.files import read_labelled, read_pairs, read_text
+from glassformer.data.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
+
+__all__ = [
+    "CORPORA",
+    "BucketBatches",
+    "CorpusUnavailableError",
+    "LMBatches",
+    "Splits",
+    "Tokenizer",
+    "collate_labelled",
+    "collate_pairs",
+    "eval_batches",
+    "load_corpus",
+    "load_tokenizer",
+    "pad_batch",
+    "read_labelled",
+    "read_pairs",
+    "read_text",
+    "train_tokenizer",
+]
