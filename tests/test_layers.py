@@ -190,6 +190,23 @@ def test_weights_round_trip_to_torch_nn():
     assert from_torch_nn(ref.state_dict()).keys() == ours.state_dict().keys()
 
 
+def test_attention_dropout_matches_nn_in_eval_and_drops_weights_in_training():
+    ref = randomise(nn.TransformerEncoderLayer(**{**nn_kwargs(False, "relu"), "dropout": 0.3}))
+    ours = EncoderLayer(**{**kwargs(False, "relu"), "dropout": 0.3, "attention_dropout": 0.3})
+    ours.load_state_dict(from_torch_nn(ref.state_dict()))
+    assert ours.self_attn.dropout == 0.3
+    ref.eval(), ours.eval()
+    x, _, mask, _ = batch()
+    real = mask[:, 0, 0]
+    expected = ref(x, src_key_padding_mask=nn_kpm(mask))
+    torch.testing.assert_close(ours(x, mask).hidden[real], expected[real], **TOL)
+    ours.train()
+    torch.manual_seed(0)
+    w = ours(x, mask, need_weights=True).self_attn_weights
+    assert 0.2 < (w[0] == 0).float().mean() < 0.4  # batch 0 has no padding: zeros are dropout
+    assert EncoderLayer(d_model=D, num_heads=H, d_ff=FF).self_attn.dropout == 0.0  # the paper's
+
+
 def test_dropout_is_active_in_training_and_off_in_eval():
     layer = EncoderLayer(d_model=D, num_heads=H, d_ff=FF, dropout=0.5)
     x = torch.randn(2, 6, D)

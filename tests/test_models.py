@@ -240,6 +240,7 @@ def test_seq2seq_loss_ignores_pad_labels():
     [
         (lambda: GPTConfig(vocab_size=10, d_model=10, num_heads=3), r"d_model=10 .* num_heads=3"),
         (lambda: GPTConfig(vocab_size=10, dropout=-0.1), "-0.1"),
+        (lambda: GPTConfig(vocab_size=10, attention_dropout=1.5), "attention_dropout .* 1.5"),
         (lambda: ClassifierConfig(vocab_size=10, num_classes=2, activation="swish"), "'swish'"),
         (lambda: EncoderLMConfig(positional="rotary"), "'rotary'"),
         (lambda: ClassifierConfig(vocab_size=10, num_classes=2, pooling="sum"), "'sum'"),

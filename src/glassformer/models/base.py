@@ -85,6 +85,7 @@ class ConfigBase:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         check_heads(self.d_model, self.num_heads, self.head_dim)  # type: ignore[attr-defined]
         check_dropout(self.dropout)  # type: ignore[attr-defined]
+        check_dropout(self.attention_dropout, "attention_dropout")  # type: ignore[attr-defined]
         check_activation(self.activation)  # type: ignore[attr-defined]
         positional = self.positional  # type: ignore[attr-defined]
         if positional not in POSITIONAL:

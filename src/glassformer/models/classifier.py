@@ -34,6 +34,7 @@ class ClassifierConfig(ConfigBase):
     num_layers: int = 6
     d_ff: int = 512
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     activation: str = "relu"
     norm_first: bool = False
     positional: str = "learned"
@@ -90,6 +91,7 @@ class TransformerClassifier(PretrainedModel):
             num_heads=c.num_heads,
             d_ff=c.d_ff,
             dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
             activation=c.activation,
             norm_first=c.norm_first,
             head_dim=c.head_dim,

@@ -29,6 +29,7 @@ class EncoderLMConfig(ConfigBase):
     num_layers: int = 2
     d_ff: int = 256
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     activation: str = "relu"
     norm_first: bool = False
     positional: str = "learned"
@@ -68,6 +69,7 @@ class EncoderLM(PretrainedModel):
             num_heads=c.num_heads,
             d_ff=c.d_ff,
             dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
             activation=c.activation,
             norm_first=c.norm_first,
             head_dim=c.head_dim,

@@ -36,6 +36,7 @@ class GPTConfig(ConfigBase):
     num_layers: int = 6
     d_ff: int | None = None
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     activation: str = "gelu"
     norm_first: bool = True
     positional: str = "learned"
@@ -85,6 +86,7 @@ class GPT(PretrainedModel):
             num_heads=c.num_heads,
             d_ff=c.d_ff,
             dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
             activation=c.activation,
             norm_first=c.norm_first,
             head_dim=c.head_dim,

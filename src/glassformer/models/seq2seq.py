@@ -37,6 +37,7 @@ class Seq2SeqConfig(ConfigBase):
     num_decoder_layers: int = 6
     d_ff: int = 2048
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     max_len: int = 5000
     activation: str = "relu"
     norm_first: bool = False
@@ -91,6 +92,7 @@ class Seq2SeqTransformer(PretrainedModel):
             num_heads=c.num_heads,
             d_ff=c.d_ff,
             dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
             activation=c.activation,
             norm_first=c.norm_first,
             head_dim=c.head_dim,

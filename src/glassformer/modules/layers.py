@@ -70,7 +70,10 @@ class EncoderLayer(_ResidualLayer):
         d_model: D.
         num_heads: H.
         d_ff: inner width of the feed-forward network.
-        dropout: dropout on attention weights, inside the FFN and on each residual branch.
+        dropout: dropout on each residual branch and inside the FFN (where the paper has it).
+        attention_dropout: dropout on the attention weights (``nn.Transformer*Layer`` uses
+            ``dropout`` there; the paper none). Off by default: on CPU a non-zero value also
+            forces attention off the fused kernel whenever a mask is present.
         activation: "relu", "gelu" or "gelu_tanh".
         norm_first: pre-norm (True) or the paper's post-norm (False).
         head_dim: width of one head; ``d_model // num_heads`` when None.
@@ -86,6 +89,7 @@ class EncoderLayer(_ResidualLayer):
         num_heads: int,
         d_ff: int,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = False,
         head_dim: int | None = None,
@@ -98,7 +102,7 @@ class EncoderLayer(_ResidualLayer):
             d_model=d_model,
             num_heads=num_heads,
             head_dim=head_dim,
-            dropout=dropout,
+            dropout=attention_dropout,
             qkv_bias=qkv_bias,
             causal=causal,
         )
@@ -131,6 +135,7 @@ class DecoderLayer(_ResidualLayer):
         num_heads: int,
         d_ff: int,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = False,
         head_dim: int | None = None,
@@ -143,7 +148,7 @@ class DecoderLayer(_ResidualLayer):
             d_model=d_model,
             num_heads=num_heads,
             head_dim=head_dim,
-            dropout=dropout,
+            dropout=attention_dropout,
             qkv_bias=qkv_bias,
         )
         self.self_attn = MultiHeadAttention(**attention, causal=causal)

@@ -134,9 +134,8 @@ def train(
                     f"training loss became {loss_sum} at step {state.step + 1}; "
                     "the last checkpoint is intact; try a lower learning rate"
                 )
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(max(count, 1))
+            grads = [p.grad for p in params if p.grad is not None]
+            torch._foreach_div_(grads, max(count, 1))  # sums → means over the whole step
             grad_norm = _clip(params, config.clip_norm)
             lr = schedule.lr_at(state.step, _time_progress(state, config))
             for group in optimizer.param_groups:

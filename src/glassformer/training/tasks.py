@@ -384,14 +384,15 @@ def classify_task(
         return score(m, val_batches, prefix="val_")
 
     def test(m: nn.Module) -> dict[str, float]:
-        rows = [r for r in test_rows if r[1] in label_id]
-        if not rows:
-            return {}
+        """Accuracy on the test split (or validation, if the data has none)."""
+        prefix = "test_" if test_rows else "val_"
+        rows = [r for r in (test_rows or val_rows) if r[1] in label_id]
+        examples = encode(rows)
         batches = [
             collate(b)
-            for b in BucketBatches(encode(rows), 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
+            for b in BucketBatches(examples, 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
         ]
-        return {**score(m, batches, prefix="test_"), "test_examples": len(rows)}
+        return {**score(m, batches, prefix=prefix), f"{prefix}examples": len(rows)}
 
     def show(m: nn.Module) -> str:
         lines = []

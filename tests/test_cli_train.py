@@ -1,0 +1,143 @@
+"""`glassformer train` and the commands that use its runs, end to end on tiny files."""
+
+import json
+
+import pytest
+
+from glassformer import GPT, load_checkpoint
+from glassformer.cli import main
+
+FAST = ["--preset", "tiny", "--eval-every", "4", "--checkpoint-every", "4", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    (d / "story.txt").write_text("the cat sat on the mat. the dog sat on the log. " * 200)
+    words = [("one", "uno"), ("two", "dos"), ("three", "tres"), ("cat", "gato"), ("dog", "perro")]
+    rows = [f"{a} {b}\t{x} {y}" for a, x in words for b, y in words]
+    (d / "pairs.tsv").write_text("\n".join(rows * 4) + "\n")
+    good = ["a great fun film", "wonderful and moving", "great acting, loved it"]
+    bad = ["a dull boring mess", "awful and slow", "boring, hated it"]
+    lines = ["text,label"] + [f'"{t}",pos' for t in good * 10] + [f'"{t}",neg' for t in bad * 10]
+    (d / "reviews.csv").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def train(task, data, out, *extra):
+    return main(["train", task, "--data", str(data), "--out", str(out), *FAST, *extra])
+
+
+def test_lm_trains_resumes_and_generates(files, tmp_path, capsys):
+    run = tmp_path / "lm"
+    assert train("lm", files / "story.txt", run, "--max-steps", "8", "--block-size", "16") == 0
+    printed = capsys.readouterr().out
+    assert "held-out: " in printed and "val_loss_full" in printed
+    assert {p.name for p in run.iterdir()} >= {
+        "checkpoint",
+        "metrics.jsonl",
+        "loss.png",
+        "samples.txt",
+        "run.json",
+        "results.json",
+    }
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["event"] == "eval"] == [4, 8]
+    assert main(["train", "lm", "--resume", str(run), "--max-steps", "12"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 12
+    assert isinstance(load_checkpoint(run), GPT)
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(run),
+                "--prompt",
+                "the cat",
+                "--max-new-tokens",
+                "10",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
+    first = capsys.readouterr().out
+    main(
+        [
+            "generate",
+            "--model",
+            str(run),
+            "--prompt",
+            "the cat",
+            "--max-new-tokens",
+            "10",
+            "--seed",
+            "1",
+        ]
+    )
+    assert first.startswith("the cat") and capsys.readouterr().out == first
+
+
+def test_translate_trains_and_translates(files, tmp_path, capsys):
+    run = tmp_path / "tr"
+    assert (
+        train("translate", files / "pairs.tsv", run, "--max-steps", "4", "--vocab-size", "60") == 0
+    )
+    assert "test_bleu" not in capsys.readouterr().out  # a user file has no test split...
+    assert "val_bleu" in json.loads((run / "results.json").read_text())  # ...so validation
+    assert main(["translate", "--model", str(run), "one cat", "two dogs"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_classify_learns_the_reviews(files, tmp_path, capsys):
+    run = tmp_path / "cls"
+    assert (
+        train(
+            "classify",
+            files / "reviews.csv",
+            run,
+            "--max-steps",
+            "40",
+            "--lr",
+            "3e-3",
+            "--vocab-size",
+            "80",
+            "--batch-size",
+            "16",
+        )
+        == 0
+    )
+    results = json.loads((run / "results.json").read_text())
+    assert results["val_examples"] == 6 and results["val_accuracy"] == 1.0  # no test split here
+    capsys.readouterr()
+    assert main(["classify", "--model", str(run), "great fun", "boring mess"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out] == ["pos", "neg"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "lm", "--data", "nowhere.txt", "--max-steps", "1"], "nowhere.txt: no such file"),
+        (["train", "lm", "--corpus", "wiki", "--max-steps", "1"], "unknown corpus 'wiki'"),
+        (["train", "lm", "--corpus", "austen", "--data", "x.txt"], "give --corpus or --data"),
+        (["train", "lm", "--resume", "."], "is not a training run"),
+        (["generate", "--model", "nowhere"], "nowhere does not exist"),
+    ],
+)
+def test_user_errors_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in err
+
+
+def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
+    run = tmp_path / "lm"
+    train("lm", files / "story.txt", run, "--max-steps", "1", "--block-size", "16", "--no-test")
+    capsys.readouterr()
+    assert main(["classify", "--model", str(run), "hello"]) == 2
+    assert "holds a 'gpt' model, expected 'classifier'" in capsys.readouterr().err
