@@ -14,9 +14,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The main job on the built-in data: train a small translator and show what it does.
+## The main job on the bundled data: train a sentiment classifier on IMDb reviews for six
+## minutes, report its held-out accuracy, and classify a few sentences a person can judge.
 demo: $(STAMP)
-	$(BIN)/glassformer demo
+	$(BIN)/glassformer train classify --corpus imdb --minutes 5 --out runs/demo-imdb
+	$(BIN)/glassformer classify --model runs/demo-imdb \
+	  "One of the best films I have seen: moving, funny and beautifully acted." \
+	  "A dull, predictable mess. I wanted my two hours back." \
+	  "The plot was thin but the actors made it worth watching."
 
 ## The fast test suite (slow tests excluded; see test-all).
 test: $(STAMP)

@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from glassformer import (
     GPT,
@@ -21,10 +22,20 @@ from glassformer import (
 )
 from glassformer.checkpoint import CheckpointError, load_training_state
 
+# kind: (factory of a small model with non-default settings, call(model, ids) -> logits)
 MODELS = {
     "classifier": (
         lambda: TransformerClassifier(
-            ClassifierConfig.preset("tiny", vocab_size=30, num_classes=3)
+            ClassifierConfig.preset(
+                "tiny",
+                vocab_size=30,
+                num_classes=3,
+                pooling="max",
+                positional="sinusoidal",
+                norm_first=True,
+                activation="gelu",
+                head_dim=32,
+            )
         ),
         lambda m, ids: m(ids).logits,
     ),
@@ -41,88 +52,220 @@ MODELS = {
         lambda m, ids: m(ids).logits,
     ),
     "encoder_lm": (
-        lambda: EncoderLM(EncoderLMConfig.preset("tiny", vocab_size=30)),
+        lambda: EncoderLM(EncoderLMConfig.preset("tiny", vocab_size=30, tie_weights=True)),
         lambda m, ids: m(ids).logits,
     ),
 }
 IDS = torch.tensor([[4, 5, 6, 7, 8, 9], [4, 5, 6, 7, 0, 0]])
 
 
+def make(kind, seed=0):
+    """A model whose every parameter (LayerNorms and biases too) is off its initial value,
+    so a weight that failed to load could not pass by matching a fresh model's init."""
+    torch.manual_seed(seed)
+    model = MODELS[kind][0]()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def gpt_checkpoint(path):
+    make("gpt").save_pretrained(path)
+    return path
+
+
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_round_trip_gives_identical_outputs(kind, tmp_path):
-    make, call = MODELS[kind]
-    torch.manual_seed(0)
-    model = make().eval()
-    model.save_pretrained(tmp_path / "ckpt")
+    model = make(kind)
+    call = MODELS[kind][1]
+    assert model.save_pretrained(tmp_path / "ckpt") == tmp_path / "ckpt"
     loaded = type(model).from_pretrained(tmp_path / "ckpt")
+    assert type(loaded) is type(model)
     assert loaded.config == model.config
+    assert not loaded.training
     assert torch.equal(call(loaded, IDS), call(model, IDS))
-    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["kind"] == kind
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys()
+    for name, tensor in state.items():
+        assert torch.equal(loaded_state[name], tensor), name
+    # the kind-agnostic loader gives the same model
+    assert torch.equal(call(load_checkpoint(tmp_path / "ckpt"), IDS), call(model, IDS))
+    meta = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert meta["kind"] == kind
+    assert meta["config"] == model.config.to_dict()
 
 
-def test_tied_weights_stay_tied_after_loading(tmp_path):
-    make, _ = MODELS["seq2seq"]
-    make().save_pretrained(tmp_path / "s")
-    m = load_checkpoint(tmp_path / "s")
-    assert m.output_proj.weight is m.src_embed.token.embedding.weight
-    GPT(GPTConfig.preset("tiny", vocab_size=30)).save_pretrained(tmp_path / "g")
-    g = GPT.from_pretrained(tmp_path / "g")
-    assert g.lm_head.weight is g.embed.token.embedding.weight
+@pytest.mark.parametrize(
+    "kind, tied",
+    [
+        ("seq2seq", ["output_proj.weight", "tgt_embed.token.embedding.weight"]),
+        ("gpt", ["lm_head.weight"]),
+        ("encoder_lm", ["lm_head.weight"]),
+    ],
+)
+def test_tied_weights_stay_tied_after_loading_and_are_stored_once(kind, tied, tmp_path):
+    model = make(kind)
+    model.save_pretrained(tmp_path / "m")
+    loaded = load_checkpoint(tmp_path / "m")
+    params = dict(loaded.named_parameters(remove_duplicate=False))
+    embedding = params[
+        "src_embed.token.embedding.weight" if kind == "seq2seq" else "embed.token.embedding.weight"
+    ]
+    for name in tied:
+        assert params[name] is embedding, name
+    assert loaded.num_parameters() == model.num_parameters()
+    # still tied after an optimiser step, not two copies that happened to match
+    with torch.no_grad():
+        embedding.mul_(2.0)
+    for name in tied:
+        assert torch.equal(params[name], embedding)
+    with safe_open(str(tmp_path / "m" / "model.safetensors"), "pt") as f:
+        stored = set(f.keys())
+    assert len(stored) == len(model.state_dict()) - len(tied)
+
+
+def test_seq2seq_with_only_shared_embeddings_keeps_its_own_output_matrix(tmp_path):
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(
+        Seq2SeqConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, share_embeddings=True)
+    )
+    model.save_pretrained(tmp_path / "s")
+    loaded = Seq2SeqTransformer.from_pretrained(tmp_path / "s")
+    src = loaded.src_embed.token.embedding.weight
+    assert loaded.tgt_embed.token.embedding.weight is src
+    assert loaded.output_proj.weight is not src
+    assert torch.equal(loaded.output_proj.weight, model.output_proj.weight)
 
 
 def test_a_compiled_model_saves_the_same_keys(tmp_path):
-    model = GPT(GPTConfig.preset("tiny", vocab_size=30, num_layers=1))
+    model = make("gpt")
     compiled = torch.compile(model)  # not run: wrapping alone is what adds the prefix
     save_checkpoint(compiled, tmp_path / "c")
     assert torch.equal(load_checkpoint(tmp_path / "c").lm_head.weight, model.lm_head.weight)
 
 
-def test_wrong_kind_names_both(tmp_path):
-    MODELS["gpt"][0]().save_pretrained(tmp_path / "g")
-    with pytest.raises(CheckpointError, match="holds a 'gpt' model, expected 'classifier'"):
-        TransformerClassifier.from_pretrained(tmp_path / "g")
+# ---- errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "saved, expected",
+    [
+        ("gpt", "classifier"),
+        ("classifier", "seq2seq"),
+        ("seq2seq", "encoder_lm"),
+        ("encoder_lm", "gpt"),
+    ],
+)
+def test_wrong_kind_names_both(saved, expected, tmp_path):
+    make(saved).save_pretrained(tmp_path / "m")
+    message = f"holds a '{saved}' model, expected '{expected}'"
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tmp_path / "m", kind=expected)
+    cls = {"gpt": GPT, "classifier": TransformerClassifier, "seq2seq": Seq2SeqTransformer}
+    cls["encoder_lm"] = EncoderLM
+    with pytest.raises(CheckpointError, match=message):
+        cls[expected].from_pretrained(tmp_path / "m")
 
 
 def test_not_a_checkpoint(tmp_path):
-    with pytest.raises(CheckpointError, match="does not exist"):
+    with pytest.raises(CheckpointError, match="nowhere does not exist"):
         load_checkpoint(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="no config.json"):
+    with pytest.raises(
+        CheckpointError, match="empty is not a glassformer checkpoint: no config.json"
+    ):
         load_checkpoint(tmp_path / "empty")
+    (tmp_path / "file.txt").write_text("hello")
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_checkpoint(tmp_path / "file.txt")
 
 
-def test_garbage_config_and_truncated_weights(tmp_path):
-    MODELS["gpt"][0]().save_pretrained(tmp_path / "g")
-    weights = tmp_path / "g" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    with pytest.raises(CheckpointError, match="cannot load"):
+def test_missing_weights(tmp_path):
+    gpt_checkpoint(tmp_path / "g")
+    (tmp_path / "g" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="has no model.safetensors"):
+        GPT.from_pretrained(tmp_path / "g")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "",
+        "[1, 2]",
+        "null",
+        '{"kind": "gpt"}',
+        '{"config": {"vocab_size": 30}}',
+        '{"kind": "transformer-xl", "config": {}}',
+        '{"kind": "gpt", "config": {}}',
+        '{"kind": "gpt", "config": null}',
+        '{"kind": "gpt", "config": {"vocab_size": -5}}',
+        '{"kind": "gpt", "config": {"vocab_size": 30, "n_embd": 4}}',
+        '{"kind": ["gpt"], "config": {}}',
+    ],
+)
+def test_a_garbage_config_is_a_checkpoint_error_naming_the_file(text, tmp_path):
+    gpt_checkpoint(tmp_path / "g")
+    (tmp_path / "g" / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=r"g[/\\]config\.json|g holds unknown model kind"):
         load_checkpoint(tmp_path / "g")
-    (tmp_path / "g" / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="not a glassformer config"):
+
+
+def test_a_config_that_is_not_text_is_a_checkpoint_error(tmp_path):
+    gpt_checkpoint(tmp_path / "g")
+    (tmp_path / "g" / "config.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(CheckpointError, match="is not a glassformer config"):
+        load_checkpoint(tmp_path / "g")
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, 0.5, -1], ids=lambda k: f"keep={k}")
+def test_truncated_weights_are_a_checkpoint_error(keep, tmp_path):
+    weights = gpt_checkpoint(tmp_path / "g") / "model.safetensors"
+    data = weights.read_bytes()
+    n = int(len(data) * keep) if isinstance(keep, float) else keep % len(data)
+    weights.write_bytes(data[:n])
+    with pytest.raises(CheckpointError, match=r"cannot load .*model\.safetensors: .+"):
         load_checkpoint(tmp_path / "g")
 
 
 def test_weights_from_another_config_are_refused(tmp_path):
-    GPT(GPTConfig.preset("tiny", vocab_size=30, num_layers=2)).save_pretrained(tmp_path / "g")
+    gpt_checkpoint(tmp_path / "g")
     meta = json.loads((tmp_path / "g" / "config.json").read_text())
     meta["config"]["num_layers"] = 3
     (tmp_path / "g" / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="missing .*blocks.layers.2"):
         load_checkpoint(tmp_path / "g")
+    meta["config"]["num_layers"], meta["config"]["vocab_size"] = 2, 31
+    (tmp_path / "g" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="cannot load"):
+        load_checkpoint(tmp_path / "g")
+
+
+# ---- atomic replacement ------------------------------------------------------------------
 
 
 def test_saving_over_a_checkpoint_replaces_it_and_leaves_no_temporaries(tmp_path):
-    first, second = MODELS["gpt"][0](), MODELS["gpt"][0]()
-    first.save_pretrained(tmp_path / "ckpt")
+    first, second = make("gpt", seed=1), make("classifier", seed=2)
+    save_checkpoint(
+        first,
+        tmp_path / "ckpt",
+        training_state={"step": torch.tensor(3)},
+        extra_files={"tokenizer.json": b"{}"},
+    )
+    assert (tmp_path / "ckpt" / "training_state.pt").is_file()
     second.save_pretrained(tmp_path / "ckpt")
     loaded = load_checkpoint(tmp_path / "ckpt")
-    assert torch.equal(loaded.lm_head.weight, second.lm_head.weight)
+    assert isinstance(loaded, TransformerClassifier)
+    assert torch.equal(loaded(IDS).logits, second(IDS).logits)
+    # a replacement, not a merge: nothing of the first checkpoint is left
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["config.json", "model.safetensors"]
+    assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == []
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
 def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    model = MODELS["gpt"][0]()
-    model.save_pretrained(tmp_path / "ckpt")
+    gpt_checkpoint(tmp_path / "ckpt")
     before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
 
     def boom(*args, **kwargs):
@@ -130,9 +273,12 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr("glassformer.checkpoint.save_model", boom)
     with pytest.raises(OSError, match="No space left"):
-        MODELS["gpt"][0]().save_pretrained(tmp_path / "ckpt")
+        make("gpt", seed=5).save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+
+
+# ---- training state and run directories ---------------------------------------------------
 
 
 class _Exploit:
@@ -141,8 +287,7 @@ class _Exploit:
 
 
 def test_training_state_with_code_in_it_is_refused(tmp_path):
-    model = MODELS["gpt"][0]()
-    save_checkpoint(model, tmp_path / "ckpt", training_state={"step": torch.tensor(3)})
+    save_checkpoint(make("gpt"), tmp_path / "ckpt", training_state={"step": torch.tensor(3)})
     assert load_training_state(tmp_path / "ckpt")["step"].item() == 3
     with open(tmp_path / "ckpt" / "training_state.pt", "wb") as f:
         pickle.dump({"evil": _Exploit()}, f)
@@ -151,5 +296,8 @@ def test_training_state_with_code_in_it_is_refused(tmp_path):
 
 
 def test_a_run_directory_resolves_to_its_checkpoint(tmp_path):
-    MODELS["gpt"][0]().save_pretrained(tmp_path / "run" / "checkpoint")
-    assert isinstance(load_checkpoint(tmp_path / "run"), GPT)
+    model = make("gpt")
+    model.save_pretrained(tmp_path / "run" / "checkpoint")
+    loaded = load_checkpoint(tmp_path / "run")
+    assert isinstance(loaded, GPT)
+    assert torch.equal(loaded(IDS).logits, model(IDS).logits)

@@ -1,5 +1,6 @@
-"""Generation: greedy equals a hand-written loop, sampling is reproducible and stays
-inside top-k / top-p, stop tokens, and the translator's greedy decoding."""
+"""Generation: greedy equals a hand-written loop, sampling is reproducible, follows the
+distribution it claims and stays inside top-k / top-p, stop tokens, and the translator's
+greedy decoding."""
 
 import pytest
 import torch
@@ -8,45 +9,80 @@ from glassformer import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.generation import choose_next
 
 
-def tiny_gpt(seed=0):
+def tiny_gpt(seed=0, **overrides):
     torch.manual_seed(seed)
-    return GPT(GPTConfig.preset("tiny", vocab_size=30, max_len=16, num_layers=2)).eval()
+    config = dict(vocab_size=30, max_len=16, num_layers=2, tie_weights=False) | overrides
+    model = GPT(GPTConfig.preset("tiny", **config)).eval()
+    with torch.no_grad():
+        # GPT-2's 0.02 init gives near-uniform logits (and, tied, a copy of the last token);
+        # spread them so greedy and sampled continuations vary.
+        model.embed.token.embedding.weight.mul_(10.0)
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def greedy_by_hand(model, ids, steps):
+    with torch.no_grad():
+        for _ in range(steps):
+            next_id = model(ids[:, -model.config.max_len :]).logits[:, -1].argmax(-1)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids
+
+
+# ---- GPT ---------------------------------------------------------------------------------
 
 
 def test_greedy_equals_a_hand_written_argmax_loop():
     model = tiny_gpt()
     prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
-    ids = prompt
-    with torch.no_grad():
-        for _ in range(20):  # runs past max_len: the context is cropped to the last 16
-            next_id = model(ids[:, -16:]).logits[:, -1].argmax(-1)
-            ids = torch.cat([ids, next_id[:, None]], dim=1)
-    out = model.generate(prompt, 20)
+    out = model.generate(prompt, 8)
+    assert out.shape == (2, 3 + 8)
+    assert torch.equal(out[:, :3], prompt)
+    assert torch.equal(out, greedy_by_hand(model, prompt, 8))
+    assert len(set(out[:, 3:].flatten().tolist())) > 4  # not one token over and over
+
+
+def test_greedy_past_max_len_crops_the_context():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    out = model.generate(prompt, 20)  # 23 > max_len=16: the context is the last 16
     assert out.shape == (2, 23)
-    assert torch.equal(out, ids)
+    assert torch.equal(out, greedy_by_hand(model, prompt, 20))
+
+
+def test_generate_leaves_a_training_model_in_training_mode_and_ignores_dropout():
+    model = tiny_gpt(dropout=0.5)
+    prompt = torch.tensor([[3, 4, 5]])
+    expected = greedy_by_hand(model, prompt, 6)
+    model.train()
+    assert torch.equal(model.generate(prompt, 6), expected)
+    assert model.training
 
 
 def test_sampling_is_reproducible_with_a_seed():
     model = tiny_gpt()
-    prompt = torch.tensor([[3, 4, 5]])
+    prompt = torch.tensor([[3, 4, 5], [9, 9, 9]])
 
-    def sample(seed):
+    def sample(seed, **kwargs):
         g = torch.Generator().manual_seed(seed)
-        return model.generate(prompt, 15, do_sample=True, generator=g)
+        return model.generate(prompt, 10, do_sample=True, generator=g, **kwargs)
 
-    assert torch.equal(sample(1), sample(1))
-    assert not torch.equal(sample(1), sample(2))
+    first = sample(1)
+    assert torch.equal(first[:, :3], prompt)
+    assert torch.equal(sample(1), first)
+    assert not torch.equal(sample(2), first)
+    assert torch.equal(sample(3, top_k=5, top_p=0.9), sample(3, top_k=5, top_p=0.9))
 
 
 def test_top_k_1_is_greedy():
     model = tiny_gpt()
-    prompt = torch.tensor([[3, 4, 5]])
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
     g = torch.Generator().manual_seed(0)
     sampled = model.generate(prompt, 10, do_sample=True, top_k=1, temperature=2.0, generator=g)
     assert torch.equal(sampled, model.generate(prompt, 10))
 
 
-def test_eos_stops_generation_and_pads_finished_rows():
+def test_eos_stops_generation_when_every_row_has_emitted_it():
     model = tiny_gpt()
     with torch.no_grad():
         model.lm_head.weight.zero_()  # all logits equal except by the bias below...
@@ -54,29 +90,107 @@ def test_eos_stops_generation_and_pads_finished_rows():
         model.lm_head.bias[7] = 5.0  # ...so token 7 always wins
     out = model.generate(torch.tensor([[3, 4], [5, 6]]), 10, eos_id=7)
     assert out.tolist() == [[3, 4, 7], [5, 6, 7]]
+    assert model.generate(torch.tensor([[3, 4]]), 3).tolist() == [[3, 4, 7, 7, 7]]
+
+
+def test_eos_pads_finished_rows_while_the_others_go_on():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    free = model.generate(prompt, 8)
+    row0, row1 = free[0, 3:].tolist(), free[1, 3:].tolist()
+    # a token row 0 emits before row 1 does (or that row 1 never emits)
+    candidates = [t for t in row0 if t not in row1[: row0.index(t) + 1] and t != 0]
+    assert candidates, "no usable stop token for this seed"
+    eos = candidates[0]
+    out = model.generate(prompt, 8, eos_id=eos)
+    stop0 = row0.index(eos)
+    stop1 = row1.index(eos) if eos in row1 else 7
+    assert out.shape == (2, 3 + max(stop0, stop1) + 1)
+    assert out[0, 3:].tolist() == row0[: stop0 + 1] + [0] * (out.size(1) - 4 - stop0)
+    assert out[1, 3:].tolist() == row1[: out.size(1) - 3]
+
+
+def test_sampling_options_are_checked_through_generate():
+    with pytest.raises(ValueError, match="top_p must be in"):
+        tiny_gpt().generate(torch.tensor([[3]]), 2, do_sample=True, top_p=0.0)
+
+
+# ---- choose_next -------------------------------------------------------------------------
+
+
+def test_choose_next_greedy_is_argmax():
+    logits = torch.randn(16, 40, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(choose_next(logits), logits.argmax(-1))
 
 
 def test_choose_next_never_leaves_the_top_k_or_the_nucleus():
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(64, 50, generator=g)
+    logits = torch.randn(64, 50, generator=g) * 2
     allowed_k = logits.topk(5, dim=-1).indices
     probs = logits.softmax(-1)
-    for _ in range(20):
+    seen_k, seen_p = set(), set()
+    for _ in range(50):
         picked = choose_next(logits, do_sample=True, top_k=5, generator=g)
         assert (allowed_k == picked[:, None]).any(-1).all()
+        seen_k |= set(zip(range(64), picked.tolist(), strict=True))
         picked = choose_next(logits, do_sample=True, top_p=0.5, generator=g)
-        # the nucleus: tokens whose more-likely predecessors sum to less than 0.5
+        # the nucleus: tokens whose more likely predecessors sum to less than 0.5
         p_picked = probs.gather(1, picked[:, None])
         mass_above = (probs * (probs > p_picked)).sum(-1)
         assert (mass_above < 0.5).all()
+        seen_p |= set(zip(range(64), picked.tolist(), strict=True))
+        picked = choose_next(logits, do_sample=True, top_k=5, top_p=0.5, generator=g)
+        assert (allowed_k == picked[:, None]).any(-1).all()
+        assert ((probs * (probs > probs.gather(1, picked[:, None]))).sum(-1) < 0.5).all()
+    # really sampling: more than one token per row came up
+    assert len(seen_k) > 64 * 2 and len(seen_p) > 64
+
+
+def _frequencies(logits, n=40_000, **kwargs):
+    g = torch.Generator().manual_seed(0)
+    picked = choose_next(logits.expand(n, -1), do_sample=True, generator=g, **kwargs)
+    return torch.bincount(picked, minlength=logits.size(-1)).float() / n
+
+
+LOGITS = torch.tensor([[2.0, 1.5, 1.0, 0.0, -1.0, -3.0]])
+
+
+def test_sampling_follows_the_softmax_with_temperature():
+    for temperature in (1.0, 0.5, 2.0):
+        expected = (LOGITS[0] / temperature).softmax(-1)
+        got = _frequencies(LOGITS, temperature=temperature)
+        torch.testing.assert_close(got, expected, atol=0.01, rtol=0)
+
+
+def test_top_k_renormalises_over_the_k_largest():
+    got = _frequencies(LOGITS, top_k=3)
+    expected = torch.zeros(6)
+    expected[:3] = LOGITS[0, :3].softmax(-1)
+    torch.testing.assert_close(got, expected, atol=0.01, rtol=0)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = LOGITS[0].softmax(-1)  # [0.47, 0.29, 0.17, 0.06, 0.02, 0.003]
+    assert probs[:2].sum() < 0.8 <= probs[:3].sum()
+    got = _frequencies(LOGITS, top_p=0.8)
+    expected = torch.zeros(6)
+    expected[:3] = probs[:3] / probs[:3].sum()
+    torch.testing.assert_close(got, expected, atol=0.01, rtol=0)
+    # top_p below the first token's probability keeps just that token
+    assert torch.equal(_frequencies(LOGITS, n=200, top_p=0.3), torch.eye(6)[0])
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         (dict(temperature=0.0), "temperature must be > 0 when sampling, got 0.0"),
+        (dict(temperature=-1.5), "temperature .*-1.5"),
+        (dict(temperature=float("nan")), "temperature .*nan"),
         (dict(top_k=0), "top_k must be a positive integer, got 0"),
+        (dict(top_k=-3), "top_k .*-3"),
         (dict(top_p=1.5), r"top_p must be in \(0, 1\], got 1.5"),
+        (dict(top_p=0.0), r"top_p .*got 0.0"),
+        (dict(top_p=-0.2), r"top_p .*-0.2"),
     ],
 )
 def test_bad_sampling_options(kwargs, message):
@@ -84,26 +198,58 @@ def test_bad_sampling_options(kwargs, message):
         choose_next(torch.randn(2, 10), do_sample=True, **kwargs)
 
 
-def test_translator_learns_to_copy_and_decodes_greedily():
-    torch.manual_seed(0)
-    cfg = Seq2SeqConfig.preset(
+# ---- the translator ----------------------------------------------------------------------
+
+
+def tiny_translator(seed=0):
+    torch.manual_seed(seed)
+    config = Seq2SeqConfig.preset(
         "tiny", src_vocab_size=12, tgt_vocab_size=12, dropout=0.0, max_len=12
     )
-    model = Seq2SeqTransformer(cfg)
+    return Seq2SeqTransformer(config).eval()
+
+
+def test_translator_greedy_equals_a_full_forward_loop():
+    model = tiny_translator(seed=3)
+    src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])
+    out = model.generate(src, 6)
+    assert (out[:, 0] == model.config.bos_id).all()
+    ys = torch.ones(2, 1, dtype=torch.long)
+    finished = torch.zeros(2, dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(6):
+            next_id = model(src, ys).logits[:, -1].argmax(-1)
+            next_id = next_id.masked_fill(finished, 0)
+            finished |= next_id == model.config.eos_id
+            ys = torch.cat([ys, next_id[:, None]], dim=1)
+            if finished.all():
+                break
+    assert torch.equal(out, ys)
+
+
+def test_translator_learns_to_copy_and_decodes_greedily():
+    model = tiny_translator()
     src = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 0], [10, 11, 3, 4], [5, 5, 0, 0]])
+    lengths = (4, 3, 4, 2)
     labels = torch.cat([src, torch.zeros(4, 1, dtype=torch.long)], 1)
-    for i, n in enumerate((4, 3, 4, 2)):
-        labels[i, n] = 2
-    tgt_in = torch.cat([torch.ones(4, 1, dtype=torch.long), labels[:, :-1]], 1)
+    for i, n in enumerate(lengths):
+        labels[i, n] = 2  # eos after the copy
+    tgt_in = torch.cat([torch.ones(4, 1, dtype=torch.long), labels[:, :-1]], 1)  # bos first
     tgt_in[tgt_in == 2] = 0
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
     for _ in range(300):
         loss = model(src, tgt_in, labels=labels).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if loss.item() < 0.01:
+            break
+    assert loss.item() < 0.01
     out = model.generate(src, 8)
+    assert model.training  # generate restores the mode it found
     assert (out[:, 0] == 1).all()
-    for i, n in enumerate((4, 3, 4, 2)):
+    assert out.size(1) == max(lengths) + 2  # stopped once every row had emitted eos
+    for i, n in enumerate(lengths):
         assert out[i, 1 : n + 2].tolist() == src[i, :n].tolist() + [2]  # the copy, then EOS
         assert (out[i, n + 2 :] == 0).all()  # finished rows are padded

@@ -110,6 +110,8 @@ def load_checkpoint(
         saved_kind, values = meta["kind"], meta["config"]
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{config_file} is not a glassformer config: {e}") from None
+    if not isinstance(saved_kind, str) or not isinstance(values, dict):
+        raise CheckpointError(f"{config_file} is not a glassformer config: bad 'kind' or 'config'")
     if saved_kind not in MODEL_KINDS:
         raise CheckpointError(
             f"{path} holds unknown model kind {saved_kind!r}; known: {sorted(MODEL_KINDS)}"
@@ -117,7 +119,10 @@ def load_checkpoint(
     if kind is not None and saved_kind != kind:
         raise CheckpointError(f"{path} holds a {saved_kind!r} model, expected {kind!r}")
     cls = MODEL_KINDS[saved_kind]
-    model = cls(cls.config_class.from_dict(values))
+    try:
+        model = cls(cls.config_class.from_dict(values))
+    except (TypeError, ValueError) as e:  # valid JSON, but not a config this kind can take
+        raise CheckpointError(f"{config_file} holds a bad {saved_kind!r} config: {e}") from None
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_NAME}")

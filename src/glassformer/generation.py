@@ -5,6 +5,8 @@ Shapes: B batch, T length so far, V vocabulary.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -28,7 +30,7 @@ def choose_next(
     """
     if not do_sample:
         return logits.argmax(dim=-1)
-    if temperature <= 0:
+    if not temperature > 0 or math.isinf(temperature):  # also refuses NaN
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     logits = logits.float() / temperature
     if top_k is not None:

@@ -37,7 +37,9 @@ RUN_FILE = "run.json"
 # Per task: (default batch size, learning rate, optimizer, schedule, warm-up steps).
 DEFAULTS = {
     "lm": dict(batch_size=32, lr=2e-3, optimizer="adamw", schedule="cosine", warmup=100),
-    "translate": dict(batch_size=64, lr=1.0, optimizer="adam", schedule="noam", warmup=1000),
+    # The paper's Adam + noam warm-up (--optimizer adam --schedule noam --lr 1.0) spends too
+    # much of a CPU-minutes budget warming up; AdamW + cosine learns faster here.
+    "translate": dict(batch_size=64, lr=1e-3, optimizer="adamw", schedule="cosine", warmup=200),
     "classify": dict(batch_size=32, lr=5e-4, optimizer="adamw", schedule="cosine", warmup=200),
 }
 

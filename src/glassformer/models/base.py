@@ -120,7 +120,7 @@ class PretrainedModel(nn.Module):
         return load_checkpoint(path, kind=cls.kind, **kwargs)
 
     def num_parameters(self) -> int:
-        """Number of distinct trainable parameters (tied weights counted once)."""
+        """Number of distinct parameters, frozen ones included (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())
 
 

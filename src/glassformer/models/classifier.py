@@ -134,4 +134,5 @@ class TransformerClassifier(PretrainedModel):
         real = mask.reshape(mask.size(0), -1, 1).to(x.dtype)  # (B, T, 1), 1 for real tokens
         if pooling == "mean":
             return (x * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
-        return x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)
+        pooled = x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)  # (B, D)
+        return pooled.masked_fill(real.sum(dim=1) == 0, 0.0)  # a row with no real token: zeros
