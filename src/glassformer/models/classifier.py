@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.layers import Encoder
 
 POOLING = ("mean", "cls", "max")
@@ -87,15 +87,7 @@ class TransformerClassifier(PretrainedModel):
         )
         self.encoder = Encoder(
             num_layers=c.num_layers,
-            d_model=c.d_model,
-            num_heads=c.num_heads,
-            d_ff=c.d_ff,
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation=c.activation,
-            norm_first=c.norm_first,
-            head_dim=c.head_dim,
-            qkv_bias=c.qkv_bias,
+            **layer_options(c),
         )
         self.head = nn.Linear(c.d_model, c.num_classes)
 

@@ -30,6 +30,21 @@ class Embeddings(nn.Module):
         return self.dropout(self.position(self.token(ids), start))  # (B, T, D)
 
 
+def layer_options(c) -> dict:
+    """The keyword arguments every encoder/decoder layer takes, read from a model config."""
+    return dict(
+        d_model=c.d_model,
+        num_heads=c.num_heads,
+        d_ff=c.d_ff,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        activation=c.activation,
+        norm_first=c.norm_first,
+        head_dim=c.head_dim,
+        qkv_bias=c.qkv_bias,
+    )
+
+
 def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
     """The key padding mask (B, 1, 1, T) for ``ids``, or None when nothing is padded.
 

@@ -12,7 +12,7 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.layers import Encoder
 
 
@@ -65,15 +65,7 @@ class EncoderLM(PretrainedModel):
         )
         self.encoder = Encoder(
             num_layers=c.num_layers,
-            d_model=c.d_model,
-            num_heads=c.num_heads,
-            d_ff=c.d_ff,
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation=c.activation,
-            norm_first=c.norm_first,
-            head_dim=c.head_dim,
-            qkv_bias=c.qkv_bias,
+            **layer_options(c),
         )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size)
         if c.tie_weights:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.layers import Encoder
 
 
@@ -82,15 +82,7 @@ class GPT(PretrainedModel):
         )
         self.blocks = Encoder(
             num_layers=c.num_layers,
-            d_model=c.d_model,
-            num_heads=c.num_heads,
-            d_ff=c.d_ff,
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation=c.activation,
-            norm_first=c.norm_first,
-            head_dim=c.head_dim,
-            qkv_bias=c.qkv_bias,
+            **layer_options(c),
             causal=True,
             layer_norm_eps=c.layer_norm_eps,
             final_norm=True,

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask
+from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.layers import Decoder, Encoder
 
 
@@ -87,17 +87,7 @@ class Seq2SeqTransformer(PretrainedModel):
             dropout=c.dropout,
             scale=c.scale_embeddings,
         )
-        layer = dict(
-            d_model=c.d_model,
-            num_heads=c.num_heads,
-            d_ff=c.d_ff,
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation=c.activation,
-            norm_first=c.norm_first,
-            head_dim=c.head_dim,
-            qkv_bias=c.qkv_bias,
-        )
+        layer = layer_options(c)
         self.src_embed = Embeddings(vocab_size=c.src_vocab_size, **embed)
         self.tgt_embed = Embeddings(vocab_size=c.tgt_vocab_size, **embed)
         self.encoder = Encoder(num_layers=c.num_encoder_layers, **layer)
