@@ -79,6 +79,21 @@ def test_lm_trains_resumes_and_generates(files, tmp_path, capsys):
         ]
     )
     assert first.startswith("the cat") and capsys.readouterr().out == first
+    # greedy with and without the cache, printed whole or streamed: the same text
+    greedy = ["generate", "--model", str(run), "--prompt", "the", "--greedy"]
+    texts = []
+    for extra in ([], ["--no-cache"], ["--no-stream"], ["--repetition-penalty", "1.0"]):
+        assert main(greedy + ["--max-new-tokens", "12", *extra]) == 0
+        texts.append(capsys.readouterr().out)
+    assert len(set(texts)) == 1 and texts[0].startswith("the")
+    # a stop token ends the text; a strong repetition penalty changes it
+    first_new = texts[0][len("the")]
+    assert main(greedy + ["--max-new-tokens", "12", "--stop", first_new]) == 0
+    assert capsys.readouterr().out == "the" + first_new + "\n"
+    assert main(greedy + ["--max-new-tokens", "12", "--repetition-penalty", "50"]) == 0
+    assert capsys.readouterr().out != texts[0]
+    assert main(greedy + ["--stop", "cat"]) == 2
+    assert "--stop 'cat' must be one token" in capsys.readouterr().err
 
 
 def test_translate_trains_and_translates(files, tmp_path, capsys):
@@ -89,7 +104,22 @@ def test_translate_trains_and_translates(files, tmp_path, capsys):
     assert "test_bleu" not in capsys.readouterr().out  # a user file has no test split...
     assert "val_bleu" in json.loads((run / "results.json").read_text())  # ...so validation
     assert main(["translate", "--model", str(run), "one cat", "two dogs"]) == 0
+    greedy = capsys.readouterr().out.splitlines()
+    assert len(greedy) == 2
+    # the decoding options: beam search, sampling under a seed, the reference path
+    assert main(["translate", "--model", str(run), "--beam", "3", "one cat", "two dogs"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+    sample = ["translate", "--model", str(run), "--sample", "--seed", "3", "one cat", "two dogs"]
+    assert main(sample) == 0
+    first = capsys.readouterr().out
+    assert main(sample) == 0 and capsys.readouterr().out == first
+    assert main(["translate", "--model", str(run), "--no-cache", "one cat", "two dogs"]) == 0
+    assert capsys.readouterr().out.splitlines() == greedy
+    # BLEU of the run's held-out split, for comparing decoding options
+    assert main(["translate", "--model", str(run), "--bleu", "validation", "--beam", "2"]) == 0
+    assert "sacreBLEU" in capsys.readouterr().out
+    assert main(["translate", "--model", str(run), "--bleu", "test"]) == 2
+    assert "the run's data has no test split" in capsys.readouterr().err
 
 
 def test_classify_learns_the_reviews(files, tmp_path, capsys):

@@ -218,7 +218,9 @@ def test_translator_greedy_equals_a_full_forward_loop():
     finished = torch.zeros(2, dtype=torch.bool)
     with torch.no_grad():
         for _ in range(6):
-            next_id = model(src, ys).logits[:, -1].argmax(-1)
+            logits = model(src, ys).logits[:, -1]
+            logits[:, [0, 1]] = float("-inf")  # never pad or bos
+            next_id = logits.argmax(-1)
             next_id = next_id.masked_fill(finished, 0)
             finished |= next_id == model.config.eos_id
             ys = torch.cat([ys, next_id[:, None]], dim=1)
@@ -253,3 +255,196 @@ def test_translator_learns_to_copy_and_decodes_greedily():
     for i, n in enumerate(lengths):
         assert out[i, 1 : n + 2].tolist() == src[i, :n].tolist() + [2]  # the copy, then EOS
         assert (out[i, n + 2 :] == 0).all()  # finished rows are padded
+
+
+# ---- the KV cache in generation ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [1, 5, 12, 20])  # 20 crosses max_len=16
+def test_gpt_cached_and_uncached_greedy_give_the_same_tokens(steps):
+    model = tiny_gpt(positional="sinusoidal") if steps == 12 else tiny_gpt()
+    prompt = torch.tensor([[0, 0, 3, 4, 5], [6, 7, 8, 9, 10], [0, 11, 12, 13, 14]])  # left pads
+    cached = model.generate(prompt, steps, use_cache=True)
+    assert torch.equal(cached, model.generate(prompt, steps, use_cache=False))
+    assert cached.shape == (3, 5 + steps)
+
+
+def test_gpt_cached_and_uncached_sampling_agree_under_a_seed():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+
+    def sample(use_cache):
+        g = torch.Generator().manual_seed(7)
+        kwargs = dict(do_sample=True, top_k=10, top_p=0.9, temperature=1.3)
+        return model.generate(prompt, 12, generator=g, use_cache=use_cache, **kwargs)
+
+    assert torch.equal(sample(True), sample(False))
+
+
+def test_a_padded_batch_generates_what_each_prompt_generates_alone():
+    model = tiny_gpt()
+    prompts = [[3, 4, 5, 6], [7, 8], [9, 10, 11]]
+    alone = [model.generate(torch.tensor([p]), 6)[0, len(p) :].tolist() for p in prompts]
+    right = torch.tensor([p + [0] * (4 - len(p)) for p in prompts])
+    left = torch.tensor([[0] * (4 - len(p)) + p for p in prompts])
+    for batch in (right, left):
+        for use_cache in (True, False):
+            out = model.generate(batch, 6, use_cache=use_cache)
+            assert out[:, 4:].tolist() == alone
+    # the result is left-padded: each prompt ends where its continuation begins
+    assert model.generate(right, 6)[:, :4].tolist() == left.tolist()
+
+
+def test_attention_mask_describes_padding_for_a_model_without_pad_id():
+    model = tiny_gpt(pad_id=None)
+    alone = model.generate(torch.tensor([[7, 8]]), 5)[0, 2:]
+    batch = torch.tensor([[7, 8, 29, 29], [3, 4, 5, 6]])  # 29s are filler, not tokens
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    out = model.generate(batch, 5, attention_mask=mask)
+    assert torch.equal(out[0, 4:], alone)
+    with pytest.raises(ValueError, match="attention_mask must match input_ids"):
+        model.generate(batch, 5, attention_mask=mask[:, :3])
+    with pytest.raises(ValueError, match="prompt row 0 has no tokens"):
+        model.generate(batch, 5, attention_mask=torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]))
+
+
+def test_several_stop_tokens_and_the_streamer():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    free = model.generate(prompt, 10)
+    stops = [free[0, 5].item(), free[1, 4].item()]
+    seen = []
+    out = model.generate(prompt, 10, eos_id=stops, streamer=seen.append)
+    for row in out[:, 3:].tolist():
+        first = next(i for i, t in enumerate(row) if t in stops)
+        assert all(t == 0 for t in row[first + 1 :])  # pads after the stop
+    assert torch.equal(torch.stack(seen, 1), out[:, 3:])  # streamed column by column
+
+
+def test_repetition_penalty_follows_the_ctrl_rule():
+    from glassformer.generation import apply_repetition_penalty
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    ids = torch.tensor([[0, 1, 1, 2]])
+    keep = torch.tensor([[True, True, True, False]])  # the 2 is padding: not seen
+    out = apply_repetition_penalty(logits, ids, 2.0, keep)
+    assert out.tolist() == [[1.0, -2.0, 0.5, 3.0]]
+    assert torch.equal(apply_repetition_penalty(logits, ids, 1.0), logits)
+    with pytest.raises(ValueError, match="repetition_penalty must be > 0, got 0.0"):
+        apply_repetition_penalty(logits, ids, 0.0)
+
+
+def test_a_strong_repetition_penalty_stops_greedy_repeats():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5]])
+    plain = model.generate(prompt, 12)[0].tolist()
+    assert len(set(plain)) < len(plain)  # this model repeats itself...
+    penalised = model.generate(prompt, 12, repetition_penalty=1e4)[0].tolist()
+    assert len(set(penalised)) == len(penalised)  # ...and with the penalty it does not
+
+
+def test_choose_next_stays_in_top_k_and_top_p_for_any_logits():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        logits=st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=2, max_size=40),
+        top_k=st.one_of(st.none(), st.integers(1, 45)),
+        top_p=st.one_of(st.none(), st.floats(0.01, 1.0)),
+        temperature=st.floats(0.05, 5.0),
+        seed=st.integers(0, 2**16),
+    )
+    def check(logits, top_k, top_p, temperature, seed):
+        x = torch.tensor([logits])
+        g = torch.Generator().manual_seed(seed)
+        picked = choose_next(
+            x, do_sample=True, top_k=top_k, top_p=top_p, temperature=temperature, generator=g
+        ).item()
+        scaled = x[0] / temperature
+        if top_k is not None:  # never below the k-th largest logit
+            assert scaled[picked] >= scaled.topk(min(top_k, len(logits))).values[-1]
+        if top_p is not None:  # the tokens strictly more likely hold less than top_p
+            probs = scaled.softmax(-1)
+            assert probs[probs > probs[picked]].sum() < top_p + 1e-6
+
+    check()
+
+
+# ---- the translator: cache and beam search -----------------------------------------------
+
+
+def _sequence_log_prob(model, src, out):
+    """Sum of log p(token) over each row's tokens after bos, up to and including eos."""
+    c = model.config
+    with torch.no_grad():
+        logp = model(src, out[:, :-1]).logits.log_softmax(-1)
+    picked = logp.gather(-1, out[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    real = out[:, 1:] != c.pad_id
+    return (picked * real).sum(-1)
+
+
+def test_translator_cached_and_uncached_agree_greedy_and_beam():
+    model = tiny_translator(seed=5)
+    src = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [10, 3, 3, 0, 0]])
+    for kwargs in (dict(), dict(beam_size=3), dict(beam_size=4, length_penalty=0.0)):
+        cached = model.generate(src, 10, **kwargs)
+        assert torch.equal(cached, model.generate(src, 10, use_cache=False, **kwargs))
+
+
+def test_beam_search_with_one_beam_is_greedy():
+    from glassformer.generation import beam_search
+
+    for seed in range(4):
+        model = tiny_translator(seed=seed)
+        src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0], [9, 9, 9, 0]])
+        mask = (src != 0)[:, None, None, :]
+        with torch.no_grad():
+            memory = model.encode(src, mask).hidden
+            beam = beam_search(model, memory, mask, 10, beam_size=1, keep_greedy=False)
+        assert torch.equal(beam, model.generate(src, 10))
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_a_wider_beam_never_scores_below_greedy(length_penalty):
+    """Scored independently by a teacher-forced forward pass (log p / length ** penalty),
+    beam 4's translation is never less likely than greedy's, and often more."""
+    from glassformer.generation import beam_search
+
+    wins = losses_without_guard = 0
+    for seed in range(8):
+        model = tiny_translator(seed=seed)
+        torch.manual_seed(100 + seed)
+        src = torch.randint(3, 12, (16, 6))
+
+        def score(out, model=model, src=src):
+            length = (out[:, 1:] != model.config.pad_id).sum(1).clamp(min=1)
+            return _sequence_log_prob(model, src, out) / length**length_penalty
+
+        greedy = score(model.generate(src, 10))
+        beam = score(model.generate(src, 10, beam_size=4, length_penalty=length_penalty))
+        assert (beam >= greedy - 1e-5).all()
+        wins += int((beam > greedy + 1e-5).sum())
+        with torch.no_grad():
+            memory = model.encode(src).hidden
+            bare = beam_search(
+                model,
+                memory,
+                None,
+                10,
+                beam_size=4,
+                length_penalty=length_penalty,
+                keep_greedy=False,
+            )
+        losses_without_guard += int((score(bare) < greedy - 1e-5).sum())
+    assert wins > 20  # it finds translations the model prefers to greedy's
+    assert losses_without_guard > 0  # the guard is needed: plain beam search can lose
+
+
+def test_beam_search_options_are_checked():
+    model = tiny_translator()
+    src = torch.tensor([[3, 4]])
+    with pytest.raises(ValueError, match="beam_size must be a positive integer, got 0"):
+        model.generate(src, 5, beam_size=0)
+    with pytest.raises(ValueError, match="beam search does not sample"):
+        model.generate(src, 5, beam_size=2, do_sample=True)

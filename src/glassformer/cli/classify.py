@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from glassformer.cli._common import inputs, load_model_dir, read_labels
-from glassformer.training.tasks import classify_texts
+from glassformer.training.evaluation import classify_texts
 
 HELP = "classify texts with a trained classifier"
 

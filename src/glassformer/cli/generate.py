@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -16,22 +17,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=300)
     p.add_argument("--greedy", action="store_true", help="arg-max instead of sampling")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens")
+    p.add_argument(
+        "--top-p", type=float, default=None, help="sample from the smallest set reaching p"
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="> 1 makes tokens already in the text less likely (1.0: off)",
+    )
+    p.add_argument("--stop", action="append", default=[], help="stop at this token (repeatable)")
     p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="rerun the whole context every step (the slow reference path)",
+    )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="print the text when it is finished instead of token by token",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    if args.num_samples <= 0:
+        raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
     model, tok, _ = load_model_dir(args.model, "gpt")
     ids = tok.encode(args.prompt)
     if not ids:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
+    stops = [_stop_id(tok, text) for text in args.stop]
     g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     prompt = torch.tensor([ids] * args.num_samples)
+    stream = args.num_samples == 1 and not args.no_stream
+    streamer = _Printer(tok, ids) if stream else None
     out = model.generate(
         prompt,
         args.max_new_tokens,
@@ -39,10 +64,44 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        eos_id=stops or None,
+        use_cache=not args.no_cache,
         generator=g,
+        streamer=streamer,
     )
+    if stream:
+        print()
+        return 0
     for i, row in enumerate(out.tolist()):
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         print(tok.decode(row))
     return 0
+
+
+def _stop_id(tok, text: str) -> int:
+    ids = tok.encode(text)
+    if len(ids) != 1:
+        raise ValueError(f"--stop {text!r} must be one token, but it encodes to {len(ids)}")
+    return ids[0]
+
+
+class _Printer:
+    """Prints the text as it grows. Decoding the whole sequence each time (not token by
+    token) keeps characters that span several byte-level tokens whole."""
+
+    def __init__(self, tok, prompt_ids: list[int]) -> None:
+        self.tok = tok
+        self.ids = list(prompt_ids)
+        self.shown = tok.decode(self.ids)
+        sys.stdout.write(self.shown)
+        sys.stdout.flush()
+
+    def __call__(self, new_ids: torch.Tensor) -> None:
+        self.ids.append(int(new_ids[0]))
+        text = self.tok.decode(self.ids)
+        if text.startswith(self.shown) and not text.endswith("\ufffd"):
+            sys.stdout.write(text[len(self.shown) :])
+            sys.stdout.flush()
+            self.shown = text

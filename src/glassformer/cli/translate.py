@@ -1,14 +1,20 @@
 """Translate sentences with a trained translator (from `glassformer train translate`).
 
-Sentences come as arguments or one per line on standard input.
+Sentences come as arguments or one per line on standard input. With ``--bleu SPLIT`` it
+translates the run's own held-out split instead and prints its sacreBLEU, so decoding
+options (``--beam``, ...) can be compared on the same sentences.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
+
+import torch
 
 from glassformer.cli._common import inputs, load_model_dir
-from glassformer.training.tasks import translate_texts
+from glassformer.training.evaluation import translate_texts
 
 HELP = "translate sentences with a trained translator"
 
@@ -17,11 +23,73 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="*", help="sentences (default: read lines from stdin)")
     p.add_argument("--model", default="runs/translate", help="run or checkpoint directory")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        help="beam scores are log p / length ** this (0: raw log-probabilities)",
+    )
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--no-cache", action="store_true", help="the slow reference path")
+    p.add_argument(
+        "--bleu",
+        choices=["test", "validation"],
+        help="translate the run's held-out split (not TEXT) and print its sacreBLEU",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tok, _ = load_model_dir(args.model, "seq2seq")
+    if args.batch_size <= 0:
+        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    model, tok, ckpt = load_model_dir(args.model, "seq2seq")
+    options = dict(
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        repetition_penalty=args.repetition_penalty,
+        use_cache=not args.no_cache,
+    )
+    if args.sample:
+        g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+        options |= dict(
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            generator=g,
+        )
+    if args.bleu:
+        return _report_bleu(args.bleu, model, tok, ckpt, batch_size=args.batch_size, **options)
     texts = inputs(args.text)
-    for line in translate_texts(model, tok, texts, batch_size=args.batch_size):
+    for line in translate_texts(model, tok, texts, batch_size=args.batch_size, **options):
         print(line)
+    return 0
+
+
+def _report_bleu(split: str, model, tok, ckpt, **options) -> int:
+    from glassformer.cli.train import data_options
+    from glassformer.training.evaluation import bleu
+    from glassformer.training.tasks import load_splits
+
+    run_file = ckpt.parent / "run.json"
+    if not run_file.is_file():
+        raise ValueError(f"--bleu needs the run directory's run.json; {run_file} does not exist")
+    opts = json.loads(run_file.read_text())
+    _, validation, test, _ = load_splits(data_options(opts))
+    rows = test if split == "test" else validation
+    if not rows:
+        raise ValueError(f"the run's data has no {split} split")
+    start = time.perf_counter()
+    hyps = translate_texts(model, tok, [s for s, _ in rows], **options)
+    seconds = time.perf_counter() - start
+    score = bleu(hyps, [t for _, t in rows])
+    print(
+        f"sacreBLEU {score:.2f} on {len(rows):,} {split} sentences "
+        f"(beam {options['beam_size']}, {seconds:.0f} s)"
+    )
     return 0

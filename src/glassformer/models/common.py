@@ -26,8 +26,9 @@ class Embeddings(nn.Module):
         self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
-        return self.dropout(self.position(self.token(ids), start))  # (B, T, D)
+    def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """ids (B, T) at positions ``start..start+T-1`` (or ``positions`` (B, T)) → (B, T, D)."""
+        return self.dropout(self.position(self.token(ids), start, positions))  # (B, T, D)
 
 
 def layer_options(c) -> dict:

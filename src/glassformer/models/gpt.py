@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
 from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Encoder
 
 
@@ -110,6 +111,8 @@ class GPT(PretrainedModel):
         labels: Tensor | None = None,
         mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
     ) -> ModelOutput:
         """Next-token logits for every position.
 
@@ -117,17 +120,27 @@ class GPT(PretrainedModel):
             ids: token ids (B, T), T ≤ ``max_len``.
             labels: the token that should follow each position (B, T), already shifted;
                 positions labelled ``pad_id`` (or -100 without a pad id) are ignored.
-            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None.
-                Causality is always applied.
-            need_weights: return every layer's (B, H, T, T) attention weights.
+            mask: key mask (B, 1, 1, Tk), True = real token; built from ``pad_id`` if None
+                (and no cache is given). Causality is always applied.
+            need_weights: return every layer's (B, H, T, Tk) attention weights.
+            cache: from ``new_cache()``: the keys/values of the tokens already seen, which
+                ``ids`` continue (Tk = cached + T). It is updated in place. With a cache,
+                ``mask`` must cover the cached keys too.
+            positions: each token's position (B, T); by default they follow on from the
+                cache (0, 1, 2, ... without one). A left-padded batch passes its own.
         """
-        if mask is None:
+        if mask is None and cache is None:
             mask = auto_padding_mask(ids, self.config.pad_id)
-        x = self.embed(ids)  # (B, T, D)
-        x, attentions, _ = self.blocks(x, mask, need_weights=need_weights)
+        start = 0 if cache is None else cache.length
+        x = self.embed(ids, start, positions)  # (B, T, D)
+        x, attentions, _ = self.blocks(x, mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(x)  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
         return ModelOutput(logits, loss, decoder_attentions=attentions)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding with ``forward(..., cache=)``."""
+        return DecoderCache(self.config.num_layers)
 
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int, **kwargs) -> Tensor:

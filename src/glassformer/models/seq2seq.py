@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
 from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Decoder, Encoder
 
 
@@ -117,14 +118,22 @@ class Seq2SeqTransformer(PretrainedModel):
         tgt_mask: Tensor | None = None,
         *,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
     ):
         """tgt (B, T), memory (B, S, D) → StackOutput(hidden (B, T, D), self, cross weights).
 
         ``tgt_mask`` restricts the decoder's self-attention on top of causality (usually
         the target padding mask (B, 1, 1, T)); ``src_mask`` masks padded source keys.
+        With a ``cache`` from ``new_cache()``, ``tgt`` continues the tokens already decoded
+        (their keys and values, and the memory's, are not computed again).
         """
-        x = self.tgt_embed(tgt)  # (B, T, D)
-        return self.decoder(x, memory, tgt_mask, src_mask, need_weights=need_weights)
+        start = 0 if cache is None else cache.length
+        x = self.tgt_embed(tgt, start)  # (B, T, D)
+        return self.decoder(x, memory, tgt_mask, src_mask, need_weights=need_weights, cache=cache)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty decoder cache (self- and cross-attention) for ``decode(..., cache=)``."""
+        return DecoderCache(self.config.num_decoder_layers, cross_attention=True)
 
     def forward(
         self,

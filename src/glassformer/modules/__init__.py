@@ -5,6 +5,7 @@ from glassformer.modules.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
 )
+from glassformer.modules.cache import DecoderCache, KVCache
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward
 from glassformer.modules.layers import (
     Decoder,
@@ -26,10 +27,12 @@ __all__ = [
     "ACTIVATIONS",
     "AttentionOutput",
     "Decoder",
+    "DecoderCache",
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "KVCache",
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from glassformer.modules.cache import KVCache
 from glassformer.modules.masks import causal_mask, check_mask
 
 
@@ -64,6 +65,8 @@ def scaled_dot_product_attention(
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     check_mask(mask)
     Tq, Tk = q.size(-2), k.size(-2)
+    if is_causal and Tq == 1:
+        is_causal = False  # one query at the end of the keys may see all of them
 
     if not need_weights:
         if is_causal and mask is None and Tq == Tk:
@@ -148,6 +151,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor | None = None,
         mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> AttentionOutput:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -155,14 +159,28 @@ class MultiHeadAttention(nn.Module):
             query: (B, Tq, D).
             key: (B, Tk, D), or None for self-attention.
             value: (B, Tk, D); defaults to ``key``.
-            mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+            mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk), where Tk
+                counts the cached keys too.
             need_weights: also return the per-head weights (B, H, Tq, Tk). Without them
                 the fused kernel runs.
+            cache: decoding state. Self-attention appends this call's keys and values
+                and attends over all of them (the queries are the newest positions);
+                cross-attention fills it from ``key`` once and then reuses it.
 
         Returns:
             ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
         """
-        q, k, v = self._project(query, key, value)  # each (B, H, T, Dh)
+        if query.dim() != 3 or query.size(-1) != self.d_model:
+            raise ValueError(
+                f"query must be (batch, length, {self.d_model}), got {tuple(query.shape)}"
+            )
+        if cache is not None and key is not None and len(cache) > 0:
+            q = _split_heads(self._project_query(query), self.num_heads)
+            k, v = cache.keys, cache.values  # the memory's, computed on the first call
+        else:
+            q, k, v = self._project(query, key, value)  # each (B, H, T, Dh)
+            if cache is not None:
+                k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, dropout_p, need_weights=need_weights, is_causal=self.causal
@@ -171,14 +189,16 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H·Dh), heads side by side
         return AttentionOutput(self.out_proj(out), weights)
 
+    def _project_query(self, query: Tensor) -> Tensor:
+        """The q projection alone, (B, Tq, H·Dh)."""
+        inner = self.num_heads * self.head_dim
+        b = self.qkv_proj.bias
+        return F.linear(query, self.qkv_proj.weight[:inner], None if b is None else b[:inner])
+
     def _project(
         self, query: Tensor, key: Tensor | None, value: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The q, k, v projections, split into heads: three (B, H, T, Dh) tensors."""
-        if query.dim() != 3 or query.size(-1) != self.d_model:
-            raise ValueError(
-                f"query must be (batch, length, {self.d_model}), got {tuple(query.shape)}"
-            )
         H, Dh = self.num_heads, self.head_dim
         inner = H * Dh
         W, b = self.qkv_proj.weight, self.qkv_proj.bias  # (3·H·Dh, D), (3·H·Dh,)

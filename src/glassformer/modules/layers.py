@@ -23,6 +23,7 @@ from typing import NamedTuple
 from torch import Tensor, nn
 
 from glassformer.modules.attention import MultiHeadAttention, check_dropout
+from glassformer.modules.cache import DecoderCache, KVCache
 from glassformer.modules.feedforward import FeedForward
 
 
@@ -113,10 +114,21 @@ class EncoderLayer(_ResidualLayer):
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> LayerOutput:
-        """x (B, T, D), mask broadcastable to (B, H, T, T) → LayerOutput."""
-        attn = self.self_attn(self._in(x, self.norm1), mask=mask, need_weights=need_weights)
+        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → LayerOutput.
+
+        With a ``cache`` (decoding), ``x`` holds only the newest positions and
+        self-attention also sees the cached ones (Tk = cached + T).
+        """
+        attn = self.self_attn(
+            self._in(x, self.norm1), mask=mask, need_weights=need_weights, cache=cache
+        )
         x = self._out(x, attn.output, self.norm1)
         x = self._out(x, self.feed_forward(self._in(x, self.norm2)), self.norm2)
         return LayerOutput(x, attn.weights)
@@ -168,6 +180,8 @@ class DecoderLayer(_ResidualLayer):
         memory_mask: Tensor | None = None,
         *,
         need_weights: bool = False,
+        cache: KVCache | None = None,
+        memory_cache: KVCache | None = None,
     ) -> LayerOutput:
         """Run one decoder layer.
 
@@ -179,11 +193,20 @@ class DecoderLayer(_ResidualLayer):
             memory_mask: cross-attention mask, broadcastable to (B, H, T, S), usually the
                 source padding mask (B, 1, 1, S).
             need_weights: return both attention maps.
+            cache: self-attention keys/values of earlier positions (decoding); ``x`` then
+                holds only the new positions.
+            memory_cache: the memory's keys/values, filled on the first call.
         """
-        self_attn = self.self_attn(self._in(x, self.norm1), mask=mask, need_weights=need_weights)
+        self_attn = self.self_attn(
+            self._in(x, self.norm1), mask=mask, need_weights=need_weights, cache=cache
+        )
         x = self._out(x, self_attn.output, self.norm1)
         cross = self.cross_attn(
-            self._in(x, self.norm2), memory, mask=memory_mask, need_weights=need_weights
+            self._in(x, self.norm2),
+            memory,
+            mask=memory_mask,
+            need_weights=need_weights,
+            cache=memory_cache,
         )
         x = self._out(x, cross.output, self.norm2)
         x = self._out(x, self.feed_forward(self._in(x, self.norm3)), self.norm3)
@@ -207,12 +230,22 @@ class Encoder(nn.Module):
         self.norm = _final_norm(final_norm, layer_kwargs)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: DecoderCache | None = None,
     ) -> StackOutput:
-        """x (B, T, D), mask broadcastable to (B, H, T, T) → StackOutput."""
+        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → StackOutput.
+
+        ``cache`` (causal stacks, decoding): one ``KVCache`` per layer; ``x`` is then only
+        the newest positions.
+        """
         weights = []
-        for layer in self.layers:
-            x, w, _ = layer(x, mask, need_weights=need_weights)
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.self_attn[i]
+            x, w, _ = layer(x, mask, need_weights=need_weights, cache=layer_cache)
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
@@ -243,11 +276,22 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
         *,
         need_weights: bool = False,
+        cache: DecoderCache | None = None,
     ) -> StackOutput:
-        """x (B, T, D), memory (B, S, D) → StackOutput with self- and cross-attention maps."""
+        """x (B, T, D), memory (B, S, D) → StackOutput with self- and cross-attention maps.
+
+        ``cache`` (decoding; built with ``cross_attention=True``): ``x`` is then only the
+        newest positions, and the memory's keys/values are projected once.
+        """
         self_weights, cross_weights = [], []
-        for layer in self.layers:
-            x, w_self, w_cross = layer(x, memory, mask, memory_mask, need_weights=need_weights)
+        for i, layer in enumerate(self.layers):
+            caches = {}
+            if cache is not None:
+                cross = cache.cross_attn[i] if cache.cross_attn else None
+                caches = dict(cache=cache.self_attn[i], memory_cache=cross)
+            x, w_self, w_cross = layer(
+                x, memory, mask, memory_mask, need_weights=need_weights, **caches
+            )
             self_weights.append(w_self)
             cross_weights.append(w_cross)
         if self.norm is not None:

@@ -4,7 +4,9 @@ Shapes: B batch, T length, D d_model, V vocabulary.
 
 Both positional modules share one interface: ``forward(x, start=0)`` takes token
 embeddings (B, T, D) and returns them with the positions ``start .. start+T-1`` added.
-``start`` lets a decoder continue after tokens it has already seen (KV cache).
+``start`` lets a decoder continue after tokens it has already seen (KV cache). Rows that
+need their own positions (a left-padded batch, whose real tokens start at different
+columns) pass ``positions`` (B, T) instead.
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
+    def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
+        if positions is not None:
+            check_positions(positions, x, self.max_len)
+            return x + self.pe[positions].to(x.dtype)  # (B, T, D)
         T = x.size(1)
         check_length(start + T, self.max_len)
         return x + self.pe[start : start + T].to(x.dtype)  # (T, D) broadcasts over B
@@ -99,8 +104,11 @@ class LearnedPositionalEmbedding(nn.Module):
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
+    def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
+        if positions is not None:
+            check_positions(positions, x, self.max_len)
+            return x + self.embedding(positions)  # (B, T, D)
         T = x.size(1)
         check_length(start + T, self.max_len)
         positions = torch.arange(start, start + T, device=x.device)  # (T,)
@@ -121,4 +129,18 @@ def check_length(length: int, max_len: int) -> None:
     if length > max_len:
         raise ValueError(
             f"sequence of length {length} is longer than the model's max_len={max_len}"
+        )
+
+
+def check_positions(positions: Tensor, x: Tensor, max_len: int) -> None:
+    """Explicit positions must be (B, T) like ``x`` and lie in [0, max_len)."""
+    if positions.shape != x.shape[:2]:
+        raise ValueError(
+            f"positions must be (batch, length) = {tuple(x.shape[:2])}, "
+            f"got {tuple(positions.shape)}"
+        )
+    if positions.numel() and (positions.min() < 0 or positions.max() >= max_len):
+        raise ValueError(
+            f"positions must lie in [0, {max_len}), got {positions.min().item()}.."
+            f"{positions.max().item()}"
         )

@@ -26,6 +26,14 @@ from glassformer.models import (
     Seq2SeqTransformer,
     TransformerClassifier,
 )
+from glassformer.training.evaluation import (
+    bleu,
+    classify_texts,
+    mean_loss,
+    score,
+    translate_texts,
+    truncate,
+)
 from glassformer.training.losses import loss_for
 
 TASKS = ("lm", "translate", "classify")
@@ -42,6 +50,7 @@ class DataOptions:
     data: str | None = None  # or the user's file
     tokenizer: str | None = None  # "char" | "bpe" | "wordpiece"; per-task default
     vocab_size: int = 8000  # for bpe / wordpiece
+    lowercase: bool = False  # lower-case text before tokenizing (WordPiece also strips accents)
     src_column: str | int = 0
     tgt_column: str | int = 1
     text_column: str | int = "text"
@@ -136,7 +145,9 @@ def lm_task(
     train_text, val_text, test_text, description = load_splits(opts)
     if not val_text:
         raise ValueError("the validation split is empty; give more text")
-    tok = tokenizer or train_tokenizer(opts.tokenizer, [train_text], vocab_size=opts.vocab_size)
+    tok = tokenizer or train_tokenizer(
+        opts.tokenizer, [train_text], vocab_size=opts.vocab_size, lowercase=opts.lowercase
+    )
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.long)
     if len(train_ids) <= block_size + 1 or len(val_ids) <= block_size + 1:
@@ -213,7 +224,9 @@ def translate_task(
     if opts.max_examples:
         train_rows = train_rows[: opts.max_examples]
     texts = [s for pair in train_rows for s in pair]
-    tok = tokenizer or train_tokenizer(opts.tokenizer, texts, vocab_size=opts.vocab_size)
+    tok = tokenizer or train_tokenizer(
+        opts.tokenizer, texts, vocab_size=opts.vocab_size, lowercase=opts.lowercase
+    )
 
     def encode(rows):
         src = tok.encode_batch([s for s, _ in rows])
@@ -290,33 +303,6 @@ def translate_task(
     )
 
 
-def translate_texts(
-    model,
-    tokenizer,
-    texts: list[str],
-    *,
-    max_len: int | None = None,
-    batch_size: int = 64,
-    **generate_kwargs,
-) -> list[str]:
-    """Translate a list of sentences with ``model.generate``; returns decoded strings."""
-    from glassformer.data.batching import pad_batch
-
-    limit = max_len or model.config.max_len - 1
-    out: list[str] = [""] * len(texts)
-    encoded = tokenizer.encode_batch(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-    model.eval()
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
-        new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
-        ys = model.generate(src, new_tokens, **generate_kwargs)
-        for i, row in zip(idx, ys.tolist(), strict=True):
-            out[i] = tokenizer.decode(row[1:])
-    return out
-
-
 # ---- classification -------------------------------------------------------------------
 
 
@@ -346,7 +332,10 @@ def classify_task(
     if unseen:
         raise ValueError(f"validation labels {unseen} never appear in training; known: {labels}")
     tok = tokenizer or train_tokenizer(
-        opts.tokenizer, [t for t, _ in train_rows], vocab_size=opts.vocab_size
+        opts.tokenizer,
+        [t for t, _ in train_rows],
+        vocab_size=opts.vocab_size,
+        lowercase=opts.lowercase,
     )
 
     def encode(rows):
@@ -424,69 +413,6 @@ def classify_task(
         description,
         test=test,
     )
-
-
-def mean_loss(model: nn.Module, loss_fn, batches) -> float:
-    """Mean of a (sum, count) loss over batches."""
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for batch in batches:
-            loss, n = loss_fn(model, batch)
-            total, count = total + loss.item(), count + n
-    return total / max(count, 1)
-
-
-def bleu(hypotheses: list[str], references: list[str]) -> float:
-    """Corpus sacreBLEU (13a tokenisation), the standard reported figure."""
-    try:
-        import sacrebleu
-    except ImportError:
-        raise ValueError("BLEU needs sacrebleu: pip install 'glassformer[data]'") from None
-    return sacrebleu.corpus_bleu(hypotheses, [references]).score
-
-
-def truncate(ids: list[int], max_len: int) -> list[int]:
-    """Keep the head and the tail of a long sequence (reviews state their verdict at both ends)."""
-    if len(ids) <= max_len:
-        return ids
-    head = max_len // 2
-    return ids[:head] + ids[len(ids) - (max_len - head) :]
-
-
-def score(model: nn.Module, batches, *, prefix: str = "") -> dict[str, float]:
-    """Mean loss and accuracy of a classifier over (ids, labels) batches."""
-    total, correct, count = 0.0, 0, 0
-    for ids, labels in batches:
-        logits = model(ids).logits
-        total += torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum").item()
-        correct += (logits.argmax(-1) == labels).sum().item()
-        count += len(labels)
-    return {f"{prefix}loss": total / count, f"{prefix}accuracy": correct / count}
-
-
-def classify_texts(
-    model,
-    tokenizer,
-    labels: list[str],
-    texts: list[str],
-    *,
-    max_len: int | None = None,
-    batch_size: int = 64,
-) -> list[tuple[str, float]]:
-    """(label, probability) for each text."""
-    from glassformer.data.batching import pad_batch
-
-    limit = max_len or model.config.max_len
-    encoded = [truncate(i, limit) or [tokenizer.unk_id] for i in tokenizer.encode_batch(texts)]
-    out: list[tuple[str, float]] = []
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(encoded), batch_size):
-            ids = pad_batch(encoded[start : start + batch_size], tokenizer.pad_id)
-            probs = model(ids).logits.float().softmax(-1)
-            p, k = probs.max(-1)
-            out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]
-    return out
 
 
 class _Mapped:
