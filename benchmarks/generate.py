@@ -7,7 +7,10 @@ Contenders run interleaved, several repeats; the median tokens/s and the ratio t
 Hugging Face's ``GPT2LMHeadModel.generate`` (its KV cache on) are printed.
 
     pip install transformers   # the peer; glassformer itself does not need it
-    python benchmarks/generate.py [--repeats 5] [--new-tokens 256] [--threads N]
+    python benchmarks/generate.py [--repeats 5] [--new-tokens 256] [--dtype bfloat16]
+
+``--dtype bfloat16`` casts both models' weights (decoding one token at a time reads every
+weight once per token, so on a CPU half the bytes is nearly half the time).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from glassformer import GPT, GPTConfig
 SHAPE = dict(vocab_size=65, d_model=384, num_heads=6, num_layers=6)
 
 
-def build(prompt_len: int, new_tokens: int):
+def build(prompt_len: int, new_tokens: int, dtype: torch.dtype):
     torch.manual_seed(0)
     positions = prompt_len + new_tokens
     ours = GPT(GPTConfig(**SHAPE, max_len=positions, dropout=0.0, pad_id=None)).eval()
@@ -46,7 +49,7 @@ def build(prompt_len: int, new_tokens: int):
         pad_token_id=0,
     )
     hf = GPT2LMHeadModel(config).eval()
-    return ours, hf
+    return ours.to(dtype), hf.to(dtype)
 
 
 def contenders(ours, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
@@ -92,16 +95,17 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,8")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    ours, hf = build(args.prompt_len, args.new_tokens)
+    ours, hf = build(args.prompt_len, args.new_tokens, getattr(torch, args.dtype))
     import transformers
 
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{torch.get_num_threads()} threads; GPT 6L/6H/384, vocabulary 65, "
-        f"{args.prompt_len}-token prompt + {args.new_tokens} new tokens, greedy"
+        f"{args.prompt_len}-token prompt + {args.new_tokens} new tokens, greedy, {args.dtype}"
     )
     for B in map(int, args.batch_sizes.split(",")):
         prompt = torch.randint(1, SHAPE["vocab_size"], (B, args.prompt_len))

@@ -235,3 +235,19 @@ def test_bad_constructor_arguments(kwargs, message):
 def test_wrong_query_width_is_a_clear_error():
     with pytest.raises(ValueError, match=r"\(batch, length, 16\)"):
         MultiHeadAttention(d_model=16, num_heads=4)(torch.randn(2, 3, 8))
+
+
+@pytest.mark.parametrize("T", [40, 200])  # the short-key bf16 route takes the matmul path
+def test_bfloat16_attention_without_weights_matches_float32(T):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, T, 16) for _ in range(3))
+    mask = torch.rand(2, 1, 1, T) > 0.2
+    for is_causal in (False, True):
+        expected = scaled_dot_product_attention(
+            q, k, v, mask, need_weights=False, is_causal=is_causal
+        ).output
+        got = scaled_dot_product_attention(
+            q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, need_weights=False, is_causal=is_causal
+        )
+        assert got.weights is None and got.output.dtype == torch.bfloat16
+        torch.testing.assert_close(got.output.float(), expected, atol=3e-2, rtol=3e-2)

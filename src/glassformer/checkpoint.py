@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +55,26 @@ def save_checkpoint(
     model = getattr(model, "_orig_mod", model)  # torch.compile wraps; save the same keys
     if not isinstance(model, PretrainedModel):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        meta = {
-            "kind": model.kind,
-            "config": model.config.to_dict(),
-            "glassformer_version": _version(),
-        }
+    meta = {"kind": model.kind, "config": model.config.to_dict(), "glassformer_version": _version()}
+
+    def write(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
         save_model(model, str(tmp / WEIGHTS_NAME))
         if training_state is not None:
             torch.save(training_state, tmp / TRAINING_STATE_NAME)
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
+
+    return write_directory_atomically(Path(path), write)
+
+
+def write_directory_atomically(path: Path, write: Callable[[Path], None]) -> Path:
+    """Fill a temporary directory beside ``path`` with ``write(tmp)``, flush it to disk,
+    then rename it into place: ``path`` is either the old directory or the complete new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        write(tmp)
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -107,6 +113,8 @@ def load_checkpoint(
         raise CheckpointError(f"{path} is not a glassformer checkpoint: no {CONFIG_NAME} in it")
     try:
         meta = json.loads(config_file.read_text())
+        if isinstance(meta, dict) and "kind" not in meta and "model_type" in meta:
+            return _load_foreign(path, meta["model_type"], kind)
         saved_kind, values = meta["kind"], meta["config"]
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{config_file} is not a glassformer config: {e}") from None
@@ -139,6 +147,22 @@ def load_checkpoint(
         )
     model.eval()
     return model
+
+
+def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
+    """A Hugging Face checkpoint directory that ``glassformer.interop`` can read."""
+    from glassformer.interop.gpt2 import load_gpt2
+
+    readers = {"gpt2": ("gpt", load_gpt2)}
+    if model_type not in readers:
+        raise CheckpointError(
+            f"{path} is a Hugging Face {model_type!r} checkpoint; glassformer reads "
+            f"{sorted(readers)} directories"
+        )
+    our_kind, read = readers[model_type]
+    if kind is not None and kind != our_kind:
+        raise CheckpointError(f"{path} holds a {model_type!r} model, expected {kind!r}")
+    return read(path)
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:

@@ -1,5 +1,13 @@
 """Importers and exporters for other implementations' weights."""
 
+from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
-__all__ = ["from_torch_nn", "to_torch_nn"]
+__all__ = [
+    "from_gpt2_state",
+    "from_torch_nn",
+    "load_gpt2",
+    "save_gpt2",
+    "to_gpt2_state",
+    "to_torch_nn",
+]

@@ -1,0 +1,158 @@
+"""Hugging Face GPT-2 directories: glassformer's GPT gives transformers' numbers with their
+weights, writes directories transformers opens, and refuses what it cannot read."""
+
+import json
+import pickle
+
+import pytest
+import torch
+
+from glassformer import GPT, GPTConfig, load_checkpoint
+from glassformer.checkpoint import CheckpointError
+from glassformer.interop import load_gpt2, save_gpt2
+
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = [
+    dict(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=97),
+    dict(n_layer=3, n_head=2, n_embd=48, n_positions=40, vocab_size=50, n_inner=80),
+    dict(n_layer=1, n_head=6, n_embd=96, n_positions=24, vocab_size=120, tie_word_embeddings=False),
+    dict(n_layer=2, n_head=2, n_embd=32, n_positions=20, vocab_size=64, activation_function="relu"),
+]
+
+
+def hf_gpt2(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(
+        **kwargs,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # GPT-2's init leaves LayerNorms at 1 and 0: make them count
+        for name, p in model.named_parameters():
+            if "ln_" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS)
+def test_gpt2_logits_and_greedy_continuations_match_transformers(kwargs, tmp_path):
+    hf = hf_gpt2(**kwargs)
+    hf.save_pretrained(tmp_path)
+    ours = GPT.from_pretrained(tmp_path)
+    ids = torch.randint(0, kwargs["vocab_size"], (3, 12))
+    with torch.no_grad():
+        expected = hf(ids).logits
+    torch.testing.assert_close(ours(ids).logits, expected, atol=1e-4, rtol=1e-4)
+    prompt = ids[:, :4]
+    hf_out = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=10,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    assert torch.equal(ours.generate(prompt, 10), hf_out)
+    assert len({tuple(row) for row in hf_out[:, 4:].tolist()}) > 1  # they depend on the prompt
+
+
+def test_pytorch_model_bin_is_read_without_running_code(tmp_path):
+    hf = hf_gpt2(**CONFIGS[0])
+    hf.config.save_pretrained(tmp_path)
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            load_gpt2(tmp_path)(ids).logits, hf(ids).logits, atol=1e-4, rtol=1e-4
+        )
+
+    class Exploit:
+        def __reduce__(self):
+            return (print, ("this ran",))
+
+    with open(tmp_path / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"transformer.wte.weight": Exploit()}, f)
+    with pytest.raises(CheckpointError, match="cannot load .*pytorch_model.bin"):
+        load_gpt2(tmp_path)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_glassformer_gpt_round_trips_through_transformers(tie, tmp_path):
+    torch.manual_seed(0)
+    ours = GPT(
+        GPTConfig(
+            vocab_size=70,
+            max_len=24,
+            d_model=48,
+            num_heads=4,
+            num_layers=2,
+            activation="gelu_tanh",
+            tie_weights=tie,
+            pad_id=None,
+        )
+    ).eval()
+    save_gpt2(ours, tmp_path / "exported")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "exported").eval()
+    ids = torch.randint(0, 70, (2, 15))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, ours(ids).logits, atol=1e-4, rtol=1e-4)
+    back = load_checkpoint(tmp_path / "exported")
+    for name, value in ours.state_dict().items():
+        assert torch.equal(back.state_dict()[name], value), name
+
+
+def test_what_gpt2_cannot_express_is_refused(tmp_path):
+    post_norm = GPT(
+        GPTConfig(vocab_size=30, d_model=16, num_heads=2, num_layers=1, norm_first=False)
+    )
+    with pytest.raises(ValueError, match="cannot be written as GPT-2: post-norm"):
+        save_gpt2(post_norm, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def _write(path, config, weights=None):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    if weights is not None:
+        from safetensors.torch import save_file
+
+        save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def test_bad_gpt2_directories_give_one_clear_error(tmp_path):
+    hf = hf_gpt2(**CONFIGS[0])
+    hf.save_pretrained(tmp_path / "good")
+    good = json.loads((tmp_path / "good" / "config.json").read_text())
+    weights = {k: v.contiguous() for k, v in hf.state_dict().items() if "lm_head" not in k}
+    cases = [
+        (_write(tmp_path / "noweights", good), "has no model.safetensors or pytorch_model.bin"),
+        (
+            _write(tmp_path / "act", good | {"activation_function": "swish"}, weights),
+            "activation_function 'swish' has no glassformer equivalent",
+        ),
+        (
+            _write(tmp_path / "shape", good | {"n_embd": 32}, weights),
+            r"has shape \(97, 64\), the config asks for \(97, 32\)",
+        ),
+        (
+            _write(tmp_path / "nofield", {"model_type": "gpt2"}),
+            "lacks the GPT-2 field 'n_embd'",
+        ),
+        (_write(tmp_path / "bert", {"model_type": "t5"}), "Hugging Face 't5' checkpoint"),
+    ]
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "config.json").write_text(json.dumps(good))
+    (tmp_path / "corrupt" / "model.safetensors").write_bytes(b"\x00" * 100)
+    cases.append((tmp_path / "corrupt", "cannot load .*model.safetensors"))
+    for path, message in cases:
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="holds a 'gpt2' model, expected 'classifier'"):
+        load_checkpoint(tmp_path / "good", kind="classifier")
