@@ -143,7 +143,7 @@ def test_bad_gpt2_directories_give_one_clear_error(tmp_path):
         ),
         (
             _write(tmp_path / "nofield", {"model_type": "gpt2"}),
-            "lacks the GPT-2 field 'n_embd'",
+            "lacks the field 'n_embd'",
         ),
         (_write(tmp_path / "bert", {"model_type": "t5"}), "Hugging Face 't5' checkpoint"),
     ]
@@ -156,3 +156,13 @@ def test_bad_gpt2_directories_give_one_clear_error(tmp_path):
             load_checkpoint(path)
     with pytest.raises(CheckpointError, match="holds a 'gpt2' model, expected 'classifier'"):
         load_checkpoint(tmp_path / "good", kind="classifier")
+
+
+def test_sharded_safetensors_are_read(tmp_path):
+    hf = hf_gpt2(**CONFIGS[1])
+    hf.save_pretrained(tmp_path, max_shard_size="60KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        expected = hf(ids).logits
+    torch.testing.assert_close(load_gpt2(tmp_path)(ids).logits, expected, atol=1e-4, rtol=1e-4)

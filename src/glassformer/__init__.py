@@ -5,6 +5,8 @@ __version__ = "0.1.0"
 from glassformer.checkpoint import load_checkpoint, save_checkpoint
 from glassformer.models import (
     GPT,
+    BertConfig,
+    BertEncoder,
     ClassifierConfig,
     EncoderLM,
     EncoderLMConfig,
@@ -32,6 +34,8 @@ from glassformer.modules import (
 
 __all__ = [
     "GPT",
+    "BertConfig",
+    "BertEncoder",
     "ClassifierConfig",
     "Decoder",
     "DecoderLayer",

@@ -151,9 +151,10 @@ def load_checkpoint(
 
 def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
     """A Hugging Face checkpoint directory that ``glassformer.interop`` can read."""
+    from glassformer.interop.bert import load_bert
     from glassformer.interop.gpt2 import load_gpt2
 
-    readers = {"gpt2": ("gpt", load_gpt2)}
+    readers = {"gpt2": ("gpt", load_gpt2), "bert": ("bert", load_bert)}
     if model_type not in readers:
         raise CheckpointError(
             f"{path} is a Hugging Face {model_type!r} checkpoint; glassformer reads "

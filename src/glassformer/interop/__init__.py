@@ -1,11 +1,14 @@
 """Importers and exporters for other implementations' weights."""
 
+from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
+    "from_bert_state",
     "from_gpt2_state",
     "from_torch_nn",
+    "load_bert",
     "load_gpt2",
     "save_gpt2",
     "to_gpt2_state",

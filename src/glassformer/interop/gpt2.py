@@ -24,10 +24,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError
+from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
 from glassformer.models.gpt import GPT, GPTConfig
 
 # GPT-2's activation names → glassformer's.
@@ -60,17 +60,6 @@ _TOP = (
     ("blocks.norm.weight", "ln_f.weight"),
     ("blocks.norm.bias", "ln_f.bias"),
 )
-
-
-def is_gpt2_dir(path: str | Path) -> bool:
-    """Whether ``path`` looks like a Hugging Face GPT-2 checkpoint directory."""
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return False
-    try:
-        return json.loads(config.read_text()).get("model_type") == "gpt2"
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return False
 
 
 def gpt2_config(hf: dict[str, Any]) -> GPTConfig:
@@ -146,62 +135,9 @@ def to_gpt2_state(model: GPT) -> dict[str, Tensor]:
 def load_gpt2(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face GPT-2 directory ``path``, in eval mode."""
     path = Path(path)
-    config_file = path / "config.json"
-    try:
-        hf = json.loads(config_file.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{config_file} is not a readable GPT-2 config: {e}") from None
-    if not isinstance(hf, dict) or hf.get("model_type") != "gpt2":
-        raise CheckpointError(f"{path} is not a GPT-2 checkpoint (model_type is not 'gpt2')")
-    try:
-        config = gpt2_config(hf)
-    except KeyError as e:
-        raise CheckpointError(f"{config_file} lacks the GPT-2 field {e}") from None
-    except ValueError as e:
-        if isinstance(e, CheckpointError):
-            raise
-        raise CheckpointError(f"{config_file}: {e}") from None
-    model = GPT(config)
-    state = from_gpt2_state(read_weights(path), config)
-    expected = model.state_dict()
-    for name, value in state.items():
-        if value.shape != expected[name].shape:
-            raise CheckpointError(
-                f"GPT-2 weight for {name} has shape {tuple(value.shape)}, the config "
-                f"asks for {tuple(expected[name].shape)}"
-            )
-    model.load_state_dict(state)
-    return model.eval()
-
-
-def read_weights(path: Path) -> dict[str, Tensor]:
-    """The tensors of a Hugging Face directory: safetensors (one file or shards) or a
-    ``pytorch_model.bin`` unpickled with ``weights_only=True`` (no code runs)."""
-    from safetensors.torch import load_file
-
-    if (path / "model.safetensors").is_file():
-        return _guarded(load_file, path / "model.safetensors")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        state: dict[str, Tensor] = {}
-        for shard in shards:
-            state.update(_guarded(load_file, path / shard))
-        return state
-    if (path / "pytorch_model.bin").is_file():
-        return _guarded(
-            lambda f: torch.load(f, map_location="cpu", weights_only=True),
-            path / "pytorch_model.bin",
-        )
-    raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
-
-
-def _guarded(load, file: Path) -> dict[str, Tensor]:
-    try:
-        return load(str(file))
-    except Exception as e:  # corrupt or foreign files; pickles with code are refused
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot load {file}: {first}") from None
+    hf = read_config(path, "gpt2")
+    config = build_config(gpt2_config, hf, path)
+    return load_weights(GPT(config), from_gpt2_state(read_weights(path), config))
 
 
 def save_gpt2(model: GPT, path: str | Path) -> Path:

@@ -1,6 +1,7 @@
 """Whole models assembled from the building blocks, each built from a dataclass config."""
 
 from glassformer.models.base import MODEL_KINDS, ModelOutput, PretrainedModel
+from glassformer.models.bert import BertConfig, BertEncoder, BertOutput
 from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
 from glassformer.models.gpt import GPT, GPTConfig
@@ -9,6 +10,9 @@ from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 __all__ = [
     "GPT",
     "MODEL_KINDS",
+    "BertConfig",
+    "BertEncoder",
+    "BertOutput",
     "ClassifierConfig",
     "EncoderLM",
     "EncoderLMConfig",

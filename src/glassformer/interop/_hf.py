@@ -1,0 +1,80 @@
+"""What reading any Hugging Face directory takes: its config, its tensors, a checked load."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.checkpoint import CheckpointError
+
+
+def read_config(path: Path, model_type: str) -> dict[str, Any]:
+    """``config.json`` of a Hugging Face directory whose ``model_type`` is ``model_type``."""
+    config_file = path / "config.json"
+    try:
+        hf = json.loads(config_file.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{config_file} is not a readable config: {e}") from None
+    if not isinstance(hf, dict) or hf.get("model_type") != model_type:
+        raise CheckpointError(f"{path} is not a {model_type} checkpoint")
+    return hf
+
+
+def build_config(make: Callable[[dict[str, Any]], Any], hf: dict[str, Any], path: Path) -> Any:
+    """``make(hf)``, with a missing field or a value glassformer refuses as one clear error."""
+    try:
+        return make(hf)
+    except CheckpointError:
+        raise
+    except KeyError as e:
+        raise CheckpointError(f"{path / 'config.json'} lacks the field {e}") from None
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: {e}") from None
+
+
+def load_weights(model: nn.Module, state: dict[str, Tensor]) -> nn.Module:
+    """Load converted weights after checking every shape against the model's; eval mode."""
+    expected = model.state_dict()
+    for name, value in state.items():
+        if value.shape != expected[name].shape:
+            raise CheckpointError(
+                f"the weight for {name} has shape {tuple(value.shape)}, the config "
+                f"asks for {tuple(expected[name].shape)}"
+            )
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def read_weights(path: Path) -> dict[str, Tensor]:
+    """The tensors of a Hugging Face directory: safetensors (one file or shards) or a
+    ``pytorch_model.bin`` unpickled with ``weights_only=True`` (no code runs)."""
+    from safetensors.torch import load_file
+
+    if (path / "model.safetensors").is_file():
+        return _guarded(load_file, path / "model.safetensors")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, Tensor] = {}
+        for shard in shards:
+            state.update(_guarded(load_file, path / shard))
+        return state
+    if (path / "pytorch_model.bin").is_file():
+        return _guarded(
+            lambda f: torch.load(f, map_location="cpu", weights_only=True),
+            path / "pytorch_model.bin",
+        )
+    raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
+
+
+def _guarded(load, file: Path) -> dict[str, Tensor]:
+    try:
+        return load(str(file))
+    except Exception as e:  # corrupt or foreign files; pickles with code are refused
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot load {file}: {first}") from None

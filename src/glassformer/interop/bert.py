@@ -1,0 +1,115 @@
+"""Hugging Face BERT checkpoints (and sentence-transformers' MiniLM) into ``BertEncoder``.
+
+    BERT (BertModel)                               glassformer BertEncoder
+    embeddings.word/position/token_type_embeddings embed.token.embedding / embed.position
+                                                   .embedding / embed.token_type
+    embeddings.LayerNorm                           embed.norm
+    encoder.layer.N.attention.self.query/key/value encoder.layers.N.self_attn.qkv_proj
+                                                   (the three stacked as rows [q; k; v])
+    encoder.layer.N.attention.output.dense         encoder.layers.N.self_attn.out_proj
+    encoder.layer.N.attention.output.LayerNorm     encoder.layers.N.norm1
+    encoder.layer.N.intermediate.dense             encoder.layers.N.feed_forward.linear1
+    encoder.layer.N.output.dense                   encoder.layers.N.feed_forward.linear2
+    encoder.layer.N.output.LayerNorm               encoder.layers.N.norm2
+    pooler.dense                                   pooler
+
+BERT is post-norm with GELU (erf) and LayerNorm eps 1e-12: ``EncoderLayer`` with
+``norm_first=False`` is the same computation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.checkpoint import CheckpointError
+from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.models.bert import BertConfig, BertEncoder
+
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "relu": "relu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+}
+_LAYER = (
+    ("self_attn.out_proj", "attention.output.dense"),
+    ("norm1", "attention.output.LayerNorm"),
+    ("feed_forward.linear1", "intermediate.dense"),
+    ("feed_forward.linear2", "output.dense"),
+    ("norm2", "output.LayerNorm"),
+)
+_TOP = (
+    ("embed.token.embedding", "embeddings.word_embeddings"),
+    ("embed.position.embedding", "embeddings.position_embeddings"),
+    ("embed.token_type", "embeddings.token_type_embeddings"),
+    ("embed.norm", "embeddings.LayerNorm"),
+)
+
+
+def bert_config(hf: dict[str, Any], *, pooler: bool = True) -> BertConfig:
+    act = hf.get("hidden_act", "gelu")
+    if act not in _ACTIVATIONS:
+        raise CheckpointError(f"BERT hidden_act {act!r} has no glassformer equivalent")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(
+            f"BERT position_embedding_type {hf['position_embedding_type']!r} is not supported"
+        )
+    return BertConfig(
+        vocab_size=hf["vocab_size"],
+        max_len=hf["max_position_embeddings"],
+        d_model=hf["hidden_size"],
+        num_heads=hf["num_attention_heads"],
+        num_layers=hf["num_hidden_layers"],
+        d_ff=hf["intermediate_size"],
+        dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        activation=_ACTIVATIONS[act],
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        pad_id=hf.get("pad_token_id", 0) or 0,
+        pooler=pooler,
+    )
+
+
+def from_bert_state(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
+    state = {k.removeprefix("bert."): v for k, v in state.items()}
+
+    def take(name: str) -> Tensor:
+        if name not in state:
+            raise CheckpointError(f"BERT weights have no {name!r}")
+        return state[name]
+
+    out: dict[str, Tensor] = {}
+    for ours, theirs in _TOP:
+        out[f"{ours}.weight"] = take(f"{theirs}.weight")
+        if ours == "embed.norm":
+            out[f"{ours}.bias"] = take(f"{theirs}.bias")
+    for i in range(config.num_layers):
+        ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
+        for part in ("weight", "bias"):
+            out[f"{ours}self_attn.qkv_proj.{part}"] = torch.cat(
+                [take(f"{theirs}attention.self.{x}.{part}") for x in ("query", "key", "value")]
+            )
+            for mine, hf_name in _LAYER:
+                out[f"{ours}{mine}.{part}"] = take(f"{theirs}{hf_name}.{part}")
+    if config.pooler:
+        out["pooler.weight"] = take("pooler.dense.weight")
+        out["pooler.bias"] = take("pooler.dense.bias")
+    return out
+
+
+def load_bert(path: str | Path) -> BertEncoder:
+    """A ``BertEncoder`` with the weights of a Hugging Face BERT directory, in eval mode.
+
+    Checkpoints without a pooler (sentence-transformers') give a model without one.
+    """
+    path = Path(path)
+    hf = read_config(path, "bert")
+    state = read_weights(path)
+    pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
+    config = build_config(lambda values: bert_config(values, pooler=pooler), hf, path)
+    return load_weights(BertEncoder(config), from_bert_state(state, config))

@@ -1,0 +1,123 @@
+"""A BERT-style encoder, built from glassformer's blocks, for pretrained checkpoints.
+
+ids (B, T) (+ token types) → word + position + token-type embeddings → LayerNorm →
+post-norm encoder layers (GELU) → hidden states (B, T, D); the pooler turns the first
+([CLS]) position into a sentence vector through Linear + tanh.
+
+This is the architecture of BERT and of the sentence-transformers MiniLM models; the
+weights come from Hugging Face directories through ``glassformer.interop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.models.base import ConfigBase, PretrainedModel
+from glassformer.models.common import auto_padding_mask, layer_options
+from glassformer.modules.layers import Encoder
+from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
+
+
+@dataclass
+class BertConfig(ConfigBase):
+    """Configuration of ``BertEncoder``; the defaults are BERT-base's."""
+
+    vocab_size: int = 30522
+    max_len: int = 512
+    d_model: int = 768
+    num_heads: int = 12
+    head_dim: int | None = None
+    num_layers: int = 12
+    d_ff: int = 3072
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu"
+    norm_first: bool = False
+    positional: str = "learned"
+    qkv_bias: bool = True
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+    pooler: bool = True
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, num_heads=4, num_layers=2, d_ff=256),
+        # all-MiniLM-L6-v2's shape
+        "minilm": dict(d_model=384, num_heads=12, num_layers=6, d_ff=1536),
+        "base": dict(),
+    }
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.positional != "learned":
+            raise ValueError(f"BERT learns its positions, got positional={self.positional!r}")
+        if self.type_vocab_size <= 0:
+            raise ValueError(f"type_vocab_size must be positive, got {self.type_vocab_size}")
+
+
+class BertOutput(NamedTuple):
+    hidden: Tensor  # (B, T, D), the last layer's states
+    pooled: Tensor | None  # (B, D), tanh(Linear(hidden[:, 0])), if the model has a pooler
+    attentions: tuple[Tensor, ...] | None  # per layer (B, H, T, T), when asked for
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + token type, then LayerNorm and dropout (BERT normalises here)."""
+
+    def __init__(self, c: BertConfig) -> None:
+        super().__init__()
+        self.token = TokenEmbedding(vocab_size=c.vocab_size, d_model=c.d_model)
+        self.position = LearnedPositionalEmbedding(max_len=c.max_len, d_model=c.d_model)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model)
+        self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(ids)
+        x = self.position(self.token(ids)) + self.token_type(token_type_ids)  # (B, T, D)
+        return self.dropout(self.norm(x))
+
+
+class BertEncoder(PretrainedModel):
+    """BERT's encoder (post-norm, GELU) with its pooler."""
+
+    kind = "bert"
+    config_class = BertConfig
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = BertEmbeddings(c)
+        self.encoder = Encoder(
+            num_layers=c.num_layers, **layer_options(c), layer_norm_eps=c.layer_norm_eps
+        )
+        self.pooler = nn.Linear(c.d_model, c.d_model) if c.pooler else None
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        token_type_ids: Tensor | None = None,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> BertOutput:
+        """ids (B, T) → ``BertOutput``; ``mask`` (B, 1, 1, T) is built from ``pad_id`` if None."""
+        if mask is None:
+            mask = auto_padding_mask(ids, self.config.pad_id)
+        x = self.embed(ids, token_type_ids)
+        hidden, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
+        pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))
+        return BertOutput(hidden, pooled, attentions)
