@@ -11,13 +11,15 @@ import sys
 from collections.abc import Sequence
 
 from glassformer import __version__
-from glassformer.cli import classify, demo, generate, train, translate
+from glassformer.cli import classify, demo, embed, generate, similarity, train, translate
 
 SUBCOMMANDS = {
     "train": train,
     "generate": generate,
     "translate": translate,
     "classify": classify,
+    "embed": embed,
+    "similarity": similarity,
     "demo": demo,
 }
 

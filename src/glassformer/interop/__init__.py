@@ -2,14 +2,22 @@
 
 from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
+from glassformer.interop.sentence import (
+    from_sentence_transformers,
+    load_sentence_encoder,
+    minilm_dir,
+)
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
     "from_bert_state",
     "from_gpt2_state",
+    "from_sentence_transformers",
     "from_torch_nn",
     "load_bert",
     "load_gpt2",
+    "load_sentence_encoder",
+    "minilm_dir",
     "save_gpt2",
     "to_gpt2_state",
     "to_torch_nn",

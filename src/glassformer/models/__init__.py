@@ -5,6 +5,7 @@ from glassformer.models.bert import BertConfig, BertEncoder, BertOutput
 from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
 from glassformer.models.gpt import GPT, GPTConfig
+from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "GPTConfig",
     "ModelOutput",
     "PretrainedModel",
+    "SentenceConfig",
+    "SentenceEncoder",
     "Seq2SeqConfig",
     "Seq2SeqTransformer",
     "TransformerClassifier",

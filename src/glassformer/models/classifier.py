@@ -8,14 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.models.common import POOLING, Embeddings, auto_padding_mask, layer_options, pool
 from glassformer.modules.layers import Encoder
-
-POOLING = ("mean", "cls", "max")
 
 
 @dataclass
@@ -120,13 +117,4 @@ class TransformerClassifier(PretrainedModel):
 
     def pool(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """(B, T, D) → (B, D), ignoring padded positions."""
-        pooling = self.config.pooling
-        if pooling == "cls":
-            return x[:, 0]
-        if mask is None:
-            return x.mean(dim=1) if pooling == "mean" else x.amax(dim=1)
-        real = mask.reshape(mask.size(0), -1, 1).to(x.dtype)  # (B, T, 1), 1 for real tokens
-        if pooling == "mean":
-            return (x * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
-        pooled = x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)  # (B, D)
-        return pooled.masked_fill(real.sum(dim=1) == 0, 0.0)  # a row with no real token: zeros
+        return pool(x, mask, self.config.pooling)

