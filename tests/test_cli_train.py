@@ -171,3 +171,17 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
     capsys.readouterr()
     assert main(["classify", "--model", str(run), "hello"]) == 2
     assert "holds a 'gpt' model, expected 'classifier'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_warns_only_where_the_cpu_emulates_it(native, files, tmp_path, capsys, monkeypatch):
+    import glassformer.cli.train as cli_train
+
+    monkeypatch.setattr(cli_train, "_cpu_without_bf16", lambda model: not native)
+    run = tmp_path / "lm"
+    assert (
+        train("lm", files / "story.txt", run, "--max-steps", "2", "--block-size", "16", "--bf16")
+        == 0
+    )
+    warned = "without native bfloat16" in capsys.readouterr().err
+    assert warned == (not native)

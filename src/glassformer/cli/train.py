@@ -246,6 +246,12 @@ def run(args: argparse.Namespace) -> int:
         min_lr=o["lr"] / 10,
         d_model=model.config.d_model,
     )
+    if o["bf16"] and _cpu_without_bf16(model):
+        print(
+            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
+            "PyTorch emulates it, and training will be many times slower than fp32",
+            file=sys.stderr,
+        )
     config = TrainConfig(
         max_steps=o["max_steps"],
         minutes=o["minutes"],
@@ -310,3 +316,10 @@ def _fresh_state():
     from glassformer.training import TrainState
 
     return TrainState()
+
+
+def _cpu_without_bf16(model) -> bool:
+    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
+    if next(model.parameters()).device.type != "cpu":
+        return False
+    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
