@@ -12,36 +12,13 @@ glassformer is faster).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from _common import compare  # benchmarks/_common.py
 from torch import nn
 
 from glassformer import EncoderLayer, MultiHeadAttention, causal_mask
 from glassformer.interop import from_torch_nn
-
-
-def timed(fn: Callable[[], object], inner: int) -> float:
-    start = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - start) / inner
-
-
-def compare(title: str, fns: dict[str, Callable[[], object]], repeats: int, inner: int) -> None:
-    for fn in fns.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():  # interleaved, so drift hits every contender alike
-            times[name].append(timed(fn, inner))
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    ours = next(iter(medians.values()))
-    print(f"\n{title}")
-    for name, m in medians.items():
-        print(f"  {name:<44} {m * 1e3:9.2f} ms   time relative to glassformer: {m / ours:5.2f}x")
 
 
 def attention(B: int, T: int, D: int, H: int, causal: bool, repeats: int) -> None:

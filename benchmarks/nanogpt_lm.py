@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import export_checkout  # benchmarks/_common.py
 
 from glassformer import load_checkpoint
 from glassformer.data import eval_batches, load_corpus, train_tokenizer
@@ -41,23 +42,6 @@ NANOGPT_CPU = [
     "--n_embd=128",
     "--dropout=0.0",
 ]
-
-
-def export_checkout(path: Path, dest: Path) -> Path:
-    """A clean copy of nanoGPT's files (from a git checkout or a bare mirror)."""
-    dest.mkdir(parents=True)
-    if (path / "train.py").is_file():
-        for name in ("train.py", "model.py", "configurator.py"):
-            (dest / name).write_bytes((path / name).read_bytes())
-        (dest / "config").mkdir()
-        for f in (path / "config").glob("*.py"):
-            (dest / "config" / f.name).write_bytes(f.read_bytes())
-    else:  # a bare repository
-        archive = subprocess.run(
-            ["git", f"--git-dir={path}", "archive", "HEAD"], check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def run_nanogpt(code: Path, iters: int, out: Path) -> tuple[float, float]:

@@ -185,3 +185,15 @@ def test_bf16_warns_only_where_the_cpu_emulates_it(native, files, tmp_path, caps
     )
     warned = "without native bfloat16" in capsys.readouterr().err
     assert warned == (not native)
+
+
+@pytest.mark.slow
+def test_a_compiled_run_saves_the_plain_models_keys(files, tmp_path):
+    run = tmp_path / "lm"
+    assert (
+        train("lm", files / "story.txt", run, "--max-steps", "3", "--block-size", "16", "--compile")
+        == 0
+    )
+    model = load_checkpoint(run)
+    assert not any("_orig_mod" in k for k in model.state_dict())
+    assert isinstance(model, GPT)

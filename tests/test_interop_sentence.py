@@ -67,6 +67,16 @@ def test_minilm_ranks_paraphrases_above_unrelated_sentences(minilm):
     assert query @ close > 0.6 > 0.2 > query @ far
 
 
+def test_minilm_word_pieces_equal_hugging_face_bert_tokenizer(minilm):
+    from glassformer.data.tokenizers import load_tokenizer
+
+    hf = transformers.AutoTokenizer.from_pretrained(str(minilm_dir()))
+    expected = hf(SENTENCES, truncation=True, max_length=256)["input_ids"]
+    assert minilm.tokenize(SENTENCES) == expected
+    from_vocab = load_tokenizer(minilm_dir() / "vocab.txt")  # vocab.txt alone: same pieces
+    assert [from_vocab.encode(t) for t in SENTENCES[:5]] == [r[1:-1] for r in expected[:5]]
+
+
 def test_minilm_reads_its_pipeline_files(minilm):
     c = minilm.config
     assert (c.num_layers, c.d_model, c.num_heads, c.d_ff) == (6, 384, 12, 1536)

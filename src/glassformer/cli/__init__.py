@@ -11,7 +11,18 @@ import sys
 from collections.abc import Sequence
 
 from glassformer import __version__
-from glassformer.cli import classify, demo, embed, generate, similarity, train, translate
+from glassformer.cli import (
+    attention,
+    bench,
+    classify,
+    demo,
+    embed,
+    generate,
+    similarity,
+    trace,
+    train,
+    translate,
+)
 
 SUBCOMMANDS = {
     "train": train,
@@ -20,6 +31,9 @@ SUBCOMMANDS = {
     "classify": classify,
     "embed": embed,
     "similarity": similarity,
+    "bench": bench,
+    "attention": attention,
+    "trace": trace,
     "demo": demo,
 }
 

@@ -122,6 +122,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt.add_argument("--label-smoothing", type=float, default=0.1, help="translate only")
     opt.add_argument("--clip-norm", type=float, default=1.0)
     opt.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    opt.add_argument(
+        "--compile",
+        action="store_true",
+        help="train through torch.compile (needs a C++ compiler on CPU; same checkpoints)",
+    )
     opt.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
     opt.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints")
     opt.add_argument("--seed", type=int, default=1337)
@@ -278,8 +283,10 @@ def run(args: argparse.Namespace) -> int:
             extra_files=task.extra_files,
         ),
     )
+    # torch.compile wraps the model for the steps; checkpoints save the plain module's keys
+    stepped = torch.compile(model) if o.get("compile") else model
     state = train(
-        model,
+        stepped,
         optimizer,
         schedule,
         task.batches,

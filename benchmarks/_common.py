@@ -1,0 +1,77 @@
+"""What the benchmarks share: interleaved timing, the in-run matmul peak, nanoGPT's files.
+
+Every comparison runs its contenders in one process, interleaved (so drift in the
+machine's speed hits all alike), several repeats, and reports medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def timed(fn: Callable[[], object], inner: int) -> float:
+    """Mean seconds per call of ``fn`` over ``inner`` calls."""
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int, inner: int, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each contender, run in turn ``repeats`` times."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(timed(fn, inner))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def compare(title: str, fns: dict[str, Callable[[], object]], repeats: int, inner: int) -> dict:
+    """Print each contender's median time and its ratio to the first (glassformer)."""
+    medians = interleaved(fns, repeats, inner)
+    ours = next(iter(medians.values()))
+    print(f"\n{title}")
+    for name, m in medians.items():
+        print(f"  {name:<44} {m * 1e3:9.2f} ms   time relative to glassformer: {m / ours:5.2f}x")
+    return medians
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of the best of several (n × n) @ (n × n) products: this machine's practical peak."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    inner = 8
+    best = min(timed(lambda: a @ b, inner) for _ in range(repeats + 1))
+    return 2 * n**3 / best
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 / AMX); else it is emulated."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def export_checkout(path: Path, dest: Path) -> Path:
+    """A clean copy of nanoGPT's files (from a git checkout or a bare mirror)."""
+    dest.mkdir(parents=True)
+    if (path / "train.py").is_file():
+        for name in ("train.py", "model.py", "configurator.py"):
+            (dest / name).write_bytes((path / name).read_bytes())
+        (dest / "config").mkdir()
+        for f in (path / "config").glob("*.py"):
+            (dest / "config" / f.name).write_bytes(f.read_bytes())
+    else:  # a bare repository
+        archive = subprocess.run(
+            ["git", f"--git-dir={path}", "archive", "HEAD"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest

@@ -1,0 +1,72 @@
+"""Draw a model's attention weights as heatmaps with the tokens on the axes.
+
+One real forward pass on TEXT; for each kind of attention the model has (encoder
+self-attention; decoder self-attention; the translator's cross-attention), a grid with a
+row per layer and a column per head, or the one map --layer/--head choose (counting
+from 1). A translator attends from --target, or else from its own greedy translation.
+
+--model takes a run directory from `glassformer train`, a checkpoint directory, a
+Hugging Face GPT-2 or BERT directory (with its tokenizer), a sentence-transformers
+directory, or all-MiniLM-L6-v2. With several kinds, --out attention.png becomes
+attention-encoder.png, attention-decoder.png, attention-cross.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "draw attention heatmaps (per layer and head) for a text"
+KINDS = ("encoder", "decoder", "cross")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="the input text (a translator's source sentence)")
+    p.add_argument("--model", required=True, help="run, checkpoint or pretrained directory")
+    p.add_argument("--target", help="a translator's target sentence (default: its translation)")
+    p.add_argument("--which", choices=(*KINDS, "all"), default="all", help="kind of attention")
+    p.add_argument("--layer", type=int, help="only this layer (from 1)")
+    p.add_argument("--head", type=int, help="only this head (from 1)")
+    p.add_argument("--out", default="attention.png", help="the image file (.png, .svg, .pdf)")
+
+
+def load_model_and_tokenizer(path: str):
+    """(model, tokenizer) for any model directory glassformer reads, or all-MiniLM-L6-v2."""
+    from glassformer.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    from glassformer.data.tokenizers import load_tokenizer
+    from glassformer.interop.sentence import MINILM_NAME
+    from glassformer.models.sentence import SentenceEncoder
+
+    if path == MINILM_NAME or (Path(path) / "modules.json").is_file():
+        model = SentenceEncoder.from_pretrained(path)
+        return model, model.tokenizer
+    model = load_checkpoint(path)
+    tokenizer = load_tokenizer(resolve_checkpoint_dir(path))
+    config = model.config
+    vocab = getattr(config, "vocab_size", None) or config.tgt_vocab_size
+    if tokenizer.vocab_size > vocab:
+        raise ValueError(
+            f"the tokenizer in {path} has {tokenizer.vocab_size} tokens, the model {vocab}"
+        )
+    return model, tokenizer
+
+
+def run(args: argparse.Namespace) -> int:
+    from glassformer.viz.attention import attention_maps, plot_attention, save_figure
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"--out {args.out}: expected a .png, .svg or .pdf file name")
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    maps = attention_maps(model, tokenizer, args.text, target=args.target)
+    if args.which != "all":
+        maps = [m for m in maps if m.kind == args.which]
+        if not maps:
+            raise ValueError(f"a {model.kind!r} model has no {args.which} attention")
+    figures = [(m, plot_attention(m, layer=args.layer, head=args.head)) for m in maps]
+    for m, fig in figures:
+        path = out if len(figures) == 1 else out.with_name(f"{out.stem}-{m.kind}{out.suffix}")
+        save_figure(fig, path)
+        layers, heads, tq, tk = m.weights.shape
+        print(f"{path}: {m.title}, {layers} layers × {heads} heads, {tq} × {tk} tokens")
+    return 0

@@ -1,0 +1,87 @@
+"""Run the speed benchmarks of a source checkout's benchmarks/ folder, one after another.
+
+Each benchmark runs glassformer side by side with a peer in one process, interleaved,
+several repeats, and prints medians and ratios:
+
+  attention      MultiHeadAttention and EncoderLayer vs nn.MultiheadAttention and
+                 nn.TransformerEncoderLayer (and F.scaled_dot_product_attention)
+  gpt-train      GPT training step vs nanoGPT (--nanogpt PATH) and Hugging Face GPT-2,
+                 tokens/s and model FLOPs utilisation against this run's matmul peak
+  seq2seq-train  Seq2SeqTransformer training step vs a model on nn.Transformer
+  classifier     TransformerClassifier training and inference vs nn.TransformerEncoder
+                 (its fast path)
+  generate       KV-cache decoding vs Hugging Face generate
+  embed          SentenceEncoder (all-MiniLM-L6-v2) vs sentence-transformers
+  nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
+
+Without names it runs attention, gpt-train, seq2seq-train and classifier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HELP = "run the side-by-side speed benchmarks"
+
+SCRIPTS = {
+    "attention": "attention.py",
+    "gpt-train": "gpt_train.py",
+    "seq2seq-train": "seq2seq_train.py",
+    "classifier": "classifier.py",
+    "generate": "generate.py",
+    "embed": "embed.py",
+    "nanogpt-lm": "nanogpt_lm.py",
+}
+DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
+REPEATABLE = {"attention", "gpt-train", "seq2seq-train", "classifier", "generate", "embed"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks: {', '.join(SCRIPTS)}")
+    p.add_argument("--nanogpt", help="nanoGPT checkout (or bare mirror) for gpt-train, nanogpt-lm")
+    p.add_argument("--repeats", type=int, default=None, help="repeats per measurement")
+    p.add_argument(
+        "--benchmarks",
+        default=None,
+        help="the benchmarks/ folder (default: the one beside this source checkout)",
+    )
+
+
+def benchmarks_dir(given: str | None) -> Path:
+    folder = Path(given) if given else Path(__file__).resolve().parents[3] / "benchmarks"
+    if not (folder / "attention.py").is_file():
+        raise ValueError(
+            f"no benchmarks in {folder}: glassformer bench runs the scripts of a source "
+            "checkout; pass its folder with --benchmarks"
+        )
+    return folder
+
+
+def run(args: argparse.Namespace) -> int:
+    unknown = [n for n in args.names if n not in SCRIPTS]
+    if unknown:
+        raise ValueError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(SCRIPTS)}")
+    if args.repeats is not None and args.repeats <= 0:
+        raise ValueError(f"--repeats must be a positive integer, got {args.repeats}")
+    if "nanogpt-lm" in args.names and not args.nanogpt:
+        raise ValueError("nanogpt-lm needs --nanogpt PATH (a nanoGPT checkout)")
+    if args.nanogpt and not Path(args.nanogpt).exists():
+        raise ValueError(f"--nanogpt {args.nanogpt}: no such directory")
+    folder = benchmarks_dir(args.benchmarks)
+    failed = []
+    for name in args.names or DEFAULT:
+        command = [sys.executable, str(folder / SCRIPTS[name])]
+        if args.nanogpt and name in ("gpt-train", "nanogpt-lm"):
+            command += ["--nanogpt", args.nanogpt]
+        if args.repeats and name in REPEATABLE:
+            command += ["--repeats", str(args.repeats)]
+        print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
+        if subprocess.run(command).returncode != 0:
+            failed.append(name)
+    if failed:
+        print(f"glassformer bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

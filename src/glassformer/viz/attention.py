@@ -1,0 +1,213 @@
+"""Attention heatmaps: each layer's and head's weights, with the tokens on the axes.
+
+``attention_maps(model, tokenizer, text)`` runs one real forward pass asking every
+attention layer for its weights and returns them per kind of attention:
+
+    encoder  encoder self-attention (classifier, encoder LM, BERT, sentence encoder,
+             the translator's encoder)
+    decoder  masked self-attention (GPT, the translator's decoder)
+    cross    the translator's decoder attending to the source
+
+``plot_attention(maps)`` draws one kind as a grid (a row per layer, a column per head)
+or a single chosen map. Layers and heads count from 1, as the titles do. Each row of a
+map is one query token's distribution over the keys: it sums to 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention (causal)",
+    "cross": "decoder cross-attention (target → source)",
+}
+MAX_LABELS = 60  # more tokens than this on an axis: label every k-th one
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """One kind of attention for one input: ``weights`` (L, H, Tq, Tk) and the tokens."""
+
+    kind: str
+    weights: Tensor
+    queries: list[str]
+    keys: list[str]
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.kind]
+
+
+def token_labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Readable axis labels: spaces as ␣, newlines as ⏎, GPT-2's Ġ/Ċ markers likewise."""
+    labels = []
+    for i in ids:
+        token = tokenizer.id_to_token(int(i))
+        token = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace(" ", "␣").replace("\n", "⏎")
+        labels.append(token or "∅")
+    return labels
+
+
+def model_inputs(
+    model: Any, tokenizer: Any, text: str, target: str | None = None
+) -> tuple[tuple, dict, dict[str, list[str]]]:
+    """What to call ``model`` with for ``text``: (args, kwargs, token labels by role).
+
+    The labels are keyed "input" (and for a translator "source" and "target"). A
+    translator without a ``target`` attends from its own greedy translation.
+    """
+    if not text.strip():
+        raise ValueError("the text is empty")
+    model.eval()
+    kind = model.kind
+    limit = model.config.max_len
+    if kind == "seq2seq":
+        src_ids = tokenizer.encode(text)[:limit]
+        src = torch.tensor([src_ids])
+        if target is None:
+            ys = model.generate(src, min(limit - 1, 2 * len(src_ids) + 10))[0].tolist()
+            if ys[-1] == model.config.eos_id:
+                ys = ys[:-1]
+        else:
+            ys = [model.config.bos_id, *tokenizer.encode(target)[: limit - 1]]
+        labels = {"source": token_labels(tokenizer, src_ids), "target": token_labels(tokenizer, ys)}
+        return (src, torch.tensor([ys])), {}, labels
+    if target is not None:
+        raise ValueError(f"a target sentence is for translators; this is a {kind!r} model")
+    if kind == "sentence":
+        ids = model.tokenize([text])[0]
+    elif kind == "bert":
+        ids = [tokenizer.bos_id, *tokenizer.encode(text)[: limit - 2], tokenizer.eos_id]
+    else:
+        ids = tokenizer.encode(text)
+        ids = ids[-limit:] if kind == "gpt" else ids[:limit]
+    return (torch.tensor([ids]),), {}, {"input": token_labels(tokenizer, ids)}
+
+
+@torch.no_grad()
+def attention_maps(
+    model: Any, tokenizer: Any, text: str, *, target: str | None = None
+) -> list[AttentionMaps]:
+    """Run ``model`` on ``text`` and return its attention weights, one entry per kind.
+
+    Args:
+        model: any glassformer model (classifier, encoder LM, GPT, translator, BERT or
+            sentence encoder).
+        tokenizer: the model's tokenizer.
+        text: the input (the source sentence, for a translator).
+        target: a translator's target sentence; if None, the model's own greedy
+            translation is used.
+    """
+    args, kwargs, labels = model_inputs(model, tokenizer, text, target)
+    out = model(*args, **kwargs, need_weights=True)
+    if model.kind == "seq2seq":
+        src, tgt = labels["source"], labels["target"]
+        return [
+            AttentionMaps("encoder", _stack(out.encoder_attentions), src, src),
+            AttentionMaps("decoder", _stack(out.decoder_attentions), tgt, tgt),
+            AttentionMaps("cross", _stack(out.cross_attentions), tgt, src),
+        ]
+    if model.kind in ("bert", "sentence"):
+        layers, which = out.attentions, "encoder"
+    elif model.kind == "gpt":
+        layers, which = out.decoder_attentions, "decoder"
+    else:
+        layers, which = out.encoder_attentions, "encoder"
+    return [AttentionMaps(which, _stack(layers), labels["input"], labels["input"])]
+
+
+def _stack(layers: tuple[Tensor, ...]) -> Tensor:
+    return torch.stack([w[0] for w in layers]).float()  # (L, H, Tq, Tk), the one example
+
+
+def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int | None = None):
+    """A matplotlib Figure of ``maps``: all layers × heads, or one ``layer`` / ``head``
+    (counting from 1). Colours share one square-root scale, shown by the colour bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    num_layers, num_heads, tq, tk = maps.weights.shape
+    layers = _pick("layer", layer, num_layers)
+    heads = _pick("head", head, num_heads)
+    longest = max(tq, tk)
+    if len(layers) * len(heads) == 1:  # one map: room for every token's label
+        cell = max(4.0, min(14.0, 0.11 * longest))
+    else:
+        cell = max(1.6, min(6.0, 0.16 * longest))  # inches per map
+    font = max(4.0, min(9.0, 0.8 * cell * 72 / max(1, min(longest, MAX_LABELS))))
+    fig, axes = plt.subplots(
+        len(layers),
+        len(heads),
+        figsize=(cell * len(heads) + 1.6, cell * len(layers) + 1.0),
+        squeeze=False,
+        layout="constrained",
+    )
+    shown = maps.weights[[i - 1 for i in layers]][:, [h - 1 for h in heads]]
+    top = float(shown.max()) or 1.0
+    # a square-root colour scale: small weights stay visible beside a few large ones
+    norm = matplotlib.colors.PowerNorm(gamma=0.5, vmin=0.0, vmax=top)
+    for r, li in enumerate(layers):
+        for c, hi in enumerate(heads):
+            ax = axes[r][c]
+            image = ax.imshow(maps.weights[li - 1, hi - 1].numpy(), cmap="viridis", norm=norm)
+            ax.set_title(f"layer {li} · head {hi}", fontsize=9)
+            _ticks(ax.set_xticks, ax.set_xticklabels, maps.keys, font, rotation=90)
+            _ticks(ax.set_yticks, ax.set_yticklabels, maps.queries, font)
+            if c > 0:  # in a grid, tokens label only the left column and the bottom row
+                ax.set_yticklabels([])
+            if r < len(layers) - 1:
+                ax.set_xticklabels([])
+            if r == len(layers) - 1:
+                ax.set_xlabel("key", fontsize=8)
+            if c == 0:
+                ax.set_ylabel("query", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys")
+    return fig
+
+
+def _pick(name: str, chosen: int | None, count: int) -> list[int]:
+    if chosen is None:
+        return list(range(1, count + 1))
+    if not 1 <= chosen <= count:
+        raise ValueError(f"{name} must be in 1..{count}, got {chosen}")
+    return [chosen]
+
+
+def _ticks(set_ticks, set_labels, labels: list[str], font: float, rotation: int = 0) -> None:
+    step = math.ceil(len(labels) / MAX_LABELS)
+    positions = list(range(0, len(labels), step))
+    set_ticks(positions)
+    set_labels([labels[i] for i in positions], fontsize=font, rotation=rotation)
+
+
+def save_figure(fig, path) -> None:
+    """Save as PNG, SVG or PDF (by suffix), atomically; close the figure."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"{path}: expected a .png, .svg or .pdf file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=150, format=path.suffix[1:].lower())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
