@@ -33,8 +33,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
+## Speed side by side: attention, GPT training (vs nanoGPT when NANOGPT=path/to/checkout,
+## and Hugging Face GPT-2), seq2seq training (vs nn.Transformer), the classifier (vs
+## nn.TransformerEncoder). See `glassformer bench --help` for the others.
+NANOGPT ?=
 bench: $(STAMP)
-	$(BIN)/python benchmarks/attention.py
+	$(BIN)/glassformer bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -57,7 +57,7 @@ def random_batches(batch: int, context: int):
     g = torch.Generator().manual_seed(0)
     while True:
         data = torch.randint(0, VOCAB, (batch, context + 1), generator=g)
-        yield data[:, :-1], data[:, 1:]
+        yield data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
 def glassformer_model(s: dict) -> GPT:
@@ -103,6 +103,8 @@ def hf_model(s: dict):
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
     )
     return GPT2LMHeadModel(config)
 

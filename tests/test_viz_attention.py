@@ -58,7 +58,7 @@ def models(chars, pieces):
 
 
 @pytest.mark.parametrize("kind", ["classifier", "encoder_lm", "gpt", "bert", "sentence"])
-def test_maps_are_the_models_own_weights_and_rows_sum_to_one(kind, chars, pieces):
+def test_maps_are_the_models_own_weights_and_rows_sum_to_one(kind, chars, pieces, tmp_path):
     model, tok = models(chars, pieces)[kind]
     (maps,) = attention_maps(model, tok, TEXT)
     layers, heads = model.config.num_layers, model.config.num_heads
@@ -74,6 +74,10 @@ def test_maps_are_the_models_own_weights_and_rows_sum_to_one(kind, chars, pieces
         assert maps.kind == "encoder"
     if kind in ("bert", "sentence"):
         assert maps.queries[0] == "[CLS]" and maps.queries[-1] == "[SEP]"
+    fig = plot_attention(maps)
+    assert sum(1 for ax in fig.axes if ax.images) == layers * heads
+    save_figure(fig, tmp_path / f"{kind}.png")
+    assert (tmp_path / f"{kind}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_grid_has_a_map_per_layer_and_head_whose_rows_sum_to_one(chars, pieces, tmp_path):

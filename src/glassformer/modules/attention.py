@@ -228,7 +228,8 @@ class MultiHeadAttention(nn.Module):
             B, T, _ = query.shape
             qkv = F.linear(query, W, b)  # (B, T, 3·H·Dh), one matmul for all three
             qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
-            return qkv[0], qkv[1], qkv[2]
+            q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
+            return q, k, v
 
         value = key if value is None else value
         w_q, w_k, w_v = W.split(inner)  # each (H·Dh, D)
