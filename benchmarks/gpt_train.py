@@ -6,7 +6,8 @@ step, zeroing the gradients, on random token batches. Two shapes:
     small   4 layers, 4 heads, 128 wide, context 64, batch 12  (nanoGPT's README CPU config)
     medium  6 layers, 6 heads, 384 wide, context 256, batch 8  (shakespeare-char's model)
 
-vocabulary 65, dropout 0, no biases on nanoGPT's side (its train.py default). nanoGPT's
+vocabulary 65, dropout 0, no biases on nanoGPT's side (its train.py default);
+``--compile`` adds glassformer under ``torch.compile`` (compiling is untimed warm-up). nanoGPT's
 model.py comes from a checkout passed in by path (nothing of it is copied here); Hugging
 Face's from the installed ``transformers``. Contenders run interleaved, several repeats;
 the medians give tokens/s, the ratio to nanoGPT fp32, and the model FLOPs utilisation
@@ -109,7 +110,7 @@ def hf_model(s: dict):
     return GPT2LMHeadModel(config)
 
 
-def contenders(s: dict, nanogpt: Path | None, hf: bool, bf16: bool) -> dict:
+def contenders(s: dict, nanogpt: Path | None, hf: bool, bf16: bool, compiled: bool = False):
     torch.manual_seed(0)
     steps = {}
     ours = glassformer_model(s)
@@ -119,6 +120,14 @@ def contenders(s: dict, nanogpt: Path | None, hf: bool, bf16: bool) -> dict:
         random_batches(s["batch"], s["context"]),
         lambda m, x, y: m(x, labels=y).loss,
     )
+    if compiled:
+        plain = glassformer_model(s)
+        steps["glassformer fp32 torch.compile"] = step_fn(
+            torch.compile(plain),
+            make_optimizer(plain, "adamw", lr=1e-3),
+            random_batches(s["batch"], s["context"]),
+            lambda m, x, y: m(x, labels=y).loss,
+        )
     if bf16:
         ours16 = glassformer_model(s)
         steps["glassformer bf16 autocast"] = step_fn(
@@ -162,6 +171,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per timing")
     parser.add_argument("--no-hf", action="store_true", help="leave Hugging Face out")
+    parser.add_argument(
+        "--compile", action="store_true", help="add glassformer under torch.compile (slow start)"
+    )
     args = parser.parse_args()
     try:
         import transformers  # noqa: F401
@@ -182,7 +194,7 @@ def main() -> None:
         )
         for name in args.shapes:
             s = SHAPES[name]
-            steps, ours = contenders(s, code, not args.no_hf, bf16)
+            steps, ours = contenders(s, code, not args.no_hf, bf16, args.compile)
             medians = interleaved(steps, args.repeats, args.steps, warmup=3)
             tokens = s["batch"] * s["context"]
             per_token = flops_per_token(ours, s)
