@@ -55,6 +55,10 @@ class ProgressBar:
             desc="training",
             unit="step" if self.by_steps else "s",
             dynamic_ncols=True,
+            # under a time budget the bar counts seconds: show the step, not a "s/s" rate
+            bar_format=None
+            if self.by_steps
+            else "{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]",
         )
         self.val: float | None = None
 
@@ -62,7 +66,8 @@ class ProgressBar:
         if event == "step":
             target = state.step if self.by_steps else min(round(state.elapsed), self.bar.total)
             self.bar.update(max(target - self.bar.n, 0))
-            post = {
+            post = {} if self.by_steps else {"step": state.step}
+            post |= {
                 "loss": f"{metrics['loss']:.4f}",
                 f"{self.unit}/s": f"{metrics['tokens_per_s']:,.0f}",
             }
