@@ -7,6 +7,14 @@
 Everything goes into one run directory (--out): the checkpoint, metrics.jsonl, loss.png
 and samples.txt. --resume DIR continues an interrupted run exactly where it stopped.
 Training stops at --max-steps or after --minutes of training, whichever comes first.
+
+The same command runs data-parallel under torchrun (gloo on CPU, NCCL on GPUs):
+
+    torchrun --nproc_per_node 2 -m glassformer train lm --corpus austen --batch-size 16
+
+--batch-size is per process: the global batch is batch-size × processes × accumulation.
+Rank 0 shows progress and writes the run directory; --resume works with any number of
+processes.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 import torch
 
 from glassformer.checkpoint import load_checkpoint
-from glassformer.training import Schedule, TrainConfig, make_optimizer, train
+from glassformer.training import Schedule, TrainConfig, distributed, make_optimizer, train
 from glassformer.training.run import (
     Checkpointer,
     MetricsLog,
@@ -129,8 +137,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     opt.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
     opt.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints")
+    opt.add_argument(
+        "--log-every", type=int, default=10, help="steps between rows of metrics.jsonl"
+    )
     opt.add_argument("--seed", type=int, default=1337)
     opt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    opt.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: a CUDA GPU if there is one (under torchrun: cuda:LOCAL_RANK), else the CPU",
+    )
     opt.add_argument(
         "--no-test",
         action="store_true",
@@ -144,7 +161,7 @@ def _column(value: str) -> str | int:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The run's options with the task's defaults filled in; saved as run.json."""
-    opts = {k: v for k, v in vars(args).items() if k not in ("run", "command", "resume")}
+    opts = {k: v for k, v in vars(args).items() if k not in ("run", "command", "resume", "device")}
     for key, value in DEFAULTS[args.task].items():
         if opts.get(key) is None:
             opts[key] = value
@@ -173,15 +190,21 @@ def data_options(o: dict[str, Any]) -> DataOptions:
     )
 
 
-def build_task(o: dict[str, Any], tokenizer=None, labels=None):
+def build_task(o: dict[str, Any], tokenizer=None, labels=None, world=None):
     overrides = {
         k: o[k]
         for k in ("d_model", "num_heads", "d_ff", "dropout", "norm_first")
         if o.get(k) is not None
     }
     data = data_options(o)
+    world = world or distributed.Distributed()
     common = dict(
-        preset=o["preset"], batch_size=o["batch_size"], seed=o["seed"], tokenizer=tokenizer
+        preset=o["preset"],
+        batch_size=o["batch_size"],
+        seed=o["seed"],
+        tokenizer=tokenizer,
+        rank=world.rank,
+        world_size=world.world_size,
     )
     if o["task"] == "lm":
         if o.get("num_layers"):
@@ -207,6 +230,20 @@ def build_task(o: dict[str, Any], tokenizer=None, labels=None):
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    world = distributed.setup(getattr(args, "device", "auto"))
+    try:
+        return _train(args, world)
+    finally:
+        distributed.teardown(world)
+
+
+def _say(world, message: str) -> None:
+    """A line on stderr, from rank 0 only."""
+    if world.is_main:
+        print(message, file=sys.stderr)
+
+
+def _train(args: argparse.Namespace, world) -> int:
     resume_dir = Path(args.resume) if args.resume else None
     if resume_dir is not None:
         run_file = resume_dir / RUN_FILE
@@ -217,8 +254,10 @@ def run(args: argparse.Namespace) -> int:
             if getattr(args, key) is not None:
                 o[key] = getattr(args, key)
         o["out"] = str(resume_dir)
+        _rescale_batch(o, world)
     else:
         o = _options(args)
+        o["processes"] = world.world_size
     out = Path(o["out"])
     torch.manual_seed(o["seed"])
 
@@ -229,16 +268,23 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(resume_dir / "checkpoint")
         labels_file = resume_dir / "checkpoint" / "labels.json"
         labels = json.loads(labels_file.read_text()) if labels_file.is_file() else None
-    print(f"preparing data for {o['task']} ...", file=sys.stderr)
-    task = build_task(o, tokenizer, labels)
+    _say(world, f"preparing data for {o['task']} ...")
+    task = _build_task_on_all_ranks(o, tokenizer, labels, world)
     model = task.model
     if resume_dir is not None:
         model = load_checkpoint(resume_dir)
-    print(f"data: {task.description}", file=sys.stderr)
-    print(
+    model.to(world.device)
+    _say(world, f"data: {task.description}")
+    _say(
+        world,
         f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
-        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)",
-        file=sys.stderr,
+        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"
+        + (
+            f"; {world.world_size} processes, global batch "
+            f"{o['batch_size'] * world.world_size * o['accumulation']}"
+            if world.enabled
+            else ""
+        ),
     )
 
     optimizer = make_optimizer(model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"])
@@ -252,10 +298,10 @@ def run(args: argparse.Namespace) -> int:
         d_model=model.config.d_model,
     )
     if o["bf16"] and _cpu_without_bf16(model):
-        print(
+        _say(
+            world,
             "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
             "PyTorch emulates it, and training will be many times slower than fp32",
-            file=sys.stderr,
         )
     config = TrainConfig(
         max_steps=o["max_steps"],
@@ -266,25 +312,30 @@ def run(args: argparse.Namespace) -> int:
         eval_every=o["eval_every"],
     )
 
-    out.mkdir(parents=True, exist_ok=True)
     state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
-    if resume_dir is None:
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-    write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
-    hooks = (
-        ProgressBar(config, state or _fresh_state(), unit=task.unit),
-        MetricsLog(out / "metrics.jsonl"),
-        Checkpointer(
-            out,
-            model,
-            optimizer,
-            task.batches,
-            every=o["checkpoint_every"],
-            extra_files=task.extra_files,
-        ),
-    )
+    if world.enabled:  # each rank its own dropout stream (the data streams are shared)
+        torch.manual_seed(o["seed"] + 1_000_003 * world.rank + (state.step if state else 0))
+    hooks = ()
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if resume_dir is None:
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+        write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+        hooks = (
+            ProgressBar(config, state or _fresh_state(), unit=task.unit),
+            MetricsLog(out / "metrics.jsonl", every=o.get("log_every", 10)),
+            Checkpointer(
+                out,
+                model,
+                optimizer,
+                task.batches,
+                every=o["checkpoint_every"],
+                extra_files=task.extra_files,
+            ),
+        )
     # torch.compile wraps the model for the steps; checkpoints save the plain module's keys
     stepped = torch.compile(model) if o.get("compile") else model
+    stepped = distributed.wrap(stepped, world)
     state = train(
         stepped,
         optimizer,
@@ -295,7 +346,10 @@ def run(args: argparse.Namespace) -> int:
         state=state,
         evaluate=task.evaluate,
         hooks=hooks,
+        world=world,
     )
+    if not world.is_main:
+        return 0
 
     plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {o['task']}")
     final = state.history[-1] if state.history else {}
@@ -317,6 +371,42 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{samples}\n")
     print(f"run directory: {out} (checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json)")
     return 0
+
+
+def _build_task_on_all_ranks(o: dict[str, Any], tokenizer, labels, world):
+    """The task, with one tokenizer for every rank: training a BPE or WordPiece vocabulary
+    is not reproducible from process to process (ties between equally frequent merges), so
+    rank 0 trains it and the other ranks load rank 0's."""
+    if not world.enabled or tokenizer is not None:
+        return build_task(o, tokenizer, labels, world)
+    task = build_task(o, None, labels, world) if world.is_main else None
+    shared = world.broadcast_bytes(task.extra_files["tokenizer.json"] if task else None)
+    if task is not None:
+        return task
+    import tempfile
+
+    from glassformer.data.tokenizers import load_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "tokenizer.json").write_bytes(shared)
+        tokenizer = load_tokenizer(tmp)
+    return build_task(o, tokenizer, labels, world)
+
+
+def _rescale_batch(o: dict[str, Any], world) -> None:
+    """Resuming with another number of processes keeps the global batch: each process
+    takes global / processes examples (or windows) per micro-batch."""
+    saved = int(o.get("processes", 1))
+    if saved == world.world_size:
+        return
+    global_batch = o["batch_size"] * saved
+    if global_batch % world.world_size:
+        raise ValueError(
+            f"the run's global batch of {global_batch} ({saved} processes × {o['batch_size']}) "
+            f"does not split evenly over {world.world_size} processes"
+        )
+    o["batch_size"], o["processes"] = global_batch // world.world_size, world.world_size
+    _say(world, f"resuming on {world.world_size} processes: batch {o['batch_size']} each")
 
 
 def _fresh_state():

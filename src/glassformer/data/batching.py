@@ -264,10 +264,16 @@ class BucketBatches(Generic[E]):
         self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
+        return {"epoch": self.epoch, "position": self.position, "batches": len(self)}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        """Go back to a saved position. A state saved with another plan for the epoch (by
+        a different number of processes, or another batch size) resumes the same fraction
+        of the way through the epoch, rounded down."""
         epoch, position = int(state["epoch"]), int(state["position"])
+        saved_batches = int(state.get("batches", 0))
+        if epoch >= 0 and saved_batches and saved_batches != len(self.batch_indices(epoch)):
+            position = position * len(self.batch_indices(epoch)) // saved_batches
         if epoch < 0 or not 0 <= position <= len(self.batch_indices(epoch)):
             raise ValueError(
                 f"cannot resume at epoch {epoch}, batch {position}: "

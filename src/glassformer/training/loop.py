@@ -9,11 +9,14 @@
         hooks("step", ...)                              # progress bar, metrics, checkpoints
 
 Summing then dividing by the total count makes k micro-batches exactly one big batch, even
-when the micro-batches hold different numbers of real (non-pad) tokens.
+when the micro-batches hold different numbers of real (non-pad) tokens. Under ``torchrun``
+(see ``training.distributed``) the counts are summed over the ranks too, so N processes
+make one step over the union of their batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from glassformer.training.distributed import Distributed
 from glassformer.training.schedules import Schedule
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
@@ -91,6 +95,7 @@ def train(
     state: TrainState | None = None,
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
     hooks: tuple[Hook, ...] = (),
+    world: Distributed | None = None,
 ) -> TrainState:
     """Train ``model`` until ``config`` says stop; return the final state.
 
@@ -106,21 +111,26 @@ def train(
             in eval mode without gradients.
         hooks: called as ``hook(event, state, metrics)`` for events "step" (after every
             optimizer step), "eval" and "end" (also when interrupted, before re-raising).
+        world: this process's place in a ``torchrun`` job (``model`` then is the
+            ``DistributedDataParallel`` wrapper); losses, counts and times are agreed over
+            the ranks, and only rank 0 evaluates.
     """
     state = state or TrainState()
+    world = world or Distributed()
     params = [p for p in model.parameters() if p.requires_grad]
+    plain = getattr(model, "module", model)  # evaluation runs outside DDP's collectives
 
     def emit(event: str, metrics: dict[str, float]) -> None:
         for hook in hooks:
             hook(event, state, metrics)
 
     def run_eval() -> None:
-        if evaluate is None:
+        if evaluate is None or not world.is_main:
             return
-        model.eval()
-        with torch.no_grad(), _autocast(model, config.bf16):
-            metrics = {"step": state.step, **evaluate(model)}
-        model.train()
+        plain.eval()
+        with torch.no_grad(), _autocast(plain, config.bf16):
+            metrics = {"step": state.step, **evaluate(plain if world.enabled else model)}
+        plain.train()
         state.history.append(metrics)
         emit("eval", metrics)
 
@@ -129,20 +139,23 @@ def train(
         while not state.done(config):
             started = time.perf_counter()
             loss_sum, count = _accumulate(model, batches, loss_fn, config)
+            loss_sum, count = world.sum(loss_sum, count)  # over the ranks
+            count = int(count)
             if not math.isfinite(loss_sum):
                 raise FloatingPointError(
                     f"training loss became {loss_sum} at step {state.step + 1}; "
                     "the last checkpoint is intact; try a lower learning rate"
                 )
             grads = [p.grad for p in params if p.grad is not None]
-            torch._foreach_div_(grads, max(count, 1))  # sums → means over the whole step
+            # DDP has averaged the ranks' gradient sums: × world_size / count = the mean
+            torch._foreach_div_(grads, max(count, 1) / world.world_size)
             grad_norm = _clip(params, config.clip_norm)
             lr = schedule.lr_at(state.step, _time_progress(state, config))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            seconds = time.perf_counter() - started
+            seconds = world.max(time.perf_counter() - started)  # ranks agree when to stop
             state.step += 1
             state.tokens += count
             state.elapsed += seconds
@@ -162,14 +175,28 @@ def _accumulate(
 ) -> tuple[float, int]:
     """Forward and backward over ``config.accumulation`` micro-batches; sum losses and counts."""
     total_loss, total_count = 0.0, 0
-    for _ in range(config.accumulation):
-        batch = next(batches)
-        with _autocast(model, config.bf16):
-            loss_sum, count = loss_fn(model, batch)
-        loss_sum.backward()
+    device = next(model.parameters()).device
+    for i in range(config.accumulation):
+        batch = to_device(next(batches), device)
+        last = i == config.accumulation - 1
+        # DDP all-reduces the gradients once, with the last micro-batch's backward
+        no_sync = getattr(model, "no_sync", None)
+        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+            with _autocast(model, config.bf16):
+                loss_sum, count = loss_fn(model, batch)
+            loss_sum.backward()
         total_loss += loss_sum.item()
         total_count += count
     return total_loss, total_count
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch (a tensor, or a tuple/list of them) on ``device``; a no-op where it is."""
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(b, device) for b in batch)
+    return batch
 
 
 def _clip(params: list[Tensor], clip_norm: float | None) -> float:

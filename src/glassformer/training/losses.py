@@ -40,7 +40,7 @@ def token_cross_entropy(
 def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, label_smoothing: float = 0.0):
     """Next-token loss for a GPT: batch = (x (B, T), y (B, T) = x shifted by one)."""
     x, y = batch
-    pad = model.config.pad_id
+    pad = _config(model).pad_id
     logits = model(x).logits  # (B, T, V)
     return token_cross_entropy(
         logits, y, ignore_index=-100 if pad is None else pad, label_smoothing=label_smoothing
@@ -54,7 +54,7 @@ def seq2seq_loss(
     src, tgt_in, labels = batch
     logits = model(src, tgt_in).logits  # (B, T, V)
     return token_cross_entropy(
-        logits, labels, ignore_index=model.config.pad_id, label_smoothing=label_smoothing
+        logits, labels, ignore_index=_config(model).pad_id, label_smoothing=label_smoothing
     )
 
 
@@ -63,6 +63,11 @@ def classify_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, label_smoot
     ids, labels = batch
     logits = model(ids).logits  # (B, C)
     return token_cross_entropy(logits, labels, label_smoothing=label_smoothing)
+
+
+def _config(model: nn.Module):
+    """The model's config, through a ``DistributedDataParallel`` wrapper."""
+    return getattr(model, "module", model).config
 
 
 LOSSES = {"lm": lm_loss, "translate": seq2seq_loss, "classify": classify_loss}

@@ -84,6 +84,8 @@ class MetricsLog:
     """Appends to metrics.jsonl: every ``every``-th step and every evaluation."""
 
     def __init__(self, path: Path, every: int = 10) -> None:
+        if every <= 0:
+            raise ValueError(f"log every must be a positive number of steps, got {every}")
         self.path, self.every = path, every
 
     def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:

@@ -135,6 +135,8 @@ def lm_task(
     batch_size: int,
     seed: int,
     model_overrides: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
     tokenizer=None,
     eval_batches: int = 50,
 ) -> Task:
@@ -165,8 +167,12 @@ def lm_task(
         },
     )
     model = GPT(config)
-    batches = LMBatches(train_ids, block_size, batch_size, seed=seed)
-    val_windows = list(eval_windows(val_ids, block_size, batch_size, max_batches=eval_batches))
+    batches = LMBatches(
+        train_ids, block_size, batch_size, seed=seed, rank=rank, world_size=world_size
+    )
+    # the same windows however many processes share the global batch
+    global_batch = batch_size * world_size
+    val_windows = list(eval_windows(val_ids, block_size, global_batch, max_batches=eval_batches))
     loss_fn = loss_for("lm")
 
     def evaluate(m: nn.Module) -> dict[str, float]:
@@ -212,6 +218,8 @@ def translate_task(
     batch_size: int,
     seed: int,
     model_overrides: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
     max_len: int = 128,
     tokenizer=None,
     label_smoothing: float = 0.1,
@@ -260,7 +268,14 @@ def translate_task(
     def collate(pairs):
         return collate_pairs(pairs, tok.pad_id, tok.bos_id, tok.eos_id)
 
-    buckets = BucketBatches(train_pairs, batch_size, key=lambda p: len(p[0]) + len(p[1]), seed=seed)
+    buckets = BucketBatches(
+        train_pairs,
+        batch_size,
+        key=lambda p: len(p[0]) + len(p[1]),
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+    )
     batches = _Mapped(buckets, collate)
     val_batches = [
         collate(b)
@@ -313,6 +328,8 @@ def classify_task(
     batch_size: int,
     seed: int,
     model_overrides: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
     max_len: int = 256,
     tokenizer=None,
     labels: list[str] | None = None,
@@ -361,7 +378,9 @@ def classify_task(
     def collate(examples):
         return collate_labelled([i for i, _ in examples], [y for _, y in examples], tok.pad_id)
 
-    buckets = BucketBatches(train_ex, batch_size, key=lambda e: len(e[0]), seed=seed)
+    buckets = BucketBatches(
+        train_ex, batch_size, key=lambda e: len(e[0]), seed=seed, rank=rank, world_size=world_size
+    )
     batches = _Mapped(buckets, collate)
     val_batches = [
         collate(b)
