@@ -5,6 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from glassformer.training.loop import to_device
+
+
+def device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
 
 def translate_texts(
     model,
@@ -26,6 +32,7 @@ def translate_texts(
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
+        src = src.to(device_of(model))
         new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
         ys = model.generate(src, new_tokens, **generate_kwargs)
         for i, row in zip(idx, ys.tolist(), strict=True):
@@ -38,7 +45,7 @@ def mean_loss(model: nn.Module, loss_fn, batches) -> float:
     total, count = 0.0, 0
     with torch.no_grad():
         for batch in batches:
-            loss, n = loss_fn(model, batch)
+            loss, n = loss_fn(model, to_device(batch, device_of(model)))
             total, count = total + loss.item(), count + n
     return total / max(count, 1)
 
@@ -64,6 +71,7 @@ def score(model: nn.Module, batches, *, prefix: str = "") -> dict[str, float]:
     """Mean loss and accuracy of a classifier over (ids, labels) batches."""
     total, correct, count = 0.0, 0, 0
     for ids, labels in batches:
+        ids, labels = ids.to(device_of(model)), labels.to(device_of(model))
         logits = model(ids).logits
         total += torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
@@ -90,6 +98,7 @@ def classify_texts(
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
             ids = pad_batch(encoded[start : start + batch_size], tokenizer.pad_id)
+            ids = ids.to(device_of(model))
             probs = model(ids).logits.float().softmax(-1)
             p, k = probs.max(-1)
             out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]

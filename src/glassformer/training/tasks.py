@@ -188,8 +188,9 @@ def lm_task(
 
     def show(m: nn.Module) -> str:
         prompt = val_text[: min(32, len(val_text))]
-        ids = torch.tensor([tok.encode(prompt)])
-        g = torch.Generator().manual_seed(seed)
+        device = next(m.parameters()).device
+        ids = torch.tensor([tok.encode(prompt)], device=device)
+        g = torch.Generator(device).manual_seed(seed)
         out = m.generate(ids, 300, do_sample=True, temperature=0.8, top_k=50, generator=g)
         return f"prompt: {prompt!r}\n{tok.decode(out[0].tolist())}"
 
