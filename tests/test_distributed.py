@@ -1,8 +1,9 @@
 """`glassformer train` under torchrun: 2 CPU processes (gloo) make the same steps as one.
 
 Each check launches real processes with ``torchrun --standalone``: the training losses of
-the 2-process run equal those of a single process with the same global batch, step by step,
-and resuming across a change in the number of processes continues the same curve.
+the 2-process run (DistributedDataParallel, or FSDP with ``--strategy fsdp``) equal those of
+a single process with the same global batch, step by step, and resuming across a change in
+the number of processes continues the same curve.
 """
 
 import json
@@ -62,43 +63,48 @@ def assert_same_curve(a, b, steps):
     assert rows(a)[-1]["step"] == steps
 
 
-def test_two_processes_equal_one_with_the_same_global_batch(files, tmp_path):
+@pytest.mark.parametrize(
+    "first, then",
+    [("ddp", "one"), ("one", "fsdp"), ("fsdp", "one")],
+    ids=["ddp-then-one", "one-then-fsdp", "fsdp-then-one"],
+)
+def test_two_processes_equal_one_with_the_same_global_batch(files, tmp_path, first, then):
+    """4 steps one way, 4 more after --resume the other way: the losses of one process
+    with 8 windows a step, and the same final weights. Two processes take 4 windows each."""
     data = ["--data", str(files / "story.txt")]
     one = tmp_path / "one"
     assert (
         main(["train", *LM, *data, "--batch-size", "8", "--max-steps", "8", "--out", str(one)]) == 0
     )
-    # 2 processes × 4 windows for 4 steps, then one process resumes (8 windows a step)
-    two_then_one = tmp_path / "two_then_one"
-    torchrun(*LM, *data, "--batch-size", "4", "--max-steps", "4", "--out", str(two_then_one))
-    assert json.loads((two_then_one / "run.json").read_text())["processes"] == 2
-    assert main(["train", "lm", "--resume", str(two_then_one), "--max-steps", "8"]) == 0
-    # one process for 4 steps, then 2 processes resume (4 windows each)
-    one_then_two = tmp_path / "one_then_two"
-    assert (
-        main(
-            [
-                "train",
-                *LM,
-                *data,
-                "--batch-size",
-                "8",
-                "--max-steps",
-                "4",
-                "--out",
-                str(one_then_two),
-            ]
+    run = tmp_path / "run"
+    if first == "one":
+        assert (
+            main(["train", *LM, *data, "--batch-size", "8", "--max-steps", "4", "--out", str(run)])
+            == 0
         )
-        == 0
-    )
-    torchrun("lm", "--resume", str(one_then_two), "--max-steps", "8")
+    else:
+        torchrun(
+            *LM,
+            *data,
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "4",
+            "--strategy",
+            first,
+            "--out",
+            str(run),
+        )
+        assert json.loads((run / "run.json").read_text())["processes"] == 2
+    if then == "one":
+        assert main(["train", "lm", "--resume", str(run), "--max-steps", "8"]) == 0
+    else:
+        torchrun("lm", "--resume", str(run), "--max-steps", "8", "--strategy", then)
 
-    assert_same_curve(one, two_then_one, 8)
-    assert_same_curve(one, one_then_two, 8)  # steps 5-8 ran on 2 processes
+    assert_same_curve(one, run, 8)
     reference = load_checkpoint(one).state_dict()
-    for run in (two_then_one, one_then_two):
-        for name, tensor in load_checkpoint(run).state_dict().items():
-            torch.testing.assert_close(tensor, reference[name], atol=1e-5, rtol=1e-4)
+    for name, tensor in load_checkpoint(run).state_dict().items():
+        torch.testing.assert_close(tensor, reference[name], atol=1e-5, rtol=1e-4)
 
 
 def test_two_processes_with_accumulation_equal_one_accumulating_their_batches(files, tmp_path):

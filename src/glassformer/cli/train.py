@@ -143,6 +143,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     opt.add_argument("--seed", type=int, default=1337)
     opt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     opt.add_argument(
+        "--strategy",
+        default="ddp",
+        choices=list(distributed.STRATEGIES),
+        help="under torchrun: replicate the model (ddp) or shard parameters, gradients and "
+        "optimizer state across the processes (fsdp)",
+    )
+    opt.add_argument(
         "--device",
         default="auto",
         choices=["auto", "cpu", "cuda"],
@@ -161,7 +168,11 @@ def _column(value: str) -> str | int:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The run's options with the task's defaults filled in; saved as run.json."""
-    opts = {k: v for k, v in vars(args).items() if k not in ("run", "command", "resume", "device")}
+    opts = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("run", "command", "resume", "device", "strategy")
+    }
     for key, value in DEFAULTS[args.task].items():
         if opts.get(key) is None:
             opts[key] = value
@@ -287,6 +298,12 @@ def _train(args: argparse.Namespace, world) -> int:
         ),
     )
 
+    # The module the steps run through: DDP around the model, or the model sharded in place
+    # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
+    # hold the plain model's keys.
+    strategy = getattr(args, "strategy", "ddp")
+    stepped = distributed.wrap(model, world, strategy)
+    stepped = torch.compile(stepped) if o.get("compile") else stepped
     optimizer = make_optimizer(model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"])
     # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
     schedule = Schedule(
@@ -312,10 +329,19 @@ def _train(args: argparse.Namespace, world) -> int:
         eval_every=o["eval_every"],
     )
 
-    state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
+    state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
     if world.enabled:  # each rank its own dropout stream (the data streams are shared)
         torch.manual_seed(o["seed"] + 1_000_003 * world.rank + (state.step if state else 0))
-    hooks = ()
+    checkpointer = Checkpointer(
+        out,
+        model,
+        optimizer,
+        task.batches,
+        every=o["checkpoint_every"],
+        extra_files=task.extra_files,
+    )
+    sharded = distributed.is_sharded(model)
+    hooks = (checkpointer,) if sharded else ()  # every rank helps gather a sharded model
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
         if resume_dir is None:
@@ -324,18 +350,8 @@ def _train(args: argparse.Namespace, world) -> int:
         hooks = (
             ProgressBar(config, state or _fresh_state(), unit=task.unit),
             MetricsLog(out / "metrics.jsonl", every=o.get("log_every", 10)),
-            Checkpointer(
-                out,
-                model,
-                optimizer,
-                task.batches,
-                every=o["checkpoint_every"],
-                extra_files=task.extra_files,
-            ),
+            checkpointer,
         )
-    # torch.compile wraps the model for the steps; checkpoints save the plain module's keys
-    stepped = torch.compile(model) if o.get("compile") else model
-    stepped = distributed.wrap(stepped, world)
     state = train(
         stepped,
         optimizer,
@@ -348,6 +364,7 @@ def _train(args: argparse.Namespace, world) -> int:
         hooks=hooks,
         world=world,
     )
+    model = distributed.plain_model(model)  # a sharded model is gathered onto rank 0
     if not world.is_main:
         return 0
 

@@ -13,16 +13,34 @@ over its tokens, and ``DistributedDataParallel`` averages the gradients while ba
 runs. The loop then rescales them by ``world_size / global token count``, so a step is
 exactly the single-process step over the union of the ranks' batches. Only rank 0 shows
 progress, writes metrics and saves checkpoints.
+
+With ``strategy="fsdp"`` each encoder/decoder layer, and then the whole model, is sharded
+with FSDP (``fully_shard``): every rank keeps 1/N of the parameters, gradients and
+optimizer state, and gathers a layer's parameters just before it runs. Every rank then
+takes part in evaluation and in gathering the full weights and optimizer state for a
+checkpoint, which rank 0 writes in the usual format.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -102,11 +120,107 @@ def teardown(world: Distributed) -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, world: Distributed) -> nn.Module:
-    """The module the training steps run through: the model itself on one process,
-    ``DistributedDataParallel`` on several. Checkpoints always save the plain model."""
+def wrap(model: nn.Module, world: Distributed, strategy: str = "ddp") -> nn.Module:
+    """The module the training steps run through: the model itself on one process;
+    on several, ``DistributedDataParallel`` around it ("ddp") or the model sharded in
+    place, layer by layer ("fsdp"). Checkpoints always hold the plain model's weights."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
     if not world.enabled:
+        return model
+    if strategy == "fsdp":
+        from glassformer.modules.layers import DecoderLayer, EncoderLayer
+
+        for module in model.modules():
+            if isinstance(module, (EncoderLayer, DecoderLayer)):
+                fully_shard(module)
+        fully_shard(model)
         return model
     ids = [world.device.index] if world.device.type == "cuda" else None
     # the buffers (position tables) never change: no broadcast before every forward
     return nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """True for an FSDP-sharded model: every rank must join its forward passes."""
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def no_gradient_sync(model: nn.Module) -> Iterator[None]:
+    """Backward passes that keep their gradients local (all but an accumulated step's last)."""
+    model = getattr(model, "_orig_mod", model)  # through torch.compile
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        with model.no_sync():
+            yield
+    elif is_sharded(model):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def plain_model(model: nn.Module) -> nn.Module:
+    """An unsharded copy of a sharded model, on the CPU of rank 0 (every rank must call
+    this; the others get None). An unsharded model is returned as it is."""
+    if not is_sharded(model):
+        return model
+    state = get_model_state_dict(model, options=_FULL)  # gathered onto rank 0's CPU
+    if dist.get_rank() != 0:
+        return None
+    with torch.device("meta"):  # no memory and no random numbers drawn
+        # fully_shard made the model's class a subclass of FSDPModule and the model's own
+        cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+        copy = cls(model.config)
+    tied = _tied_names(copy)
+    copy.to_empty(device="cpu")
+    for first, *others in tied:  # to_empty unties shared parameters: tie them again
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            setattr(copy.get_submodule(owner), attr, copy.get_parameter(first))
+    copy.load_state_dict(state)
+    return copy
+
+
+def _tied_names(model: nn.Module) -> list[list[str]]:
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state to save: the usual ``state_dict()`` for an unsharded model;
+    gathered in full and keyed by parameter name for a sharded one (every rank calls)."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+
+
+def load_optimizer_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, Any]
+) -> None:
+    """Restore a saved optimizer state, whichever of the two forms it has, into a sharded
+    or an unsharded model's optimizer."""
+    by_name = any(isinstance(k, str) for k in saved.get("state", {}))
+    if not by_name and not is_sharded(model):
+        optimizer.load_state_dict(saved)
+        return
+    if not by_name:  # index-keyed: name the parameters in the order the optimizer has them
+        names = {id(p): n for n, p in model.named_parameters()}
+        order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+        saved = {
+            "state": {order[i]: v for i, v in saved["state"].items()},
+            "param_groups": [
+                {**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]
+            ],
+        }
+    set_optimizer_state_dict(
+        model, optimizer, saved, options=StateDictOptions(full_state_dict=True)
+    )

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from glassformer.training.distributed import Distributed
+from glassformer.training.distributed import Distributed, is_sharded, no_gradient_sync
 from glassformer.training.schedules import Schedule
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
@@ -112,27 +112,30 @@ def train(
         hooks: called as ``hook(event, state, metrics)`` for events "step" (after every
             optimizer step), "eval" and "end" (also when interrupted, before re-raising).
         world: this process's place in a ``torchrun`` job (``model`` then is the
-            ``DistributedDataParallel`` wrapper); losses, counts and times are agreed over
-            the ranks, and only rank 0 evaluates.
+            ``DistributedDataParallel`` wrapper or the FSDP-sharded model); losses, counts
+            and times are agreed over the ranks, and only rank 0 evaluates (all ranks take
+            part under FSDP, whose forward passes gather parameters from every rank).
     """
     state = state or TrainState()
     world = world or Distributed()
     params = [p for p in model.parameters() if p.requires_grad]
     plain = getattr(model, "module", model)  # evaluation runs outside DDP's collectives
+    sharded = is_sharded(getattr(model, "_orig_mod", model))
 
     def emit(event: str, metrics: dict[str, float]) -> None:
         for hook in hooks:
             hook(event, state, metrics)
 
     def run_eval() -> None:
-        if evaluate is None or not world.is_main:
+        if evaluate is None or not (world.is_main or sharded):
             return
         plain.eval()
         with torch.no_grad(), _autocast(plain, config.bf16):
             metrics = {"step": state.step, **evaluate(plain if world.enabled else model)}
         plain.train()
-        state.history.append(metrics)
-        emit("eval", metrics)
+        if world.is_main:
+            state.history.append(metrics)
+            emit("eval", metrics)
 
     model.train()
     try:
@@ -179,9 +182,8 @@ def _accumulate(
     for i in range(config.accumulation):
         batch = to_device(next(batches), device)
         last = i == config.accumulation - 1
-        # DDP all-reduces the gradients once, with the last micro-batch's backward
-        no_sync = getattr(model, "no_sync", None)
-        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+        # DDP and FSDP reduce the gradients once, with the last micro-batch's backward
+        with contextlib.nullcontext() if last else no_gradient_sync(model):
             with _autocast(model, config.bf16):
                 loss_sum, count = loss_fn(model, batch)
             loss_sum.backward()
@@ -200,10 +202,9 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 def _clip(params: list[Tensor], clip_norm: float | None) -> float:
-    if clip_norm is None:
-        grads = [p.grad for p in params if p.grad is not None]
-        return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
-    return torch.nn.utils.clip_grad_norm_(params, clip_norm).item()
+    """Clip the gradients' global norm to ``clip_norm`` (None: only measure it)."""
+    norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip_norm is None else clip_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: DTensor
 
 
 def _time_progress(state: TrainState, config: TrainConfig) -> float | None:

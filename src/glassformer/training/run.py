@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_training_state, save_checkpoint
+from glassformer.training.distributed import load_optimizer_state, optimizer_state, plain_model
 from glassformer.training.loop import TrainConfig, TrainState
 
 
@@ -139,7 +140,11 @@ def plot_loss(metrics_path: Path, png_path: Path, title: str = "") -> Path | Non
 
 
 class Checkpointer:
-    """Saves the model and everything a resume needs every ``every`` steps and at the end."""
+    """Saves the model and everything a resume needs every ``every`` steps and at the end.
+
+    For an FSDP-sharded model every rank must hold one (gathering the full weights and
+    optimizer state takes them all); rank 0 writes.
+    """
 
     def __init__(
         self,
@@ -162,25 +167,33 @@ class Checkpointer:
             self.save(state)
 
     def save(self, state: TrainState) -> None:
+        self.saved_step = state.step
+        model = plain_model(self.model)  # None on ranks other than 0 under FSDP
         training_state = {
             "train_state": asdict(state),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state(self.model, self.optimizer),
             "rng": torch.get_rng_state(),
             "data": self.batches.state_dict(),
         }
+        if model is None:
+            return
         save_checkpoint(
-            self.model, self.dir, training_state=training_state, extra_files=self.extra_files
+            model, self.dir, training_state=training_state, extra_files=self.extra_files
         )
-        self.saved_step = state.step
 
 
-def restore(run_dir: Path, optimizer, batches) -> TrainState:
+def restore(run_dir: Path, optimizer, batches, model=None) -> TrainState:
     """Load a run's training state into ``optimizer`` and ``batches``; return the TrainState.
 
-    The model's weights are loaded separately (``load_checkpoint``), before this.
+    The model's weights are loaded separately (``load_checkpoint``), before this. Give the
+    ``model`` the optimizer steps when it is FSDP-sharded (or the checkpoint was saved by a
+    sharded run): the optimizer state is then matched to parameters by name.
     """
     saved = load_training_state(run_dir)
-    optimizer.load_state_dict(saved["optimizer"])
+    if model is None:
+        optimizer.load_state_dict(saved["optimizer"])
+    else:
+        load_optimizer_state(model, optimizer, saved["optimizer"])
     batches.load_state_dict(saved["data"])
     torch.set_rng_state(saved["rng"])
     return TrainState(**saved["train_state"])
