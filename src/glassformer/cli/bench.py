@@ -13,6 +13,8 @@ several repeats, and prints medians and ratios:
   generate       KV-cache decoding vs Hugging Face generate
   embed          SentenceEncoder (all-MiniLM-L6-v2) vs sentence-transformers
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
+  bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
+                 side by side and the speed-up (slow; needs a CPU with native bf16)
 
 Without names it runs attention, gpt-train, seq2seq-train and classifier.
 """
@@ -34,6 +36,7 @@ SCRIPTS = {
     "generate": "generate.py",
     "embed": "embed.py",
     "nanogpt-lm": "nanogpt_lm.py",
+    "bf16-curve": "bf16_curve.py",
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {"attention", "gpt-train", "seq2seq-train", "classifier", "generate", "embed"}
