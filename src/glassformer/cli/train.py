@@ -21,6 +21,7 @@ import torch
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.training import Schedule, TrainConfig, make_optimizer, train
+from glassformer.training.loop import NonFiniteLossError
 from glassformer.training.run import (
     Checkpointer,
     MetricsLog,
@@ -129,6 +130,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     opt.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
     opt.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints")
+    opt.add_argument("--log-every", type=int, default=10, help="steps between metrics.jsonl rows")
+    opt.add_argument(
+        "--on-nonfinite",
+        choices=["stop", "skip"],
+        help="a NaN/inf loss stops training (stop, the default) or its batch is skipped and "
+        "counted in metrics.jsonl (skip)",
+    )
     opt.add_argument("--seed", type=int, default=1337)
     opt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     opt.add_argument(
@@ -213,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
         o = json.loads(run_file.read_text())
-        for key in ("minutes", "max_steps"):  # the budget may be extended on resume
+        for key in ("minutes", "max_steps", "on_nonfinite"):  # may change on resume
             if getattr(args, key) is not None:
                 o[key] = getattr(args, key)
         o["out"] = str(resume_dir)
@@ -264,38 +272,51 @@ def run(args: argparse.Namespace) -> int:
         clip_norm=o["clip_norm"],
         bf16=o["bf16"],
         eval_every=o["eval_every"],
+        on_nonfinite=o.get("on_nonfinite") or "stop",
     )
 
     out.mkdir(parents=True, exist_ok=True)
     state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
-    if resume_dir is None:
+    metrics_log = MetricsLog(out / "metrics.jsonl", every=o.get("log_every") or 10)
+    if state is None:
         (out / "metrics.jsonl").unlink(missing_ok=True)
+    else:  # rows logged after the checkpoint, by the run that was cut short, come again
+        metrics_log.truncate_after(state.step)
     write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+    checkpointer = Checkpointer(
+        out,
+        model,
+        optimizer,
+        task.batches,
+        every=o["checkpoint_every"],
+        extra_files=task.extra_files,
+    )
+    checkpointer.saved_step = state.step if state is not None else None
     hooks = (
         ProgressBar(config, state or _fresh_state(), unit=task.unit),
-        MetricsLog(out / "metrics.jsonl"),
-        Checkpointer(
-            out,
-            model,
-            optimizer,
-            task.batches,
-            every=o["checkpoint_every"],
-            extra_files=task.extra_files,
-        ),
+        metrics_log,
+        checkpointer,
     )
     # torch.compile wraps the model for the steps; checkpoints save the plain module's keys
     stepped = torch.compile(model) if o.get("compile") else model
-    state = train(
-        stepped,
-        optimizer,
-        schedule,
-        task.batches,
-        task.loss_fn,
-        config,
-        state=state,
-        evaluate=task.evaluate,
-        hooks=hooks,
-    )
+    try:
+        state = train(
+            stepped,
+            optimizer,
+            schedule,
+            task.batches,
+            task.loss_fn,
+            config,
+            state=state,
+            evaluate=task.evaluate,
+            hooks=hooks,
+        )
+    except NonFiniteLossError as e:
+        raise NonFiniteLossError(
+            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
+            "--on-nonfinite skip continues from it, skipping such batches)",
+            step=e.step,
+        ) from None
 
     plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {o['task']}")
     final = state.history[-1] if state.history else {}
