@@ -213,21 +213,22 @@ def build_task(o: dict[str, Any], tokenizer=None, labels=None):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
     resume_dir = Path(args.resume) if args.resume else None
     if resume_dir is not None:
         run_file = resume_dir / RUN_FILE
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
         o = json.loads(run_file.read_text())
-        for key in ("minutes", "max_steps", "on_nonfinite"):  # may change on resume
+        # the budget may be extended on resume, the non-finite policy and threads changed
+        for key in ("minutes", "max_steps", "on_nonfinite", "threads"):
             if getattr(args, key) is not None:
                 o[key] = getattr(args, key)
         o["out"] = str(resume_dir)
     else:
         o = _options(args)
     out = Path(o["out"])
+    if o.get("threads"):  # the run's own on resume: sums in another order differ in the last bit
+        torch.set_num_threads(o["threads"])
     torch.manual_seed(o["seed"])
 
     tokenizer = labels = None
