@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,9 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f"{file.parent} has no {TRAINING_STATE_NAME}; it cannot be resumed")
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a foreign pickle's protocol warning: the error says it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # an UnpicklingError for forbidden globals, others for corruption
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"cannot load {file}: {first_line}") from None

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from glassformer.checkpoint import load_checkpoint
+from glassformer.cli._checks import check_train_options
 from glassformer.training import Schedule, TrainConfig, make_optimizer, train
 from glassformer.training.loop import NonFiniteLossError
 from glassformer.training.run import (
@@ -156,7 +157,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in DEFAULTS[args.task].items():
         if opts.get(key) is None:
             opts[key] = value
-    opts["vocab_size"] = opts["vocab_size"] or 8000
+    opts["vocab_size"] = 8000 if opts["vocab_size"] is None else opts["vocab_size"]
     opts["lowercase"] = bool(opts["lowercase"])
     if opts["max_steps"] is None and opts["minutes"] is None:
         opts["minutes"] = 5.0
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         run_file = resume_dir / RUN_FILE
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
-        o = json.loads(run_file.read_text())
+        o = _read_run_file(run_file)
         # the budget may be extended on resume, the non-finite policy and threads changed
         for key in ("minutes", "max_steps", "on_nonfinite", "threads"):
             if getattr(args, key) is not None:
@@ -226,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         o["out"] = str(resume_dir)
     else:
         o = _options(args)
+    check_train_options(o)
     out = Path(o["out"])
     if o.get("threads"):  # the run's own on resume: sums in another order differ in the last bit
         torch.set_num_threads(o["threads"])
@@ -339,6 +341,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{samples}\n")
     print(f"run directory: {out} (checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json)")
     return 0
+
+
+def _read_run_file(path: Path) -> dict[str, Any]:
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it cannot be resumed") from None
+    if not isinstance(options, dict) or "task" not in options:
+        raise ValueError(f"{path} does not describe a training run; it cannot be resumed")
+    return options
 
 
 def _fresh_state():
