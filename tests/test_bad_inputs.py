@@ -159,6 +159,20 @@ def _garbage_run_json(ctx: Ctx) -> list[str]:
     return ["train", "lm", "--resume", str(run)]
 
 
+def _malicious_pytorch_model_bin(ctx: Ctx) -> list[str]:
+    """A Hugging Face GPT-2 directory whose pytorch_model.bin would run code."""
+    import torch
+
+    from glassformer import GPT, GPTConfig
+    from glassformer.interop import save_gpt2
+
+    hf = ctx.tmp / "gpt2"
+    save_gpt2(GPT(GPTConfig.preset("tiny", vocab_size=20)), hf)
+    (hf / "model.safetensors").unlink()
+    torch.save({"wte.weight": _Toucher(str(ctx.tmp / "pwned"))}, hf / "pytorch_model.bin")
+    return ["attention", "--model", str(hf), "hello", "--out", str(ctx.tmp / "a.png")]
+
+
 def _other_tokenizer(ctx: Ctx) -> list[str]:
     run = ctx.copy("lm")
     shutil.copy(ctx.runs["translate"] / "checkpoint" / "tokenizer.json", run / "checkpoint")
@@ -441,9 +455,18 @@ CASES = [
     Case(
         "resume from truncated training state",
         _truncated("lm", "training_state.pt", "train", "lm", "--resume", "RUN"),
-        "cannot load",
+        "training_state.pt: PytorchStreamReader failed reading zip archive",
     ),
-    Case("resume from a malicious pickle", _malicious_state, "training_state.pt: "),
+    Case(
+        "resume from a malicious pickle",
+        _malicious_state,
+        "training_state.pt: refused: it is not a plain-data pickle",
+    ),
+    Case(
+        "malicious pytorch_model.bin",
+        _malicious_pytorch_model_bin,
+        f"pytorch_model.bin: refused: unpickling it would call {os.system.__module__}.system",
+    ),
     # ---- the machine: a full disk, interrupted downloads of the bundled corpora
     Case(
         "full disk on save",
@@ -503,6 +526,7 @@ IN_A_PROCESS = [
     "gpt run to classify",
     "resume with garbage run.json",
     "resume from a malicious pickle",
+    "malicious pytorch_model.bin",
 ]
 
 

@@ -23,6 +23,7 @@ import errno
 import io
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -291,8 +292,25 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # an UnpicklingError for forbidden globals, others for corruption
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot load {file}: {first_line}") from None
+        raise CheckpointError(f"cannot load {file}: {unpickling_problem(e)}") from None
+
+
+def unpickling_problem(error: Exception) -> str:
+    """What went wrong in ``torch.load(..., weights_only=True)``, in one short line.
+
+    torch's own message for a refused pickle spans several lines and suggests retrying
+    with ``weights_only=False``, which is exactly what must not be done with such a file.
+    """
+    text = str(error).strip()
+    if isinstance(error, pickle.UnpicklingError) and text.startswith("Weights only load failed"):
+        found = re.search(r"GLOBAL (\S+)", text)
+        what = f"unpickling it would call {found[1]}" if found else "it is not a plain-data pickle"
+        return (
+            f"refused: {what} (glassformer reads only tensors, numbers, strings, lists and "
+            "dicts from a pickle; never load this file with weights_only=False)"
+        )
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first.split(". This is an internal")[0]  # PyTorch's boilerplate on corrupt zips
 
 
 def _version() -> str:
