@@ -128,8 +128,9 @@ def train(
         evaluate: ``model -> metrics``, run every ``config.eval_every`` steps and at the end,
             in eval mode without gradients.
         hooks: called as ``hook(event, state, metrics)`` for events "step" (after every
-            optimizer step), "eval" and "end" (also when interrupted, before re-raising;
-            after a non-finite stop its metrics hold ``{"nonfinite": 1.0}``).
+            optimizer step), "skip" (a non-finite step dropped), "eval" and "end" (also
+            when interrupted, before re-raising; after a non-finite stop its metrics hold
+            ``{"nonfinite": 1.0}``).
 
     Raises:
         NonFiniteLossError: the loss or gradient norm was not finite (``on_nonfinite="stop"``,
@@ -159,23 +160,19 @@ def train(
         while not state.done(config):
             started = time.perf_counter()
             loss_sum, count = _accumulate(model, batches, loss_fn, config)
-            grad_norm = math.nan
-            if math.isfinite(loss_sum):
-                grads = [p.grad for p in params if p.grad is not None]
-                torch._foreach_div_(grads, max(count, 1))  # sums → means over the whole step
-                grad_norm = _clip(params, config.clip_norm)
-            if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+            grads = [p.grad for p in params if p.grad is not None]
+            torch._foreach_div_(grads, max(count, 1))  # sums → means over the whole step
+            grad_norm = _clip(params, config.clip_norm)
+            problem = _nonfinite(loss_sum, grad_norm, state.step + 1)
+            if problem is not None:
                 optimizer.zero_grad(set_to_none=True)  # nothing of this step reaches the weights
                 state.elapsed += time.perf_counter() - started
                 skips_in_a_row += 1
-                what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
-                value = loss_sum if what == "loss" else grad_norm
-                message = f"{what} is {value} at step {state.step + 1}"
                 if config.on_nonfinite == "stop" or skips_in_a_row >= MAX_CONSECUTIVE_SKIPS:
                     if config.on_nonfinite == "skip":
-                        message += f" ({skips_in_a_row} non-finite steps in a row)"
+                        problem += f" ({skips_in_a_row} non-finite steps in a row)"
                     end_metrics = {"nonfinite": 1.0}
-                    raise NonFiniteLossError(message, step=state.step + 1)
+                    raise NonFiniteLossError(problem, step=state.step + 1)
                 state.skipped += 1
                 emit("skip", {"skipped": state.skipped})
                 continue
@@ -215,6 +212,15 @@ def _accumulate(
         total_loss += loss_sum.item()
         total_count += count
     return total_loss, total_count
+
+
+def _nonfinite(loss_sum: float, grad_norm: float, step: int) -> str | None:
+    """What is not finite at ``step`` ("loss is nan at step 37"), or None if all is well."""
+    if not math.isfinite(loss_sum):
+        return f"loss is {loss_sum} at step {step}"
+    if not math.isfinite(grad_norm):
+        return f"gradient norm is {grad_norm} at step {step}"
+    return None
 
 
 def _clip(params: list[Tensor], clip_norm: float | None) -> float:
