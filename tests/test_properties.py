@@ -60,8 +60,10 @@ def test_weights_are_finite_zero_where_masked_and_rows_sum_to_one_or_zero(inputs
 
 
 @FAST
-@given(attention_inputs(), st.booleans())
+@given(attention_inputs(dtype=torch.float64), st.booleans())
 def test_fused_path_equals_readable_path(inputs, is_causal):
+    """In float64: with scores in the thousands (scale 30) float32's rounding alone moves a
+    saturated softmax by more than any fixed tolerance (hypothesis found a 4e-4 case)."""
     q, k, v, mask = inputs
     if is_causal and q.size(-2) > k.size(-2):
         is_causal = False
@@ -71,7 +73,7 @@ def test_fused_path_equals_readable_path(inputs, is_causal):
     )
     assert none is None
     assert torch.isfinite(fused).all()
-    torch.testing.assert_close(fused, readable, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(fused, readable, atol=1e-9, rtol=1e-9)
 
 
 @settings(max_examples=30, deadline=None)
