@@ -301,3 +301,130 @@ def test_a_run_directory_resolves_to_its_checkpoint(tmp_path):
     loaded = load_checkpoint(tmp_path / "run")
     assert isinstance(loaded, GPT)
     assert torch.equal(loaded(IDS).logits, model(IDS).logits)
+
+
+# ---- reliability: full disks, crashes between renames, code in pickles --------------------
+
+
+def _files(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_a_full_disk_mid_save_is_one_clear_error_and_changes_nothing(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from glassformer.checkpoint import CheckpointSaveError
+
+    ckpt = tmp_path / "ckpt"
+    save_checkpoint(make("gpt"), ckpt, training_state={"step": torch.tensor(1)})
+    before = _files(ckpt)
+    real_write_bytes = Path.write_bytes
+
+    def half_then_full(self, data):  # the disk fills up halfway through training_state.pt
+        if self.name == "training_state.pt":
+            real_write_bytes(self, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real_write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", half_then_full)
+    with pytest.raises(CheckpointSaveError) as e:
+        save_checkpoint(make("gpt", seed=3), ckpt, training_state={"step": torch.tensor(2)})
+    assert str(e.value) == (
+        f"no space left on device while saving checkpoint to {ckpt}; "
+        "the previous checkpoint there is intact"
+    )
+    assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+    monkeypatch.undo()
+    assert _files(ckpt) == before
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # no temporaries left behind
+
+
+def test_the_libraries_full_disk_errors_become_the_same_message(tmp_path, monkeypatch):
+    """safetensors reports ENOSPC as its own error type with "(os error 28)" in the text."""
+    from glassformer.checkpoint import CheckpointSaveError
+
+    class SafetensorError(Exception):
+        pass
+
+    def full(model, filename, **kwargs):
+        with open(filename, "wb") as f:
+            f.write(b"\0" * 100)
+        raise SafetensorError("Error while serializing: I/O error: No space left (os error 28)")
+
+    monkeypatch.setattr("glassformer.checkpoint.save_model", full)
+    with pytest.raises(CheckpointSaveError, match=r"^no space left on device while saving"):
+        save_checkpoint(make("gpt"), tmp_path / "new")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_crash_between_the_two_renames_keeps_the_previous_checkpoint(tmp_path):
+    """Replacing a checkpoint renames the old one to .NAME.old, then the new one into place;
+    a kill between the two leaves no NAME. Loading reads .NAME.old; the next save restores
+    it first and clears what the killed save left."""
+    first, second, third = make("gpt", seed=1), make("gpt", seed=2), make("gpt", seed=3)
+    run = tmp_path / "run"
+    save_checkpoint(first, run / "checkpoint", training_state={"step": torch.tensor(1)})
+    save_checkpoint(second, tmp_path / "staged")
+    os.replace(run / "checkpoint", run / ".checkpoint.old")  # the first rename...
+    os.replace(tmp_path / "staged", run / ".checkpoint.k1ll3d")  # ...a complete temporary
+    for path in (run / "checkpoint", run):
+        assert torch.equal(load_checkpoint(path)(IDS).logits, first(IDS).logits)
+    assert load_training_state(run)["step"].item() == 1
+    save_checkpoint(third, run / "checkpoint")
+    assert torch.equal(load_checkpoint(run)(IDS).logits, third(IDS).logits)
+    assert sorted(os.listdir(run)) == ["checkpoint"]
+
+
+class _Toucher:
+    """Unpickling this runs `touch MARKER`: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("writer", ["pickle", "torch.save"])
+def test_a_malicious_training_state_is_refused_and_runs_nothing(writer, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    save_checkpoint(make("gpt"), ckpt, training_state={"step": torch.tensor(3)})
+    marker = tmp_path / "pwned"
+    payload = {"step": torch.tensor(3), "evil": _Toucher(marker)}
+    file = ckpt / "training_state.pt"
+    if writer == "pickle":
+        file.write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, file)
+    # (test_the_malicious_file_would_run_code_without_weights_only shows the payload is live)
+    with pytest.raises(CheckpointError) as e:
+        load_training_state(ckpt)
+    assert str(e.value).startswith(f"cannot load {file}: refused: ") and "\n" not in str(e.value)
+    if writer == "torch.save":
+        assert f"unpickling it would call {os.system.__module__}.system" in str(e.value)
+    assert not marker.exists()
+
+
+def test_a_malicious_pytorch_model_bin_is_refused_and_runs_nothing(tmp_path):
+    from glassformer.interop import save_gpt2
+
+    hf = tmp_path / "gpt2"
+    save_gpt2(make("gpt"), hf)
+    marker = tmp_path / "pwned"
+    (hf / "model.safetensors").unlink()
+    torch.save({"wte.weight": _Toucher(marker)}, hf / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match=r"cannot load .*pytorch_model\.bin: "):
+        GPT.from_pretrained(hf)
+    with pytest.raises(CheckpointError, match=r"cannot load .*pytorch_model\.bin: "):
+        load_checkpoint(hf)
+    assert not marker.exists()
+
+
+def test_the_malicious_file_would_run_code_without_weights_only(tmp_path):
+    """The control: the same payload does run when unpickled the unsafe way, so the tests
+    above prove a refusal, not a harmless file."""
+    marker = tmp_path / "ran"
+    torch.save({"evil": _Toucher(marker)}, tmp_path / "state.pt")
+    torch.load(tmp_path / "state.pt", weights_only=False)
+    assert marker.exists()

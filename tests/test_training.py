@@ -142,7 +142,7 @@ def test_non_finite_loss_stops_with_the_step_named():
         return (loss * math.nan if calls["n"] == 3 else loss), count
 
     opt = make_optimizer(model, "adam", lr=1e-3)
-    with pytest.raises(FloatingPointError, match="loss became nan at step 3"):
+    with pytest.raises(FloatingPointError, match="loss is nan at step 3"):
         train(
             model,
             opt,

@@ -5,16 +5,29 @@
       model.safetensors  the weights (tied weights stored once)
 
 A checkpoint is written into a temporary directory beside the target and renamed into
-place, so a crash mid-save never leaves a half-written checkpoint under the real name.
-Loading reads only JSON and safetensors: no pickle, no code execution.
+place, so a crash mid-save (even ``kill -9``) never leaves a half-written checkpoint under
+the real name: the name holds the previous checkpoint or the new one, whole. Replacing an
+existing one takes two renames (old → ``.NAME.old``, new → NAME); a crash between them is
+repaired by the next load or save, which find the previous checkpoint in ``.NAME.old``.
+Temporaries a killed save left behind are removed by the next save (one writer per
+checkpoint directory). A full disk or another write error raises ``CheckpointSaveError``
+and leaves the previous checkpoint as it was.
+
+Loading reads only JSON and safetensors: no pickle, no code execution. The training state
+(``training_state.pt``) is unpickled with ``weights_only=True``: plain data only.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import pickle
+import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +45,11 @@ CHECKPOINT_SUBDIR = "checkpoint"  # inside a training run directory
 
 class CheckpointError(ValueError):
     """A path that is not a loadable glassformer checkpoint."""
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written (full disk, no permission, ...); the previous
+    checkpoint at that path, if any, is intact and no temporary files are left."""
 
 
 def save_checkpoint(
@@ -59,42 +77,119 @@ def save_checkpoint(
 
     def write(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        save_model(model, str(tmp / WEIGHTS_NAME))
+        _save_weights(model, tmp / WEIGHTS_NAME)
         if training_state is not None:
-            torch.save(training_state, tmp / TRAINING_STATE_NAME)
+            # Through memory: torch.save reports a failed write (a full disk) as a bare
+            # RuntimeError; Python's own write raises the OSError that says what happened.
+            buffer = io.BytesIO()
+            torch.save(training_state, buffer)
+            (tmp / TRAINING_STATE_NAME).write_bytes(buffer.getbuffer())
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
 
     return write_directory_atomically(Path(path), write)
 
 
+def _save_weights(model: PretrainedModel, file: Path) -> None:
+    """safetensors' ``save_model`` (tied weights stored once), with a failed write raised as
+    the ``OSError`` it is: the library reports "No space left on device (os error 28)" as
+    its own error type."""
+    try:
+        save_model(model, str(file))
+    except Exception as e:
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(file)) from None
+
+
 def write_directory_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     """Fill a temporary directory beside ``path`` with ``write(tmp)``, flush it to disk,
-    then rename it into place: ``path`` is either the old directory or the complete new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    then rename it into place: ``path`` is either the old directory or the complete new one.
+
+    Raises:
+        CheckpointSaveError: writing failed with an ``OSError`` (a full disk, ...).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _recover(path)
+        _remove_leftovers(path)  # a killed save's temporaries: free their space first
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as e:
+        raise _save_error(path, e) from None
     try:
         write(tmp)
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         _swap_into_place(tmp, path)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _save_error(path, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
 
 
+def _old_name(path: Path) -> Path:
+    """Where the previous checkpoint waits while the new one is renamed into place."""
+    return path.with_name(f".{path.name}.old")
+
+
+def _recover(path: Path) -> None:
+    """Put the previous checkpoint back if a save was killed between its two renames."""
+    old = _old_name(path)
+    if not path.exists() and old.is_dir():
+        os.replace(old, path)
+
+
+def _remove_leftovers(path: Path) -> None:
+    for leftover in path.parent.glob(f".{path.name}.*"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _save_error(path: Path, e: OSError) -> CheckpointSaveError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason = "no space left on device" if e.errno == errno.ENOSPC else "disk quota exceeded"
+        message = f"{reason} while saving checkpoint to {path}"
+    else:
+        message = f"cannot save checkpoint to {path}: {e.strerror or e}"
+    if path.exists():
+        message += "; the previous checkpoint there is intact"
+    error = CheckpointSaveError(message)
+    error.errno = e.errno
+    return error
+
+
 def _swap_into_place(tmp: Path, path: Path) -> None:
     """Rename ``tmp`` to ``path``; an existing ``path`` is moved aside, then removed."""
     if not path.exists():
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
         return
-    old = path.with_name(f".{path.name}.old")
+    old = _old_name(path)
     shutil.rmtree(old, ignore_errors=True)
     os.replace(path, old)
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the renames durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(
@@ -167,12 +262,22 @@ def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:
-    """A checkpoint directory, or a training run directory holding one in ``checkpoint/``."""
+    """A checkpoint directory, or a training run directory holding one in ``checkpoint/``.
+
+    Where a save was killed between its two renames, the previous checkpoint is read from
+    ``.NAME.old`` (see the module notes).
+    """
     path = Path(path)
+    if not path.exists() and (_old_name(path) / CONFIG_NAME).is_file():
+        return _old_name(path)
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
-    if not (path / CONFIG_NAME).is_file() and (path / CHECKPOINT_SUBDIR / CONFIG_NAME).is_file():
-        return path / CHECKPOINT_SUBDIR
+    if not (path / CONFIG_NAME).is_file():
+        inner = path / CHECKPOINT_SUBDIR
+        if (inner / CONFIG_NAME).is_file():
+            return inner
+        if not inner.exists() and (_old_name(inner) / CONFIG_NAME).is_file():
+            return _old_name(inner)
     return path
 
 
@@ -183,10 +288,29 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f"{file.parent} has no {TRAINING_STATE_NAME}; it cannot be resumed")
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a foreign pickle's protocol warning: the error says it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # an UnpicklingError for forbidden globals, others for corruption
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot load {file}: {first_line}") from None
+        raise CheckpointError(f"cannot load {file}: {unpickling_problem(e)}") from None
+
+
+def unpickling_problem(error: Exception) -> str:
+    """What went wrong in ``torch.load(..., weights_only=True)``, in one short line.
+
+    torch's own message for a refused pickle spans several lines and suggests retrying
+    with ``weights_only=False``, which is exactly what must not be done with such a file.
+    """
+    text = str(error).strip()
+    if isinstance(error, pickle.UnpicklingError) and text.startswith("Weights only load failed"):
+        found = re.search(r"GLOBAL (\S+)", text)
+        what = f"unpickling it would call {found[1]}" if found else "it is not a plain-data pickle"
+        return (
+            f"refused: {what} (glassformer reads only tensors, numbers, strings, lists and "
+            "dicts from a pickle; never load this file with weights_only=False)"
+        )
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first.split(". This is an internal")[0]  # PyTorch's boilerplate on corrupt zips
 
 
 def _version() -> str:

@@ -31,7 +31,13 @@ def read_labels(ckpt: Path) -> list[str]:
     file = ckpt / "labels.json"
     if not file.is_file():
         raise ValueError(f"{ckpt} has no labels.json; it is not a classifier run")
-    return json.loads(file.read_text())
+    try:
+        labels = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        labels = None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"{file} is not a JSON list of labels (strings)")
+    return labels
 
 
 def inputs(texts: list[str]) -> list[str]:

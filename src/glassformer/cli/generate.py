@@ -84,6 +84,10 @@ def _stop_id(tok, text: str) -> int:
     ids = tok.encode(text)
     if len(ids) != 1:
         raise ValueError(f"--stop {text!r} must be one token, but it encodes to {len(ids)}")
+    if ids[0] == tok.unk_id and tok.id_to_token(ids[0]) != text:
+        raise ValueError(
+            f"--stop {text!r} is not in the model's vocabulary (it would stop at any unknown token)"
+        )
     return ids[0]
 
 

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 from glassformer.checkpoint import load_checkpoint
+from glassformer.cli._checks import check_train_options
 from glassformer.training import Schedule, TrainConfig, distributed, make_optimizer, train
+from glassformer.training.loop import NonFiniteLossError
 from glassformer.training.run import (
     Checkpointer,
     MetricsLog,
@@ -137,8 +139,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     opt.add_argument("--eval-every", type=int, default=250, help="steps between evaluations")
     opt.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints")
+    opt.add_argument("--log-every", type=int, default=10, help="steps between metrics.jsonl rows")
     opt.add_argument(
-        "--log-every", type=int, default=10, help="steps between rows of metrics.jsonl"
+        "--on-nonfinite",
+        choices=["stop", "skip"],
+        help="a NaN/inf loss stops training (stop, the default) or its batch is skipped and "
+        "counted in metrics.jsonl (skip)",
     )
     opt.add_argument("--seed", type=int, default=1337)
     opt.add_argument("--threads", type=int, help="torch threads (default: all cores)")
@@ -176,7 +182,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in DEFAULTS[args.task].items():
         if opts.get(key) is None:
             opts[key] = value
-    opts["vocab_size"] = opts["vocab_size"] or 8000
+    opts["vocab_size"] = 8000 if opts["vocab_size"] is None else opts["vocab_size"]
     opts["lowercase"] = bool(opts["lowercase"])
     if opts["max_steps"] is None and opts["minutes"] is None:
         opts["minutes"] = 5.0
@@ -239,8 +245,6 @@ def build_task(o: dict[str, Any], tokenizer=None, labels=None, world=None):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
     world = distributed.setup(getattr(args, "device", "auto"))
     try:
         return _train(args, world)
@@ -260,8 +264,9 @@ def _train(args: argparse.Namespace, world) -> int:
         run_file = resume_dir / RUN_FILE
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
-        o = json.loads(run_file.read_text())
-        for key in ("minutes", "max_steps"):  # the budget may be extended on resume
+        o = _read_run_file(run_file)
+        # the budget may be extended on resume, the non-finite policy and threads changed
+        for key in ("minutes", "max_steps", "on_nonfinite", "threads"):
             if getattr(args, key) is not None:
                 o[key] = getattr(args, key)
         o["out"] = str(resume_dir)
@@ -269,7 +274,10 @@ def _train(args: argparse.Namespace, world) -> int:
     else:
         o = _options(args)
         o["processes"] = world.world_size
+    check_train_options(o)
     out = Path(o["out"])
+    if o.get("threads"):  # the run's own on resume: sums in another order differ in the last bit
+        torch.set_num_threads(o["threads"])
     torch.manual_seed(o["seed"])
 
     tokenizer = labels = None
@@ -327,11 +335,20 @@ def _train(args: argparse.Namespace, world) -> int:
         clip_norm=o["clip_norm"],
         bf16=o["bf16"],
         eval_every=o["eval_every"],
+        on_nonfinite=o.get("on_nonfinite") or "stop",
     )
 
     state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
     if world.enabled:  # each rank its own dropout stream (the data streams are shared)
         torch.manual_seed(o["seed"] + 1_000_003 * world.rank + (state.step if state else 0))
+    metrics_log = MetricsLog(out / "metrics.jsonl", every=o.get("log_every") or 10)
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if state is None:
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+        else:  # rows logged after the checkpoint, by the run that was cut short, come again
+            metrics_log.truncate_after(state.step)
+        write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
     checkpointer = Checkpointer(
         out,
         model,
@@ -340,30 +357,34 @@ def _train(args: argparse.Namespace, world) -> int:
         every=o["checkpoint_every"],
         extra_files=task.extra_files,
     )
+    checkpointer.saved_step = state.step if state is not None else None
     sharded = distributed.is_sharded(model)
     hooks = (checkpointer,) if sharded else ()  # every rank helps gather a sharded model
     if world.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if resume_dir is None:
-            (out / "metrics.jsonl").unlink(missing_ok=True)
-        write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
         hooks = (
             ProgressBar(config, state or _fresh_state(), unit=task.unit),
-            MetricsLog(out / "metrics.jsonl", every=o.get("log_every", 10)),
+            metrics_log,
             checkpointer,
         )
-    state = train(
-        stepped,
-        optimizer,
-        schedule,
-        task.batches,
-        task.loss_fn,
-        config,
-        state=state,
-        evaluate=task.evaluate,
-        hooks=hooks,
-        world=world,
-    )
+    try:
+        state = train(
+            stepped,
+            optimizer,
+            schedule,
+            task.batches,
+            task.loss_fn,
+            config,
+            state=state,
+            evaluate=task.evaluate,
+            hooks=hooks,
+            world=world,
+        )
+    except NonFiniteLossError as e:
+        raise NonFiniteLossError(
+            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
+            "--on-nonfinite skip continues from it, skipping such batches)",
+            step=e.step,
+        ) from None
     model = distributed.plain_model(model)  # a sharded model is gathered onto rank 0
     if not world.is_main:
         return 0
@@ -424,6 +445,16 @@ def _rescale_batch(o: dict[str, Any], world) -> None:
         )
     o["batch_size"], o["processes"] = global_batch // world.world_size, world.world_size
     _say(world, f"resuming on {world.world_size} processes: batch {o['batch_size']} each")
+
+
+def _read_run_file(path: Path) -> dict[str, Any]:
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); it cannot be resumed") from None
+    if not isinstance(options, dict) or "task" not in options:
+        raise ValueError(f"{path} does not describe a training run; it cannot be resumed")
+    return options
 
 
 def _fresh_state():

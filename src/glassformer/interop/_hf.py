@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from glassformer.checkpoint import CheckpointError
+from glassformer.checkpoint import CheckpointError, unpickling_problem
 
 
 def read_config(path: Path, model_type: str) -> dict[str, Any]:
@@ -74,7 +75,8 @@ def read_weights(path: Path) -> dict[str, Tensor]:
 
 def _guarded(load, file: Path) -> dict[str, Tensor]:
     try:
-        return load(str(file))
+        with warnings.catch_warnings():  # a pickle protocol warning: any failure is said below
+            warnings.simplefilter("ignore", UserWarning)
+            return load(str(file))
     except Exception as e:  # corrupt or foreign files; pickles with code are refused
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot load {file}: {first}") from None
+        raise CheckpointError(f"cannot load {file}: {unpickling_problem(e)}") from None

@@ -8,6 +8,11 @@
         clip, set the step's learning rate, optimizer.step()
         hooks("step", ...)                              # progress bar, metrics, checkpoints
 
+A non-finite loss or gradient norm never reaches the weights: by default training stops
+with ``NonFiniteLossError`` naming the step (``on_nonfinite="stop"``); with
+``on_nonfinite="skip"`` that step's batches are dropped, counted in ``TrainState.skipped``,
+and training goes on.
+
 Summing then dividing by the total count makes k micro-batches exactly one big batch, even
 when the micro-batches hold different numbers of real (non-pad) tokens. Under ``torchrun``
 (see ``training.distributed``) the counts are summed over the ranks too, so N processes
@@ -31,6 +36,16 @@ from glassformer.training.schedules import Schedule
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
 Hook = Callable[[str, "TrainState", dict[str, float]], None]
+NONFINITE_POLICIES = ("stop", "skip")
+MAX_CONSECUTIVE_SKIPS = 10  # with "skip": this many non-finite steps in a row stop training
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss (or the gradient norm) was NaN or infinite; the weights were not updated."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step  # the step that failed (1-based: the one that would have been taken)
 
 
 @dataclass
@@ -44,6 +59,8 @@ class TrainConfig:
         clip_norm: clip the gradient norm to this (None: no clipping).
         bf16: run forward and loss under bfloat16 autocast.
         eval_every: evaluate every this many steps (0: only at the end).
+        on_nonfinite: what a NaN/inf loss or gradient norm does: "stop" (raise
+            ``NonFiniteLossError``) or "skip" (drop that step's batches and go on).
     """
 
     max_steps: int | None = None
@@ -52,6 +69,7 @@ class TrainConfig:
     clip_norm: float | None = 1.0
     bf16: bool = False
     eval_every: int = 0
+    on_nonfinite: str = "stop"
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.minutes is None:
@@ -66,6 +84,10 @@ class TrainConfig:
             raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm}")
         if self.eval_every < 0:
             raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(
+                f"on_nonfinite must be one of {list(NONFINITE_POLICIES)}, got {self.on_nonfinite!r}"
+            )
 
 
 @dataclass
@@ -77,6 +99,7 @@ class TrainState:
     elapsed: float = 0.0  # seconds of training, summed over resumed runs
     last_loss: float = math.nan
     history: list[dict[str, float]] = field(default_factory=list)  # eval results
+    skipped: int = 0  # steps dropped for a non-finite loss (on_nonfinite="skip")
 
     def done(self, config: TrainConfig) -> bool:
         if config.max_steps is not None and self.step >= config.max_steps:
@@ -110,11 +133,17 @@ def train(
         evaluate: ``model -> metrics``, run every ``config.eval_every`` steps and at the end,
             in eval mode without gradients.
         hooks: called as ``hook(event, state, metrics)`` for events "step" (after every
-            optimizer step), "eval" and "end" (also when interrupted, before re-raising).
+            optimizer step), "skip" (a non-finite step dropped), "eval" and "end" (also
+            when interrupted, before re-raising; after a non-finite stop its metrics hold
+            ``{"nonfinite": 1.0}``).
         world: this process's place in a ``torchrun`` job (``model`` then is the
             ``DistributedDataParallel`` wrapper or the FSDP-sharded model); losses, counts
             and times are agreed over the ranks, and only rank 0 evaluates (all ranks take
             part under FSDP, whose forward passes gather parameters from every rank).
+
+    Raises:
+        NonFiniteLossError: the loss or gradient norm was not finite (``on_nonfinite="stop"``,
+            or too many skips in a row); the weights are those of the last good step.
     """
     state = state or TrainState()
     world = world or Distributed()
@@ -138,21 +167,32 @@ def train(
             emit("eval", metrics)
 
     model.train()
+    end_metrics: dict[str, float] = {}
+    skips_in_a_row = 0
     try:
         while not state.done(config):
             started = time.perf_counter()
             loss_sum, count = _accumulate(model, batches, loss_fn, config)
             loss_sum, count = world.sum(loss_sum, count)  # over the ranks
             count = int(count)
-            if not math.isfinite(loss_sum):
-                raise FloatingPointError(
-                    f"training loss became {loss_sum} at step {state.step + 1}; "
-                    "the last checkpoint is intact; try a lower learning rate"
-                )
             grads = [p.grad for p in params if p.grad is not None]
             # DDP has averaged the ranks' gradient sums: × world_size / count = the mean
             torch._foreach_div_(grads, max(count, 1) / world.world_size)
             grad_norm = _clip(params, config.clip_norm)
+            problem = _nonfinite(loss_sum, grad_norm, state.step + 1)
+            if problem is not None:
+                optimizer.zero_grad(set_to_none=True)  # nothing of this step reaches the weights
+                state.elapsed += world.max(time.perf_counter() - started)
+                skips_in_a_row += 1
+                if config.on_nonfinite == "stop" or skips_in_a_row >= MAX_CONSECUTIVE_SKIPS:
+                    if config.on_nonfinite == "skip":
+                        problem += f" ({skips_in_a_row} non-finite steps in a row)"
+                    end_metrics = {"nonfinite": 1.0}
+                    raise NonFiniteLossError(problem, step=state.step + 1)
+                state.skipped += 1
+                emit("skip", {"skipped": state.skipped})
+                continue
+            skips_in_a_row = 0
             lr = schedule.lr_at(state.step, _time_progress(state, config))
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -164,12 +204,14 @@ def train(
             state.elapsed += seconds
             state.last_loss = loss_sum / max(count, 1)
             metrics = {"loss": state.last_loss, "lr": lr, "grad_norm": grad_norm}
+            if state.skipped:
+                metrics["skipped"] = state.skipped
             emit("step", {**metrics, "tokens_per_s": count / seconds})
             if config.eval_every and state.step % config.eval_every == 0 and not state.done(config):
                 run_eval()
         run_eval()
     finally:
-        emit("end", {})
+        emit("end", end_metrics)
     return state
 
 
@@ -199,6 +241,15 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(to_device(b, device) for b in batch)
     return batch
+
+
+def _nonfinite(loss_sum: float, grad_norm: float, step: int) -> str | None:
+    """What is not finite at ``step`` ("loss is nan at step 37"), or None if all is well."""
+    if not math.isfinite(loss_sum):
+        return f"loss is {loss_sum} at step {step}"
+    if not math.isfinite(grad_norm):
+        return f"gradient norm is {grad_norm} at step {step}"
+    return None
 
 
 def _clip(params: list[Tensor], clip_norm: float | None) -> float:

@@ -82,7 +82,8 @@ class ProgressBar:
 
 
 class MetricsLog:
-    """Appends to metrics.jsonl: every ``every``-th step and every evaluation."""
+    """Appends to metrics.jsonl: every ``every``-th step, every evaluation, every skipped
+    (non-finite) step."""
 
     def __init__(self, path: Path, every: int = 10) -> None:
         if every <= 0:
@@ -90,7 +91,7 @@ class MetricsLog:
         self.path, self.every = path, every
 
     def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
-        if event == "step" and state.step % self.every == 0 or event == "eval":
+        if event == "step" and state.step % self.every == 0 or event in ("eval", "skip"):
             row = {
                 "event": event,
                 "step": state.step,
@@ -100,6 +101,21 @@ class MetricsLog:
             }
             with open(self.path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop the rows past ``step`` (and a last line cut short by a crash): a run resumed
+        from the checkpoint of ``step`` logs those steps again."""
+        if not self.path.is_file():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line the killed process was still writing
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                kept.append(json.dumps(row) + "\n")
+        write_atomic(self.path, "".join(kept).encode())
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -144,6 +160,9 @@ class Checkpointer:
 
     For an FSDP-sharded model every rank must hold one (gathering the full weights and
     optimizer state takes them all); rank 0 writes.
+
+    At the end of a run stopped by a non-finite loss, or after a save failed, it saves
+    nothing more: the checkpoint on disk stays the last good one.
     """
 
     def __init__(
@@ -159,15 +178,22 @@ class Checkpointer:
         self.dir = run_dir / CHECKPOINT_SUBDIR
         self.model, self.optimizer, self.batches = model, optimizer, batches
         self.every, self.extra_files = every, extra_files
-        self.saved_step: int | None = None
+        self.saved_step: int | None = None  # the step of the checkpoint on disk
+        self.failed = False
 
     def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
         due = event == "step" and self.every and state.step % self.every == 0
-        if (due or event == "end") and state.step != self.saved_step and state.step > 0:
+        final = event == "end" and not metrics.get("nonfinite") and not self.failed
+        if (due or final) and state.step != self.saved_step and state.step > 0:
             self.save(state)
 
+    def last_good(self) -> str:
+        """Where the last good checkpoint is, in words, for an error message."""
+        if self.saved_step is None:
+            return "no checkpoint was saved before it"
+        return f"the last good checkpoint (step {self.saved_step}) is in {self.dir}"
+
     def save(self, state: TrainState) -> None:
-        self.saved_step = state.step
         model = plain_model(self.model)  # None on ranks other than 0 under FSDP
         training_state = {
             "train_state": asdict(state),
@@ -175,11 +201,17 @@ class Checkpointer:
             "rng": torch.get_rng_state(),
             "data": self.batches.state_dict(),
         }
-        if model is None:
+        if model is None:  # another rank of a sharded model: it helped gather
+            self.saved_step = state.step
             return
-        save_checkpoint(
-            model, self.dir, training_state=training_state, extra_files=self.extra_files
-        )
+        try:
+            save_checkpoint(
+                model, self.dir, training_state=training_state, extra_files=self.extra_files
+            )
+        except BaseException:
+            self.failed = True
+            raise
+        self.saved_step = state.step
 
 
 def restore(run_dir: Path, optimizer, batches, model=None) -> TrainState:

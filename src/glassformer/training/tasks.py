@@ -342,13 +342,12 @@ def classify_task(
     train_rows, val_rows, test_rows, description = load_splits(opts)
     if opts.max_examples:
         train_rows = train_rows[: opts.max_examples]
+    resumed = labels is not None
     labels = labels or sorted({label for _, label in train_rows})
     if len(labels) < 2:
         raise ValueError(f"classification needs at least 2 labels, found {labels}")
     label_id = {label: i for i, label in enumerate(labels)}
-    unseen = sorted({label for _, label in val_rows} - set(label_id))
-    if unseen:
-        raise ValueError(f"validation labels {unseen} never appear in training; known: {labels}")
+    _check_labels(opts, train_rows if resumed else val_rows, labels, resumed)
     tok = tokenizer or train_tokenizer(
         opts.tokenizer,
         [t for t, _ in train_rows],
@@ -433,6 +432,24 @@ def classify_task(
         description,
         test=test,
     )
+
+
+def _check_labels(
+    opts: DataOptions, rows: list[tuple[str, str]], labels: list[str], resumed: bool
+) -> None:
+    """Every label in ``rows`` must be one the classifier was (or is being) trained on."""
+    unseen = sorted({label for _, label in rows} - set(labels))
+    if not unseen:
+        return
+    source = opts.data or f"corpus {opts.corpus!r}"
+    names = ", ".join(repr(label) for label in unseen)
+    which = f"label {names}" if len(unseen) == 1 else f"labels {names}"
+    where = (
+        "was not seen in training" if resumed else "is only in the held-out rows, never in training"
+    )
+    if len(unseen) > 1:
+        where = where.replace("was ", "were ").replace("is only", "are only")
+    raise ValueError(f"{source}: {which} {where} (known: {', '.join(labels)})")
 
 
 class _Mapped:
