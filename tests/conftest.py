@@ -1,5 +1,11 @@
 """Shared pytest set-up."""
 
+import os
+
+# The Keras twin's tests run on the torch backend (what glassformer.keras picks itself)
+# unless a backend was chosen; set here so test modules may import keras before it.
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
 
 def pytest_configure(config):
     # Tests that fetch from PyPI or Debian's archive; they are also marked slow, so the
