@@ -72,13 +72,34 @@ def test_cross_attention_equals_pytorch():
     close(got.weights, want.weights)
 
 
-def test_fully_masked_row_gives_zeros_not_nan():
+@pytest.mark.parametrize("need_weights", [True, False], ids=["readable", "fused"])
+def test_fully_masked_row_gives_zeros_not_nan(need_weights):
     q = k = v = randn(1, 2, 3, 4).numpy()
     mask = np.array([[True, True, False], [False, False, False], [True, False, False]])
-    out, weights = gk.scaled_dot_product_attention(q, k, v, mask)
+    out, weights = gk.scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
     assert np.isfinite(numpy(out)).all()
     np.testing.assert_array_equal(numpy(out)[:, :, 1], 0.0)
-    np.testing.assert_allclose(numpy(weights).sum(-1)[..., [0, 2]], 1.0, atol=1e-6)
+    readable = gk.scaled_dot_product_attention(q, k, v, mask).output
+    np.testing.assert_allclose(numpy(out), numpy(readable), rtol=0, atol=1e-6)
+    assert (weights is None) != need_weights
+
+
+def test_fused_path_equals_the_readable_path_in_the_layer():
+    layer = gk.MultiHeadAttention(d_model=D, num_heads=4)
+    x = randn(3, 6, D).numpy()
+    fused = layer(x, attention_mask=MASK.numpy())
+    readable = layer(x, attention_mask=MASK.numpy(), need_weights=True)
+    assert fused.weights is None and readable.weights is not None
+    np.testing.assert_allclose(numpy(fused.output), numpy(readable.output), rtol=0, atol=1e-6)
+
+
+def test_attention_dropout_acts_on_the_weights_only_in_training():
+    layer = gk.MultiHeadAttention(d_model=D, num_heads=4, dropout=0.5)
+    x = randn(3, 6, D).numpy()
+    evaluated = numpy(layer(x, need_weights=True).weights)
+    np.testing.assert_allclose(evaluated.sum(-1), 1.0, atol=1e-6)
+    trained = numpy(layer(x, need_weights=True, training=True).weights)
+    assert (trained == 0).any() and trained.max() > evaluated.max()
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])

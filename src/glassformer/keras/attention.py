@@ -22,20 +22,31 @@ from glassformer.keras.masks import causal_mask, combine
 from glassformer.modules.attention import AttentionOutput, check_dropout, check_heads
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, dropout: Callable | None = None):
-    """softmax(q kᵀ / √Dh) v, step by step, returning the weights too.
+def scaled_dot_product_attention(
+    q, k, v, mask=None, dropout: Callable | None = None, *, need_weights: bool = True
+):
+    """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
+
+    With ``need_weights=True`` (the default) this is the readable path: the scores, the
+    mask, the softmax and the weighted sum spelled out, the weights returned. With
+    ``need_weights=False`` and no ``dropout`` it calls the backend's fused kernel
+    (``keras.ops.dot_product_attention``; on the torch backend PyTorch's) and returns
+    ``weights=None``. Tests prove the two paths agree.
 
     Args:
         q: queries, (B, H, Tq, Dh).
         k: keys, (B, H, Tk, Dh).
-        v: values, (B, H, Tk, Dv).
+        v: values, (B, H, Tk, Dh).
         mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
         dropout: applied to the weights before they mix the values (a Keras ``Dropout``
             called with the right ``training`` flag), or None.
+        need_weights: return the weights (readable path) or not (fused path).
 
     Returns:
-        ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk))``.
+        ``AttentionOutput(output (B, H, Tq, Dh), weights (B, H, Tq, Tk) or None)``.
     """
+    if not need_weights and dropout is None:
+        return AttentionOutput(_fused(q, k, v, mask), None)
     scores = ops.matmul(q, ops.swapaxes(k, -2, -1))  # (B, H, Tq, Tk)
     scores = scores / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -46,7 +57,22 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout: Callable | None = 
         weights = ops.where(mask, weights, 0.0)  # a row with no allowed key: zeros
     if dropout is not None:
         weights = dropout(weights)
-    return AttentionOutput(ops.matmul(weights, v), weights)  # (B, H, Tq, Dv)
+    out = ops.matmul(weights, v)  # (B, H, Tq, Dh)
+    return AttentionOutput(out, weights if need_weights else None)
+
+
+def _fused(q, k, v, mask):
+    """The fused kernel, which wants (B, T, H, Dh); rows with no allowed key made zeros."""
+    out = ops.dot_product_attention(
+        ops.swapaxes(q, 1, 2),  # (B, Tq, H, Dh)
+        ops.swapaxes(k, 1, 2),  # (B, Tk, H, Dh)
+        ops.swapaxes(v, 1, 2),
+        mask=mask,
+    )  # (B, Tq, H, Dh)
+    out = ops.swapaxes(out, 1, 2)  # (B, H, Tq, Dh)
+    if mask is None:
+        return out
+    return ops.where(ops.any(mask, axis=-1, keepdims=True), out, 0.0)  # empty rows: zeros
 
 
 def most_negative(dtype) -> float:
@@ -127,13 +153,16 @@ class MultiHeadAttention(keras.layers.Layer):
         mask = attention_mask
         if self.causal:
             mask = combine(mask, causal_mask(q.shape[2], k.shape[2]))
+        dropout = None
+        if training and self.dropout > 0:
+            dropout = lambda w: self.attention_dropout(w, training=training)  # noqa: E731
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, lambda w: self.attention_dropout(w, training=training)
+            q, k, v, mask, dropout, need_weights=need_weights
         )
         out = ops.swapaxes(out, 1, 2)  # (B, Tq, H, Dh)
         inner = self.num_heads * self.head_dim
         out = ops.reshape(out, (-1, ops.shape(out)[1], inner))  # (B, Tq, H·Dh)
-        return AttentionOutput(self.out_proj(out), weights if need_weights else None)
+        return AttentionOutput(self.out_proj(out), weights)
 
     def _project(self, query, key, value):
         """The q, k, v projections, split into heads: three (B, H, T, Dh) tensors."""
