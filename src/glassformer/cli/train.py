@@ -7,6 +7,11 @@
 Everything goes into one run directory (--out): the checkpoint, metrics.jsonl, loss.png
 and samples.txt. --resume DIR continues an interrupted run exactly where it stopped.
 Training stops at --max-steps or after --minutes of training, whichever comes first.
+
+--framework keras trains the classifier's Keras 3 twin with model.fit (extra `keras`): the
+same data, initial weights, optimiser and schedule; the run directory then also holds
+model.keras, and its checkpoint/ is the trained weights moved to PyTorch, so every other
+command takes the run as usual.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from glassformer.training.tasks import DataOptions, classify_task, lm_task, tran
 
 HELP = "train a GPT (lm), a translator (translate) or a classifier (classify)"
 RUN_FILE = "run.json"
+FRAMEWORKS = ("torch", "keras")
 
 # Per task: (default batch size, learning rate, optimizer, schedule, warm-up steps).
 DEFAULTS = {
@@ -108,6 +114,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pre-norm (default: GPT yes, the others as the paper: no)",
     )
     opt = p.add_argument_group("training")
+    opt.add_argument(
+        "--framework",
+        choices=list(FRAMEWORKS),
+        default="torch",
+        help="keras: train the Keras 3 twin with model.fit (classify only)",
+    )
     opt.add_argument("--out", help="run directory (default: runs/<task>)")
     opt.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     opt.add_argument("--minutes", type=float, help="training time budget")
@@ -213,12 +225,16 @@ def run(args: argparse.Namespace) -> int:
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
         o = json.loads(run_file.read_text())
+        if o.get("framework", "torch") != "torch":
+            raise ValueError(f"{resume_dir} was trained with Keras; only PyTorch runs resume")
         for key in ("minutes", "max_steps"):  # the budget may be extended on resume
             if getattr(args, key) is not None:
                 o[key] = getattr(args, key)
         o["out"] = str(resume_dir)
     else:
         o = _options(args)
+    if o.get("framework") == "keras":
+        check_keras_options(o)
     out = Path(o["out"])
     torch.manual_seed(o["seed"])
 
@@ -237,11 +253,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"data: {task.description}", file=sys.stderr)
     print(
         f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
-        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)",
+        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"
+        + (", Keras twin" if o.get("framework") == "keras" else ""),
         file=sys.stderr,
     )
 
-    optimizer = make_optimizer(model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"])
+    schedule, config = schedule_and_config(o, model)
+    keras = o.get("framework") == "keras"
+    if not keras:
+        optimizer = make_optimizer(
+            model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"]
+        )
+        state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
+    out.mkdir(parents=True, exist_ok=True)
+    if resume_dir is None:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+    if keras:
+        from glassformer.cli._keras_train import train_keras
+
+        model, state = train_keras(o, task, schedule, config, out)
+    else:
+        state = _train_torch(o, task, model, optimizer, schedule, config, state)
+    _finish(o, task, model, state, out)
+    return 0
+
+
+def schedule_and_config(o: dict[str, Any], model) -> tuple[Schedule, TrainConfig]:
+    """The learning-rate schedule and the loop's configuration, from a run's options."""
     # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
     schedule = Schedule(
         o["schedule"],
@@ -251,12 +290,6 @@ def run(args: argparse.Namespace) -> int:
         min_lr=o["lr"] / 10,
         d_model=model.config.d_model,
     )
-    if o["bf16"] and _cpu_without_bf16(model):
-        print(
-            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
-            "PyTorch emulates it, and training will be many times slower than fp32",
-            file=sys.stderr,
-        )
     config = TrainConfig(
         max_steps=o["max_steps"],
         minutes=o["minutes"],
@@ -265,12 +298,35 @@ def run(args: argparse.Namespace) -> int:
         bf16=o["bf16"],
         eval_every=o["eval_every"],
     )
+    return schedule, config
 
-    out.mkdir(parents=True, exist_ok=True)
-    state = restore(resume_dir, optimizer, task.batches) if resume_dir is not None else None
-    if resume_dir is None:
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-    write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+
+def check_keras_options(o: dict[str, Any]) -> None:
+    """--framework keras trains the classifier only, without the PyTorch-only options."""
+    if o["task"] != "classify":
+        raise ValueError(
+            f"--framework keras trains the classifier (classify) only, not {o['task']!r}"
+        )
+    unsupported = {
+        "--bf16": o["bf16"],
+        "--compile": o.get("compile"),
+        "--accumulation": o["accumulation"] != 1,
+        "--optimizer adam": o["optimizer"] != "adamw",
+    }
+    given = [name for name, value in unsupported.items() if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be used with --framework keras")
+
+
+def _train_torch(o, task, model, optimizer, schedule, config, state):
+    """The PyTorch loop with its hooks: progress bar, metrics.jsonl, checkpoints."""
+    out = Path(o["out"])
+    if o["bf16"] and _cpu_without_bf16(model):
+        print(
+            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
+            "PyTorch emulates it, and training will be many times slower than fp32",
+            file=sys.stderr,
+        )
     hooks = (
         ProgressBar(config, state or _fresh_state(), unit=task.unit),
         MetricsLog(out / "metrics.jsonl"),
@@ -285,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # torch.compile wraps the model for the steps; checkpoints save the plain module's keys
     stepped = torch.compile(model) if o.get("compile") else model
-    state = train(
+    return train(
         stepped,
         optimizer,
         schedule,
@@ -297,6 +353,9 @@ def run(args: argparse.Namespace) -> int:
         hooks=hooks,
     )
 
+
+def _finish(o, task, model, state, out: Path) -> None:
+    """The loss plot, the held-out figures (results.json) and the samples, for any framework."""
     plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {o['task']}")
     final = state.history[-1] if state.history else {}
     summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
@@ -315,8 +374,10 @@ def run(args: argparse.Namespace) -> int:
     samples = task.show(model)
     write_atomic(out / "samples.txt", (samples + "\n").encode())
     print(f"\n{samples}\n")
-    print(f"run directory: {out} (checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json)")
-    return 0
+    files = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
+    if o.get("framework") == "keras":
+        files += ", model.keras"
+    print(f"run directory: {out} ({files})")
 
 
 def _fresh_state():
