@@ -12,7 +12,12 @@ from glassformer.keras.convert import copy_from_torch, copy_to_torch
 
 ops = keras.ops
 # Keras's torch backend calls np.array(tensor, copy=False), which torch's __array__ predates
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+# (and one torch thread: on a busy 2-core machine two make these small steps many times slower)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
 
 D = 16
 IDS = torch.tensor([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0], [9, 0, 0, 0, 0, 0]])

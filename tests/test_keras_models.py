@@ -11,7 +11,12 @@ from glassformer import GPT, ClassifierConfig, EncoderLM, EncoderLMConfig, GPTCo
 from glassformer import TransformerClassifier as TorchClassifier
 
 # Keras's torch backend calls np.array(tensor, copy=False), which torch's __array__ predates
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+# (and one torch thread: on a busy 2-core machine two make these small steps many times slower)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
 
 ATOL = 1e-5
 IDS = torch.tensor(

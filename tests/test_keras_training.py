@@ -16,7 +16,12 @@ from glassformer.training import Schedule, TrainConfig
 from glassformer.training.evaluation import score
 
 # Keras's torch backend calls np.array(tensor, copy=False), which torch's __array__ predates
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+# (and one torch thread: on a busy 2-core machine two make these small steps many times slower)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
 
 FILLER, GOOD, BAD = range(10, 90), range(90, 100), range(100, 110)
 

@@ -17,6 +17,7 @@ command takes the run as usual.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -307,6 +308,8 @@ def check_keras_options(o: dict[str, Any]) -> None:
         raise ValueError(
             f"--framework keras trains the classifier (classify) only, not {o['task']!r}"
         )
+    if importlib.util.find_spec("keras") is None:
+        raise ValueError("--framework keras needs Keras 3: pip install 'glassformer[keras]'")
     unsupported = {
         "--bf16": o["bf16"],
         "--compile": o.get("compile"),
