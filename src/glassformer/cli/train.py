@@ -15,6 +15,11 @@ The same command runs data-parallel under torchrun (gloo on CPU, NCCL on GPUs):
 --batch-size is per process: the global batch is batch-size × processes × accumulation.
 Rank 0 shows progress and writes the run directory; --resume works with any number of
 processes.
+
+--framework keras trains the classifier's Keras 3 twin with model.fit (extra `keras`): the
+same data, initial weights, optimiser and schedule; the run directory then also holds
+model.keras, and its checkpoint/ is the trained weights moved to PyTorch, so every other
+command takes the run as usual.
 """
 
 from __future__ import annotations
@@ -29,20 +34,16 @@ import torch
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.cli._checks import check_train_options
-from glassformer.training import Schedule, TrainConfig, distributed, make_optimizer, train
-from glassformer.training.loop import NonFiniteLossError
+from glassformer.training import Schedule, TrainConfig, distributed
 from glassformer.training.run import (
-    Checkpointer,
-    MetricsLog,
-    ProgressBar,
     plot_loss,
-    restore,
     write_atomic,
 )
 from glassformer.training.tasks import DataOptions, classify_task, lm_task, translate_task
 
 HELP = "train a GPT (lm), a translator (translate) or a classifier (classify)"
 RUN_FILE = "run.json"
+FRAMEWORKS = ("torch", "keras")
 
 # Per task: (default batch size, learning rate, optimizer, schedule, warm-up steps).
 DEFAULTS = {
@@ -118,6 +119,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pre-norm (default: GPT yes, the others as the paper: no)",
     )
     opt = p.add_argument_group("training")
+    opt.add_argument(
+        "--framework",
+        choices=list(FRAMEWORKS),
+        default="torch",
+        help="keras: train the Keras 3 twin with model.fit (classify only)",
+    )
     opt.add_argument("--out", help="run directory (default: runs/<task>)")
     opt.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     opt.add_argument("--minutes", type=float, help="training time budget")
@@ -265,6 +272,8 @@ def _train(args: argparse.Namespace, world) -> int:
         if not run_file.is_file():
             raise ValueError(f"{resume_dir} is not a training run: no {RUN_FILE} in it")
         o = _read_run_file(run_file)
+        if o.get("framework", "torch") != "torch":
+            raise ValueError(f"{resume_dir} was trained with Keras; only PyTorch runs resume")
         # the budget may be extended on resume, the non-finite policy and threads changed
         for key in ("minutes", "max_steps", "on_nonfinite", "threads"):
             if getattr(args, key) is not None:
@@ -275,6 +284,9 @@ def _train(args: argparse.Namespace, world) -> int:
         o = _options(args)
         o["processes"] = world.world_size
     check_train_options(o)
+    keras = o.get("framework") == "keras"
+    if keras:
+        check_keras_options(o, world)
     out = Path(o["out"])
     if o.get("threads"):  # the run's own on resume: sums in another order differ in the last bit
         torch.set_num_threads(o["threads"])
@@ -303,92 +315,30 @@ def _train(args: argparse.Namespace, world) -> int:
             f"{o['batch_size'] * world.world_size * o['accumulation']}"
             if world.enabled
             else ""
-        ),
-    )
-
-    # The module the steps run through: DDP around the model, or the model sharded in place
-    # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
-    # hold the plain model's keys.
-    strategy = getattr(args, "strategy", "ddp")
-    stepped = distributed.wrap(model, world, strategy)
-    stepped = torch.compile(stepped) if o.get("compile") else stepped
-    optimizer = make_optimizer(model, o["optimizer"], lr=o["lr"], weight_decay=o["weight_decay"])
-    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
-    schedule = Schedule(
-        o["schedule"],
-        lr=o["lr"],
-        warmup=o["warmup"],
-        total_steps=o["max_steps"] or 1,
-        min_lr=o["lr"] / 10,
-        d_model=model.config.d_model,
-    )
-    if o["bf16"] and _cpu_without_bf16(model):
-        _say(
-            world,
-            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
-            "PyTorch emulates it, and training will be many times slower than fp32",
         )
-    config = TrainConfig(
-        max_steps=o["max_steps"],
-        minutes=o["minutes"],
-        accumulation=o["accumulation"],
-        clip_norm=o["clip_norm"],
-        bf16=o["bf16"],
-        eval_every=o["eval_every"],
-        on_nonfinite=o.get("on_nonfinite") or "stop",
+        + (", Keras twin" if keras else ""),
     )
 
-    state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
-    if world.enabled:  # each rank its own dropout stream (the data streams are shared)
-        torch.manual_seed(o["seed"] + 1_000_003 * world.rank + (state.step if state else 0))
-    metrics_log = MetricsLog(out / "metrics.jsonl", every=o.get("log_every") or 10)
-    if world.is_main:
+    schedule, config = schedule_and_config(o, model)
+    if keras:
+        from glassformer.cli._keras_train import train_keras
+
         out.mkdir(parents=True, exist_ok=True)
-        if state is None:
-            (out / "metrics.jsonl").unlink(missing_ok=True)
-        else:  # rows logged after the checkpoint, by the run that was cut short, come again
-            metrics_log.truncate_after(state.step)
+        (out / "metrics.jsonl").unlink(missing_ok=True)
         write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
-    checkpointer = Checkpointer(
-        out,
-        model,
-        optimizer,
-        task.batches,
-        every=o["checkpoint_every"],
-        extra_files=task.extra_files,
-    )
-    checkpointer.saved_step = state.step if state is not None else None
-    sharded = distributed.is_sharded(model)
-    hooks = (checkpointer,) if sharded else ()  # every rank helps gather a sharded model
-    if world.is_main:
-        hooks = (
-            ProgressBar(config, state or _fresh_state(), unit=task.unit),
-            metrics_log,
-            checkpointer,
-        )
-    try:
-        state = train(
-            stepped,
-            optimizer,
-            schedule,
-            task.batches,
-            task.loss_fn,
-            config,
-            state=state,
-            evaluate=task.evaluate,
-            hooks=hooks,
-            world=world,
-        )
-    except NonFiniteLossError as e:
-        raise NonFiniteLossError(
-            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
-            "--on-nonfinite skip continues from it, skipping such batches)",
-            step=e.step,
-        ) from None
-    model = distributed.plain_model(model)  # a sharded model is gathered onto rank 0
-    if not world.is_main:
-        return 0
+        model, state = train_keras(o, task, schedule, config, out)
+    else:
+        from glassformer.cli._torch_train import train_torch
 
+        model, state = train_torch(args, o, task, model, schedule, config, world)
+        if not world.is_main:
+            return 0
+    _finish(o, task, model, state, out)
+    return 0
+
+
+def _finish(o: dict[str, Any], task, model, state, out: Path) -> None:
+    """The loss plot, the held-out figures (results.json) and the samples, for any framework."""
     plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {o['task']}")
     final = state.history[-1] if state.history else {}
     summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
@@ -407,8 +357,52 @@ def _train(args: argparse.Namespace, world) -> int:
     samples = task.show(model)
     write_atomic(out / "samples.txt", (samples + "\n").encode())
     print(f"\n{samples}\n")
-    print(f"run directory: {out} (checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json)")
-    return 0
+    files = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
+    if o.get("framework") == "keras":
+        files += ", model.keras"
+    print(f"run directory: {out} ({files})")
+
+
+def schedule_and_config(o: dict[str, Any], model) -> tuple[Schedule, TrainConfig]:
+    """The learning-rate schedule and the loop's configuration, from a run's options."""
+    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
+    schedule = Schedule(
+        o["schedule"],
+        lr=o["lr"],
+        warmup=o["warmup"],
+        total_steps=o["max_steps"] or 1,
+        min_lr=o["lr"] / 10,
+        d_model=model.config.d_model,
+    )
+    config = TrainConfig(
+        max_steps=o["max_steps"],
+        minutes=o["minutes"],
+        accumulation=o["accumulation"],
+        clip_norm=o["clip_norm"],
+        bf16=o["bf16"],
+        eval_every=o["eval_every"],
+        on_nonfinite=o.get("on_nonfinite") or "stop",
+    )
+    return schedule, config
+
+
+def check_keras_options(o: dict[str, Any], world) -> None:
+    """--framework keras trains the classifier only, without the PyTorch-only options."""
+    if o["task"] != "classify":
+        raise ValueError(
+            f"--framework keras trains the classifier (classify) only, not {o['task']!r}"
+        )
+    if world.enabled:
+        raise ValueError("--framework keras trains in one process; run it without torchrun")
+    unsupported = {
+        "--bf16": o["bf16"],
+        "--compile": o.get("compile"),
+        "--accumulation": o["accumulation"] != 1,
+        "--optimizer adam": o["optimizer"] != "adamw",
+    }
+    given = [name for name, value in unsupported.items() if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be used with --framework keras")
 
 
 def _build_task_on_all_ranks(o: dict[str, Any], tokenizer, labels, world):
@@ -455,16 +449,3 @@ def _read_run_file(path: Path) -> dict[str, Any]:
     if not isinstance(options, dict) or "task" not in options:
         raise ValueError(f"{path} does not describe a training run; it cannot be resumed")
     return options
-
-
-def _fresh_state():
-    from glassformer.training import TrainState
-
-    return TrainState()
-
-
-def _cpu_without_bf16(model) -> bool:
-    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
-    if next(model.parameters()).device.type != "cpu":
-        return False
-    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()

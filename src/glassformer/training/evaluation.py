@@ -8,8 +8,10 @@ from torch import nn
 from glassformer.training.loop import to_device
 
 
-def device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
+def device_of(model) -> torch.device:
+    """Where a model's weights are (the CPU for a model that is not a torch module)."""
+    params = model.parameters() if isinstance(model, nn.Module) else iter(())
+    return next(params, torch.empty(0)).device
 
 
 def translate_texts(

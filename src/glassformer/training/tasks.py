@@ -29,6 +29,7 @@ from glassformer.models import (
 from glassformer.training.evaluation import (
     bleu,
     classify_texts,
+    device_of,
     mean_loss,
     score,
     translate_texts,
@@ -188,7 +189,7 @@ def lm_task(
 
     def show(m: nn.Module) -> str:
         prompt = val_text[: min(32, len(val_text))]
-        device = next(m.parameters()).device
+        device = device_of(m)
         ids = torch.tensor([tok.encode(prompt)], device=device)
         g = torch.Generator(device).manual_seed(seed)
         out = m.generate(ids, 300, do_sample=True, temperature=0.8, top_k=50, generator=g)

@@ -1,0 +1,134 @@
+"""What the Keras models share: the embedding front end, the automatic mask, pooling.
+
+The twin of ``glassformer.models.common``. Shapes: B batch, T length, D d_model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import keras
+from keras import ops
+
+from glassformer.keras.attention import most_negative
+from glassformer.keras.layers import Encoder
+from glassformer.keras.masks import padding_mask
+from glassformer.keras.position import TokenEmbedding, positional_encoding
+from glassformer.models.common import layer_options
+
+
+@keras.saving.register_keras_serializable(package="glassformer")
+class Embeddings(keras.layers.Layer):
+    """Token embedding (optionally ×√D), plus positions, then dropout: ids (B, T) → (B, T, D).
+
+    Sub-layers as in PyTorch: ``token``, ``position``.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        positional: str,
+        dropout: float,
+        scale: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.options = dict(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            max_len=max_len,
+            positional=positional,
+            dropout=dropout,
+            scale=scale,
+        )
+        self.token = TokenEmbedding(
+            vocab_size=vocab_size, d_model=d_model, scale=scale, name="token"
+        )
+        self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
+        self.dropout = keras.layers.Dropout(dropout, name="dropout")
+
+    def build(self, ids_shape) -> None:
+        self.token.build(ids_shape)
+        self.position.build((None, None, self.options["d_model"]))
+
+    def call(self, ids, training: bool | None = None):
+        """ids (B, T) → (B, T, D)."""
+        return self.dropout(self.position(self.token(ids)), training=training)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), **self.options}
+
+
+class EncoderModel(keras.Model):
+    """What the classifier and the encoder LM share: a config, ``embed`` and ``encoder``.
+
+    A subclass names its ``config_class`` and adds its head; ``encode`` runs the body.
+    """
+
+    config_class: ClassVar[type]
+
+    def __init__(self, config: Any, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if isinstance(config, dict):  # as get_config stores it
+            config = self.config_class.from_dict(config)
+        self.config = c = config
+        self.embed = Embeddings(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            max_len=c.max_len,
+            positional=c.positional,
+            dropout=c.dropout,
+            scale=getattr(c, "scale_embeddings", False),
+            name="embed",
+        )
+        self.encoder = Encoder(num_layers=c.num_layers, **layer_options(c), name="encoder")
+
+    def build(self, ids_shape) -> None:
+        self.embed.build(ids_shape)
+        self.encoder.build((None, None, self.config.d_model))
+
+    def encode(self, ids, attention_mask=None, training: bool | None = None):
+        """(hidden (B, T, D), the mask used) for ids (B, T); the mask built from ``pad_id``."""
+        if attention_mask is None:
+            attention_mask = auto_padding_mask(ids, self.config.pad_id)
+        x = self.embed(ids, training=training)  # (B, T, D)
+        x = self.encoder(x, attention_mask=attention_mask, training=training).hidden
+        return x, attention_mask
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+
+def auto_padding_mask(ids, pad_id: int | None):
+    """The key padding mask (B, 1, 1, T) for ``ids``, or None without a pad id.
+
+    Unlike PyTorch's version it does not look at the values to return None for a batch
+    without pads (that would be a data-dependent branch, which JAX and TF graphs forbid);
+    an all-True mask gives the same numbers.
+    """
+    return None if pad_id is None else padding_mask(ids, pad_id)
+
+
+POOLING = ("mean", "cls", "max")
+
+
+def pool(x, mask, pooling: str):
+    """(B, T, D) → (B, D) by ``pooling`` ("mean", "cls" or "max"), ignoring padded positions.
+
+    ``mask`` is a padding mask whose last dimension is T (True for real tokens), or None.
+    A row with no real token pools to zeros.
+    """
+    if pooling == "cls":
+        return x[:, 0]
+    if mask is None:
+        return ops.mean(x, axis=1) if pooling == "mean" else ops.max(x, axis=1)
+    real = ops.reshape(mask, (ops.shape(mask)[0], -1, 1))  # (B, T, 1), True for real tokens
+    count = ops.sum(ops.cast(real, x.dtype), axis=1)  # (B, 1)
+    if pooling == "mean":
+        total = ops.sum(ops.where(real, x, 0.0), axis=1)  # (B, D)
+        return total / ops.maximum(count, 1.0)
+    pooled = ops.max(ops.where(real, x, most_negative(x.dtype)), axis=1)  # (B, D)
+    return ops.where(count > 0, pooled, 0.0)
