@@ -6,7 +6,9 @@ step, zeroing the gradients, on random token batches. Two shapes:
     small   4 layers, 4 heads, 128 wide, context 64, batch 12  (nanoGPT's README CPU config)
     medium  6 layers, 6 heads, 384 wide, context 256, batch 8  (shakespeare-char's model)
 
-vocabulary 65, dropout 0, no biases on nanoGPT's side (its train.py default);
+vocabulary 65, dropout 0. glassformer runs nanoGPT's block (``bias=False``: no biases in the
+linear layers and LayerNorms, nanoGPT's train.py default; the same parameter count) and,
+for reference, GPT-2's block with biases;
 ``--compile`` adds glassformer under ``torch.compile`` (compiling is untimed warm-up). nanoGPT's
 model.py comes from a checkout passed in by path (nothing of it is copied here); Hugging
 Face's from the installed ``transformers``. Contenders run interleaved, several repeats;
@@ -61,7 +63,7 @@ def random_batches(batch: int, context: int):
         yield data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
-def glassformer_model(s: dict) -> GPT:
+def glassformer_model(s: dict, bias: bool = False) -> GPT:
     config = GPTConfig(
         vocab_size=VOCAB,
         max_len=s["context"],
@@ -71,6 +73,7 @@ def glassformer_model(s: dict) -> GPT:
         d_ff=4 * s["width"],
         dropout=0.0,
         pad_id=None,
+        bias=bias,
     )
     return GPT(config)
 
@@ -117,6 +120,13 @@ def contenders(s: dict, nanogpt: Path | None, hf: bool, bf16: bool, compiled: bo
     steps["glassformer fp32"] = step_fn(
         ours,
         make_optimizer(ours, "adamw", lr=1e-3),
+        random_batches(s["batch"], s["context"]),
+        lambda m, x, y: m(x, labels=y).loss,
+    )
+    with_bias = glassformer_model(s, bias=True)
+    steps["glassformer fp32, biases"] = step_fn(
+        with_bias,
+        make_optimizer(with_bias, "adamw", lr=1e-3),
         random_batches(s["batch"], s["context"]),
         lambda m, x, y: m(x, labels=y).loss,
     )

@@ -107,6 +107,38 @@ def test_a_glassformer_gpt_round_trips_through_transformers(tie, tmp_path):
         assert torch.equal(back.state_dict()[name], value), name
 
 
+def test_a_bias_free_gpt_is_gpt2_with_every_bias_at_zero(tmp_path):
+    """``bias=False`` (nanoGPT's block): the same numbers as GPT-2 whose linear and LayerNorm
+    biases are all zero, and exactly nanoGPT's parameter counts at its two CPU sizes."""
+    hf = hf_gpt2(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=97)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+    hf.save_pretrained(tmp_path)
+    with_zeros = GPT.from_pretrained(tmp_path)
+    config = GPTConfig(**{**with_zeros.config.to_dict(), "bias": False})
+    ours = GPT(config)
+    weights = {k: v for k, v in with_zeros.state_dict().items() if not k.endswith(".bias")}
+    ours.load_state_dict(weights)  # strict: a bias-free model has exactly the other keys
+    assert not any(name.endswith(".bias") for name, _ in ours.named_parameters())
+    ids = torch.randint(0, 97, (3, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, atol=1e-4, rtol=1e-4)
+    # nanoGPT prints these for its shakespeare-char (6 x 384) and README CPU (4 x 128) models
+    for layers, heads, width, context, count in (
+        (6, 6, 384, 256, 10_745_088),
+        (4, 4, 128, 64, 804_096),
+    ):
+        nano_like = GPTConfig(
+            vocab_size=65, max_len=context, d_model=width, num_heads=heads, num_layers=layers,
+            bias=False,
+        )  # fmt: skip
+        assert GPT(nano_like).num_parameters() == count
+    with pytest.raises(ValueError, match="without bias"):
+        save_gpt2(ours, tmp_path / "out")
+
+
 def test_what_gpt2_cannot_express_is_refused(tmp_path):
     post_norm = GPT(
         GPTConfig(vocab_size=30, d_model=16, num_heads=2, num_layers=1, norm_first=False)

@@ -113,6 +113,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     model.add_argument("--d-ff", type=int)
     model.add_argument("--dropout", type=float)
     model.add_argument(
+        "--bias",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lm: biases in the linear layers and LayerNorms (default: yes, as GPT-2; "
+        "--no-bias is nanoGPT's block, a little faster)",
+    )
+    model.add_argument(
         "--norm-first",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -230,6 +237,10 @@ def build_task(o: dict[str, Any], tokenizer=None, labels=None, world=None):
         rank=world.rank,
         world_size=world.world_size,
     )
+    if o.get("bias") is not None:
+        if o["task"] != "lm":
+            raise ValueError(f"--bias/--no-bias is for lm (a GPT), not {o['task']}")
+        overrides["bias"] = o["bias"]
     if o["task"] == "lm":
         if o.get("num_layers"):
             overrides["num_layers"] = o["num_layers"]

@@ -154,6 +154,8 @@ def save_gpt2(model: GPT, path: str | Path) -> Path:
         problems.append(f"{c.positional} positions (GPT-2 learns them)")
     if not c.qkv_bias:
         problems.append("q/k/v projections without bias")
+    if not c.bias:
+        problems.append("linear layers and LayerNorms without bias (GPT-2 has them)")
     if c.head_dim not in (None, c.d_model // c.num_heads):
         problems.append(f"head_dim={c.head_dim} (GPT-2 uses d_model / num_heads)")
     if problems:

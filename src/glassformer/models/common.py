@@ -43,7 +43,8 @@ def layer_options(c) -> dict:
         activation=c.activation,
         norm_first=c.norm_first,
         head_dim=c.head_dim,
-        qkv_bias=c.qkv_bias,
+        qkv_bias=c.qkv_bias and getattr(c, "bias", True),
+        bias=getattr(c, "bias", True),
     )
 
 

@@ -27,6 +27,8 @@ class GPTConfig(ConfigBase):
     """Configuration of ``GPT``. ``d_ff`` defaults to 4·``d_model``.
 
     ``pad_id`` may be None for vocabularies without a padding token (GPT-2's).
+    ``bias=False`` drops every bias, in the linear layers (q, k, v included) and the
+    LayerNorms: nanoGPT's default block, a little faster; GPT-2 has them (True).
     """
 
     vocab_size: int
@@ -42,6 +44,7 @@ class GPTConfig(ConfigBase):
     norm_first: bool = True
     positional: str = "learned"
     qkv_bias: bool = True
+    bias: bool = True
     tie_weights: bool = True
     layer_norm_eps: float = 1e-5
     pad_id: int | None = 0

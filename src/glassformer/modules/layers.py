@@ -79,6 +79,8 @@ class EncoderLayer(_ResidualLayer):
         norm_first: pre-norm (True) or the paper's post-norm (False).
         head_dim: width of one head; ``d_model // num_heads`` when None.
         qkv_bias: bias on the q, k, v projections.
+        bias: bias on the output projection, the feed-forward layers and the LayerNorms
+            (False, with ``qkv_bias=False``, is nanoGPT's bias-free block).
         causal: forbid attending to later positions.
         layer_norm_eps: LayerNorm epsilon.
     """
@@ -95,6 +97,7 @@ class EncoderLayer(_ResidualLayer):
         norm_first: bool = False,
         head_dim: int | None = None,
         qkv_bias: bool = True,
+        bias: bool = True,
         causal: bool = False,
         layer_norm_eps: float = 1e-5,
     ) -> None:
@@ -105,13 +108,14 @@ class EncoderLayer(_ResidualLayer):
             head_dim=head_dim,
             dropout=attention_dropout,
             qkv_bias=qkv_bias,
+            out_bias=bias,
             causal=causal,
         )
         self.feed_forward = FeedForward(
-            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation
+            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
 
     def forward(
         self,
@@ -152,6 +156,7 @@ class DecoderLayer(_ResidualLayer):
         norm_first: bool = False,
         head_dim: int | None = None,
         qkv_bias: bool = True,
+        bias: bool = True,
         causal: bool = True,
         layer_norm_eps: float = 1e-5,
     ) -> None:
@@ -162,15 +167,16 @@ class DecoderLayer(_ResidualLayer):
             head_dim=head_dim,
             dropout=attention_dropout,
             qkv_bias=qkv_bias,
+            out_bias=bias,
         )
         self.self_attn = MultiHeadAttention(**attention, causal=causal)
         self.cross_attn = MultiHeadAttention(**attention)
         self.feed_forward = FeedForward(
-            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation
+            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
 
     def forward(
         self,
@@ -306,4 +312,8 @@ def _final_norm(final_norm: bool | None, layer_kwargs: dict) -> nn.LayerNorm | N
         final_norm = layer_kwargs.get("norm_first", False)
     if not final_norm:
         return None
-    return nn.LayerNorm(layer_kwargs["d_model"], eps=layer_kwargs.get("layer_norm_eps", 1e-5))
+    return nn.LayerNorm(
+        layer_kwargs["d_model"],
+        eps=layer_kwargs.get("layer_norm_eps", 1e-5),
+        bias=layer_kwargs.get("bias", True),
+    )
