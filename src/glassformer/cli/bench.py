@@ -15,6 +15,8 @@ several repeats, and prints medians and ratios:
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
   bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
                  side by side and the speed-up (slow; needs a CPU with native bf16)
+  malloc         GPT training steps with glibc's default malloc and with freed memory
+                 kept, as `glassformer train` runs (separate processes, alternating)
 
 Without names it runs attention, gpt-train, seq2seq-train and classifier.
 """
@@ -37,9 +39,18 @@ SCRIPTS = {
     "embed": "embed.py",
     "nanogpt-lm": "nanogpt_lm.py",
     "bf16-curve": "bf16_curve.py",
+    "malloc": "malloc.py",
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
-REPEATABLE = {"attention", "gpt-train", "seq2seq-train", "classifier", "generate", "embed"}
+REPEATABLE = {
+    "attention",
+    "gpt-train",
+    "seq2seq-train",
+    "classifier",
+    "generate",
+    "embed",
+    "malloc",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -35,6 +35,7 @@ import torch
 from glassformer.checkpoint import load_checkpoint
 from glassformer.cli._checks import check_train_options
 from glassformer.training import Schedule, TrainConfig, distributed
+from glassformer.training.memory import keep_freed_memory
 from glassformer.training.run import (
     plot_loss,
     write_atomic,
@@ -263,6 +264,7 @@ def build_task(o: dict[str, Any], tokenizer=None, labels=None, world=None):
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_freed_memory()  # no page faults for the tensors every step allocates again
     world = distributed.setup(getattr(args, "device", "auto"))
     try:
         return _train(args, world)
