@@ -84,7 +84,10 @@ class EncoderModel(keras.Model):
             scale=getattr(c, "scale_embeddings", False),
             name="embed",
         )
-        self.encoder = Encoder(num_layers=c.num_layers, **layer_options(c), name="encoder")
+        options = layer_options(c)
+        if not options.pop("bias"):  # the classifier and encoder LM configs always have them
+            raise ValueError("the Keras twin has biases in its linear layers and LayerNorms")
+        self.encoder = Encoder(num_layers=c.num_layers, **options, name="encoder")
 
     def build(self, ids_shape) -> None:
         self.embed.build(ids_shape)
