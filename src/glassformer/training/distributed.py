@@ -32,13 +32,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.fsdp import FSDPModule, fully_shard
+
+# FSDP and its state-dict helpers are imported where they are used: importing them costs
+# half a second, which every glassformer command would otherwise pay.
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -129,6 +125,8 @@ def wrap(model: nn.Module, world: Distributed, strategy: str = "ddp") -> nn.Modu
     if not world.enabled:
         return model
     if strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
         from glassformer.modules.layers import DecoderLayer, EncoderLayer
 
         for module in model.modules():
@@ -143,6 +141,10 @@ def wrap(model: nn.Module, world: Distributed, strategy: str = "ddp") -> nn.Modu
 
 def is_sharded(model: nn.Module) -> bool:
     """True for an FSDP-sharded model: every rank must join its forward passes."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False  # sharding needs a process group
+    from torch.distributed.fsdp import FSDPModule
+
     return isinstance(model, FSDPModule)
 
 
@@ -163,7 +165,10 @@ def no_gradient_sync(model: nn.Module) -> Iterator[None]:
         yield
 
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+def _full():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def plain_model(model: nn.Module) -> nn.Module:
@@ -171,7 +176,10 @@ def plain_model(model: nn.Module) -> nn.Module:
     this; the others get None). An unsharded model is returned as it is."""
     if not is_sharded(model):
         return model
-    state = get_model_state_dict(model, options=_FULL)  # gathered onto rank 0's CPU
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.fsdp import FSDPModule
+
+    state = get_model_state_dict(model, options=_full())  # gathered onto rank 0's CPU
     if dist.get_rank() != 0:
         return None
     with torch.device("meta"):  # no memory and no random numbers drawn
@@ -200,7 +208,9 @@ def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     gathered in full and keyed by parameter name for a sharded one (every rank calls)."""
     if not is_sharded(model):
         return optimizer.state_dict()
-    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=_full())
 
 
 def load_optimizer_state(
@@ -221,6 +231,11 @@ def load_optimizer_state(
                 {**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]
             ],
         }
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_optimizer_state_dict,
+    )
+
     set_optimizer_state_dict(
         model, optimizer, saved, options=StateDictOptions(full_state_dict=True)
     )
