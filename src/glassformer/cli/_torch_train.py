@@ -3,17 +3,16 @@ under torchrun (DDP or FSDP), resuming where a run stopped."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from glassformer.cli.train import RUN_FILE
-from glassformer.training import distributed, make_optimizer, train
+from glassformer.cli.train import start_run_dir
+from glassformer.training import TrainState, distributed, make_optimizer, train
 from glassformer.training.loop import NonFiniteLossError
-from glassformer.training.run import Checkpointer, MetricsLog, ProgressBar, restore, write_atomic
+from glassformer.training.run import Checkpointer, MetricsLog, ProgressBar, restore
 
 
 def train_torch(args, o: dict[str, Any], task, model, schedule, config, world):
@@ -40,12 +39,9 @@ def train_torch(args, o: dict[str, Any], task, model, schedule, config, world):
         torch.manual_seed(o["seed"] + 1_000_003 * world.rank + (state.step if state else 0))
     metrics_log = MetricsLog(out / "metrics.jsonl", every=o.get("log_every") or 10)
     if world.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if state is None:
-            (out / "metrics.jsonl").unlink(missing_ok=True)
-        else:  # rows logged after the checkpoint, by the run that was cut short, come again
+        start_run_dir(o, fresh=state is None)
+        if state is not None:  # rows logged after the checkpoint, by the cut-short run, come again
             metrics_log.truncate_after(state.step)
-        write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
     checkpointer = Checkpointer(
         out,
         model,
@@ -59,7 +55,7 @@ def train_torch(args, o: dict[str, Any], task, model, schedule, config, world):
     hooks = (checkpointer,) if sharded else ()  # every rank helps gather a sharded model
     if world.is_main:
         hooks = (
-            ProgressBar(config, state or _fresh_state(), unit=task.unit),
+            ProgressBar(config, state or TrainState(), unit=task.unit),
             metrics_log,
             checkpointer,
         )
@@ -83,12 +79,6 @@ def train_torch(args, o: dict[str, Any], task, model, schedule, config, world):
             step=e.step,
         ) from None
     return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
-
-
-def _fresh_state():
-    from glassformer.training import TrainState
-
-    return TrainState()
 
 
 def _cpu_without_bf16(model) -> bool:

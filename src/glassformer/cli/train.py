@@ -336,9 +336,7 @@ def _train(args: argparse.Namespace, world) -> int:
     if keras:
         from glassformer.cli._keras_train import train_keras
 
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-        write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
+        start_run_dir(o, fresh=True)
         model, state = train_keras(o, task, schedule, config, out)
     else:
         from glassformer.cli._torch_train import train_torch
@@ -348,6 +346,15 @@ def _train(args: argparse.Namespace, world) -> int:
             return 0
     _finish(o, task, model, state, out)
     return 0
+
+
+def start_run_dir(o: dict[str, Any], *, fresh: bool) -> None:
+    """Create the run directory and write run.json; a fresh run starts a new metrics.jsonl."""
+    out = Path(o["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    write_atomic(out / RUN_FILE, (json.dumps(o, indent=2) + "\n").encode())
 
 
 def _finish(o: dict[str, Any], task, model, state, out: Path) -> None:

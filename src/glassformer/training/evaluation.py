@@ -30,11 +30,12 @@ def translate_texts(
     out: list[str] = [""] * len(texts)
     encoded = tokenizer.encode_batch(texts)
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    device = device_of(model)
     model.eval()
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
-        src = src.to(device_of(model))
+        src = src.to(device)
         new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
         ys = model.generate(src, new_tokens, **generate_kwargs)
         for i, row in zip(idx, ys.tolist(), strict=True):
@@ -45,9 +46,10 @@ def translate_texts(
 def mean_loss(model: nn.Module, loss_fn, batches) -> float:
     """Mean of a (sum, count) loss over batches."""
     total, count = 0.0, 0
+    device = device_of(model)
     with torch.no_grad():
         for batch in batches:
-            loss, n = loss_fn(model, to_device(batch, device_of(model)))
+            loss, n = loss_fn(model, to_device(batch, device))
             total, count = total + loss.item(), count + n
     return total / max(count, 1)
 
@@ -72,8 +74,9 @@ def truncate(ids: list[int], max_len: int) -> list[int]:
 def score(model: nn.Module, batches, *, prefix: str = "") -> dict[str, float]:
     """Mean loss and accuracy of a classifier over (ids, labels) batches."""
     total, correct, count = 0.0, 0, 0
+    device = device_of(model)
     for ids, labels in batches:
-        ids, labels = ids.to(device_of(model)), labels.to(device_of(model))
+        ids, labels = ids.to(device), labels.to(device)
         logits = model(ids).logits
         total += torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
@@ -96,11 +99,12 @@ def classify_texts(
     limit = max_len or model.config.max_len
     encoded = [truncate(i, limit) or [tokenizer.unk_id] for i in tokenizer.encode_batch(texts)]
     out: list[tuple[str, float]] = []
+    device = device_of(model)
     model.eval()
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
             ids = pad_batch(encoded[start : start + batch_size], tokenizer.pad_id)
-            ids = ids.to(device_of(model))
+            ids = ids.to(device)
             probs = model(ids).logits.float().softmax(-1)
             p, k = probs.max(-1)
             out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]

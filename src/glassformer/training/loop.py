@@ -254,7 +254,10 @@ def _nonfinite(loss_sum: float, grad_norm: float, step: int) -> str | None:
 
 def _clip(params: list[Tensor], clip_norm: float | None) -> float:
     """Clip the gradients' global norm to ``clip_norm`` (None: only measure it)."""
-    norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip_norm is None else clip_norm)
+    if clip_norm is None:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: DTensor
 
 
