@@ -1,7 +1,7 @@
 """glassformer: a Transformer written from scratch in PyTorch, readable and proven."""
 
-__version__ = "0.1.0"
-
+from glassformer import interop  # noqa: F401  (registers the foreign formats it reads)
+from glassformer._version import __version__
 from glassformer.checkpoint import load_checkpoint, save_checkpoint
 from glassformer.models import (
     GPT,
@@ -35,6 +35,7 @@ from glassformer.modules import (
 )
 
 __all__ = [
+    "__version__",
     "GPT",
     "BertConfig",
     "BertEncoder",

@@ -35,25 +35,49 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from glassformer.models.base import MODEL_KINDS, PretrainedModel
+from glassformer._version import __version__
+from glassformer.errors import CheckpointError, CheckpointSaveError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINING_STATE_NAME = "training_state.pt"
 CHECKPOINT_SUBDIR = "checkpoint"  # inside a training run directory
 
+__all__ = [
+    "CHECKPOINT_SUBDIR",
+    "MODEL_KINDS",
+    "CheckpointError",
+    "CheckpointSaveError",
+    "load_checkpoint",
+    "register_format",
+    "register_named",
+    "save_checkpoint",
+]
 
-class CheckpointError(ValueError):
-    """A path that is not a loadable glassformer checkpoint."""
+# The registries that let this module load any model without importing one (models sit
+# above checkpoints; interop above models):
+#   model kind ("gpt") -> its class; every PretrainedModel subclass adds itself.
+MODEL_KINDS: dict[str, Any] = {}
+#   Hugging Face ``model_type`` -> {glassformer kind -> reader(path)}; interop registers them.
+FOREIGN_FORMATS: dict[str, dict[str, Callable[..., Any]]] = {}
+#   packaged model name ("all-MiniLM-L6-v2") -> (kind, loader(**options)).
+NAMED_MODELS: dict[str, tuple[str, Callable[..., Any]]] = {}
 
 
-class CheckpointSaveError(OSError):
-    """A checkpoint could not be written (full disk, no permission, ...); the previous
-    checkpoint at that path, if any, is intact and no temporary files are left."""
+def register_format(model_type: str, kind: str, reader: Callable[[Path], Any]) -> None:
+    """Let ``load_checkpoint`` read a foreign directory whose config.json says
+    ``"model_type": model_type``, as a model of ``kind``. The first kind registered for a
+    model type is what it loads as when no kind is asked for."""
+    FOREIGN_FORMATS.setdefault(model_type, {})[kind] = reader
+
+
+def register_named(name: str, kind: str, loader: Callable[..., Any]) -> None:
+    """Let ``load_checkpoint(name)`` (and ``from_pretrained(name)``) load a packaged model."""
+    NAMED_MODELS[name] = (kind, loader)
 
 
 def save_checkpoint(
-    model: PretrainedModel,
+    model: Any,
     path: str | Path,
     *,
     training_state: dict[str, Any] | None = None,
@@ -71,7 +95,7 @@ def save_checkpoint(
             e.g. ``tokenizer.json``.
     """
     model = getattr(model, "_orig_mod", model)  # torch.compile wraps; save the same keys
-    if not isinstance(model, PretrainedModel):
+    if not isinstance(model, tuple(MODEL_KINDS.values())):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
     meta = {"kind": model.kind, "config": model.config.to_dict(), "glassformer_version": _version()}
 
@@ -90,7 +114,7 @@ def save_checkpoint(
     return write_directory_atomically(Path(path), write)
 
 
-def _save_weights(model: PretrainedModel, file: Path) -> None:
+def _save_weights(model: Any, file: Path) -> None:
     """safetensors' ``save_model`` (tied weights stored once), with a failed write raised as
     the ``OSError`` it is: the library reports "No space left on device (os error 28)" as
     its own error type."""
@@ -193,15 +217,30 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, *, kind: str | None = None, map_location: str | torch.device = "cpu"
+    path: str | Path,
+    *,
+    kind: str | None = None,
+    map_location: str | torch.device = "cpu",
+    **options: Any,
 ) -> Any:
-    """Load the model saved in directory ``path``.
+    """Load the model saved in directory ``path``, or the packaged model of that name.
 
     Args:
-        path: a checkpoint directory written by ``save_checkpoint``.
+        path: a checkpoint directory written by ``save_checkpoint`` (or a training run
+            directory holding one), a foreign directory a reader was registered for
+            (Hugging Face GPT-2 and BERT: see ``glassformer.interop``), or the name of a
+            packaged model (``"all-MiniLM-L6-v2"``).
         kind: if given, the model kind expected (e.g. "gpt"); another kind is an error.
         map_location: device for the weights.
+        options: passed to a packaged model's loader (``cache_dir=`` for MiniLM).
     """
+    if str(path) in NAMED_MODELS:
+        named_kind, loader = NAMED_MODELS[str(path)]
+        if kind is not None and kind != named_kind:
+            raise CheckpointError(f"{path!r} is a {named_kind!r} model, expected {kind!r}")
+        return loader(**options)
+    if options:
+        raise TypeError(f"unexpected option(s) {sorted(options)} for a checkpoint directory")
     path = resolve_checkpoint_dir(path)
     config_file = path / CONFIG_NAME
     if not config_file.is_file():
@@ -240,25 +279,24 @@ def load_checkpoint(
             f"{weights} does not match the {saved_kind!r} config: missing {sorted(missing)}, "
             f"unexpected {sorted(unexpected)}"
         )
+    model.load_extra_files(path)
     model.eval()
     return model
 
 
 def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
-    """A Hugging Face checkpoint directory that ``glassformer.interop`` can read."""
-    from glassformer.interop.bert import load_bert
-    from glassformer.interop.gpt2 import load_gpt2
-
-    readers = {"gpt2": ("gpt", load_gpt2), "bert": ("bert", load_bert)}
-    if model_type not in readers:
+    """A foreign (Hugging Face) checkpoint directory that a registered reader understands."""
+    readers = FOREIGN_FORMATS.get(model_type) if isinstance(model_type, str) else None
+    if not readers:
         raise CheckpointError(
             f"{path} is a Hugging Face {model_type!r} checkpoint; glassformer reads "
-            f"{sorted(readers)} directories"
+            f"{sorted(FOREIGN_FORMATS)} directories"
         )
-    our_kind, read = readers[model_type]
-    if kind is not None and kind != our_kind:
+    if kind is None:
+        kind = next(iter(readers))
+    if kind not in readers:
         raise CheckpointError(f"{path} holds a {model_type!r} model, expected {kind!r}")
-    return read(path)
+    return readers[kind](path)
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:
@@ -314,6 +352,4 @@ def unpickling_problem(error: Exception) -> str:
 
 
 def _version() -> str:
-    from glassformer import __version__
-
     return __version__

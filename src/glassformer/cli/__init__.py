@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from glassformer import __version__
+from glassformer._version import __version__
 from glassformer.cli import (
     attention,
     bench,

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from glassformer.checkpoint import CheckpointError
+from glassformer.checkpoint import CheckpointError, register_format
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
 from glassformer.models.bert import BertConfig, BertEncoder
 
@@ -113,3 +113,6 @@ def load_bert(path: str | Path) -> BertEncoder:
     pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
     config = build_config(lambda values: bert_config(values, pooler=pooler), hf, path)
     return load_weights(BertEncoder(config), from_bert_state(state, config))
+
+
+register_format("bert", "bert", load_bert)

@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import Tensor
 
-from glassformer.checkpoint import CheckpointError
+from glassformer.checkpoint import CheckpointError, register_format
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
 from glassformer.models.gpt import GPT, GPTConfig
 
@@ -185,3 +185,6 @@ def save_gpt2(model: GPT, path: str | Path) -> Path:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
 
     return write_directory_atomically(Path(path), write)
+
+
+register_format("gpt2", "gpt", load_gpt2)

