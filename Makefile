@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-all bench lint format clean
 
-$(STAMP): pyproject.toml
+# The exact versions in constraints.txt (torch 2.13.0's CPU wheel among them); pyproject.toml
+# only says which versions the code supports.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,data]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,data]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,9 +42,13 @@ NANOGPT ?=
 bench: $(STAMP)
 	$(BIN)/glassformer bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
+## Style (ruff), types (mypy on src/) and the layering of the package (import-linter's
+## contract in pyproject.toml: cli > training > viz|interop|inference|keras > models > ...).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks

@@ -175,9 +175,9 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_warns_only_where_the_cpu_emulates_it(native, files, tmp_path, capsys, monkeypatch):
-    import glassformer.cli._torch_train as torch_train
+    import glassformer.training.runner as torch_train
 
-    monkeypatch.setattr(torch_train, "_cpu_without_bf16", lambda model: not native)
+    monkeypatch.setattr(torch_train, "cpu_without_bf16", lambda model: not native)
     run = tmp_path / "lm"
     assert (
         train("lm", files / "story.txt", run, "--max-steps", "2", "--block-size", "16", "--bf16")

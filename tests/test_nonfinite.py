@@ -101,7 +101,7 @@ def test_on_nonfinite_must_be_known():
 @pytest.fixture
 def nan_at_call(monkeypatch):
     """Make `glassformer train`'s loss NaN on the given call of each run's loss function."""
-    import glassformer.cli.train as cli_train
+    import glassformer.training.runner as cli_train
 
     real_build = cli_train.build_task
 

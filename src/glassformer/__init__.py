@@ -3,6 +3,7 @@
 from glassformer import interop  # noqa: F401  (registers the foreign formats it reads)
 from glassformer._version import __version__
 from glassformer.checkpoint import load_checkpoint, save_checkpoint
+from glassformer.inference import load_run
 from glassformer.models import (
     GPT,
     BertConfig,
@@ -33,6 +34,7 @@ from glassformer.modules import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from glassformer.training import RunConfig, RunResult, fit
 
 __all__ = [
     "__version__",
@@ -50,6 +52,8 @@ __all__ = [
     "GPTConfig",
     "LearnedPositionalEmbedding",
     "ModelOutput",
+    "RunConfig",
+    "RunResult",
     "MultiHeadAttention",
     "SentenceConfig",
     "SentenceEncoder",
@@ -60,7 +64,9 @@ __all__ = [
     "TransformerClassifier",
     "causal_mask",
     "combine_masks",
+    "fit",
     "load_checkpoint",
+    "load_run",
     "padding_mask",
     "save_checkpoint",
     "scaled_dot_product_attention",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from glassformer.cli._common import inputs, load_model_dir, read_labels
+from glassformer.cli._common import inputs, load_model_dir
+from glassformer.inference import read_labels
 from glassformer.training.evaluation import classify_texts
 
 HELP = "classify texts with a trained classifier"

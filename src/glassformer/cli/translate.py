@@ -8,7 +8,6 @@ options (``--beam``, ...) can be compared on the same sentences.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
@@ -72,15 +71,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report_bleu(split: str, model, tok, ckpt, **options) -> int:
-    from glassformer.cli.train import data_options
+    from glassformer.training.config import RUN_FILE, RunConfig
     from glassformer.training.evaluation import bleu
-    from glassformer.training.tasks import load_splits
+    from glassformer.training.tasks import data_options, load_splits
 
-    run_file = ckpt.parent / "run.json"
+    run_file = ckpt.parent / RUN_FILE
     if not run_file.is_file():
         raise ValueError(f"--bleu needs the run directory's run.json; {run_file} does not exist")
-    opts = json.loads(run_file.read_text())
-    _, validation, test, _ = load_splits(data_options(opts))
+    _, validation, test, _ = load_splits(data_options(RunConfig.from_run(ckpt.parent)))
     rows = test if split == "test" else validation
     if not rows:
         raise ValueError(f"the run's data has no {split} split")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -20,7 +20,24 @@ from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
 from glassformer.modules.position import POSITIONAL
 
-__all__ = ["MODEL_KINDS", "ConfigBase", "ModelOutput", "PretrainedModel", "cross_entropy"]
+__all__ = [
+    "MODEL_KINDS",
+    "Activation",
+    "ConfigBase",
+    "ModelConfig",
+    "ModelOutput",
+    "Pooling",
+    "Positional",
+    "PretrainedModel",
+    "cross_entropy",
+]
+
+Activation = Literal["relu", "gelu", "gelu_tanh"]  # the feed-forward's (modules.feedforward)
+Positional = Literal["sinusoidal", "learned"]  # how positions enter (modules.position)
+Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
+
+C = TypeVar("C", bound="ConfigBase")
+M = TypeVar("M", bound="PretrainedModel")
 
 
 @dataclass(frozen=True)
@@ -48,7 +65,7 @@ class ConfigBase:
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Any:
+    def preset(cls: type[C], name: str, **overrides: Any) -> C:
         """A named preset (``tiny``, ``small``, ``base``, ...) with fields overridden."""
         if name not in cls.PRESETS:
             raise ValueError(
@@ -57,10 +74,10 @@ class ConfigBase:
         return cls(**{**cls.PRESETS[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return dataclasses.asdict(self)  # type: ignore[call-overload]  # every config is one
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Any:
+    def from_dict(cls: type[C], values: dict[str, Any]) -> C:
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - known)
         if unknown:
@@ -95,6 +112,40 @@ class ConfigBase:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
 
 
+@dataclass(kw_only=True)
+class ModelConfig(ConfigBase):
+    """The fields every model config shares, with the paper's values as defaults; each
+    model's config adds its own fields and changes the defaults where it differs.
+
+    Attributes:
+        max_len: the longest sequence (the position table's size).
+        d_model: the width of the residual stream.
+        num_heads: attention heads per layer.
+        head_dim: each head's width; None for ``d_model // num_heads``.
+        d_ff: the feed-forward's hidden width.
+        dropout: on embeddings and sub-layer outputs.
+        attention_dropout: on the attention weights.
+        activation: the feed-forward's nonlinearity.
+        norm_first: pre-norm (LayerNorm before each sub-layer) instead of the paper's post-norm.
+        positional: sinusoidal (the paper) or learned position embeddings.
+        qkv_bias: biases on the query, key and value projections.
+        pad_id: the padding token (ignored by losses, masks and pooling); None for none.
+    """
+
+    max_len: int = 512
+    d_model: int = 512
+    num_heads: int = 8
+    head_dim: int | None = None
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: Activation = "relu"
+    norm_first: bool = False
+    positional: Positional = "sinusoidal"
+    qkv_bias: bool = True
+    pad_id: int | None = 0
+
+
 class PretrainedModel(nn.Module):
     """Base of every model: registry by kind, ``save_pretrained``/``from_pretrained``."""
 
@@ -112,7 +163,7 @@ class PretrainedModel(nn.Module):
         return save_checkpoint(self, path, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Any:
+    def from_pretrained(cls: type[M], path: str | Path, **kwargs: Any) -> M:
         """Load a checkpoint directory written by ``save_pretrained`` (or a foreign one
         that ``glassformer.interop`` reads, or a packaged model by name)."""
         return load_checkpoint(path, kind=cls.kind, **kwargs)

@@ -16,29 +16,24 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, PretrainedModel
+from glassformer.models.base import Activation, ModelConfig, Positional, PretrainedModel
 from glassformer.models.common import auto_padding_mask, layer_options
 from glassformer.modules.layers import Encoder
 from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
 
-@dataclass
-class BertConfig(ConfigBase):
+@dataclass(kw_only=True)
+class BertConfig(ModelConfig):
     """Configuration of ``BertEncoder``; the defaults are BERT-base's."""
 
     vocab_size: int = 30522
-    max_len: int = 512
     d_model: int = 768
     num_heads: int = 12
-    head_dim: int | None = None
     num_layers: int = 12
     d_ff: int = 3072
-    dropout: float = 0.1
     attention_dropout: float = 0.1
-    activation: str = "gelu"
-    norm_first: bool = False
-    positional: str = "learned"
-    qkv_bias: bool = True
+    activation: Activation = "gelu"
+    positional: Positional = "learned"
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_id: int = 0

@@ -10,13 +10,20 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.base import (
+    ModelConfig,
+    ModelOutput,
+    Pooling,
+    Positional,
+    PretrainedModel,
+    cross_entropy,
+)
 from glassformer.models.common import POOLING, Embeddings, auto_padding_mask, layer_options, pool
 from glassformer.modules.layers import Encoder
 
 
-@dataclass
-class ClassifierConfig(ConfigBase):
+@dataclass(kw_only=True)
+class ClassifierConfig(ModelConfig):
     """Configuration of ``TransformerClassifier``.
 
     ``pooling``: "mean" over real tokens (Bloem), "cls" (the first token), or "max".
@@ -24,20 +31,11 @@ class ClassifierConfig(ConfigBase):
 
     vocab_size: int
     num_classes: int
-    max_len: int = 512
     d_model: int = 128
-    num_heads: int = 8
-    head_dim: int | None = None
     num_layers: int = 6
     d_ff: int = 512
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "relu"
-    norm_first: bool = False
-    positional: str = "learned"
-    qkv_bias: bool = True
-    pooling: str = "mean"
-    pad_id: int | None = 0
+    positional: Positional = "learned"
+    pooling: Pooling = "mean"
     scale_embeddings: bool = False
 
     PRESETS: ClassVar[dict] = {

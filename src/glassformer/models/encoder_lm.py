@@ -11,13 +11,19 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.base import (
+    ModelConfig,
+    ModelOutput,
+    Positional,
+    PretrainedModel,
+    cross_entropy,
+)
 from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.layers import Encoder
 
 
-@dataclass
-class EncoderLMConfig(ConfigBase):
+@dataclass(kw_only=True)
+class EncoderLMConfig(ModelConfig):
     """Configuration of ``EncoderLM``; the defaults are the source material's model
     (vocabulary 10,000, width 128, 4 heads, 2 layers, FF 256, 500 learned positions)."""
 
@@ -25,16 +31,9 @@ class EncoderLMConfig(ConfigBase):
     max_len: int = 500
     d_model: int = 128
     num_heads: int = 4
-    head_dim: int | None = None
     num_layers: int = 2
     d_ff: int = 256
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "relu"
-    norm_first: bool = False
-    positional: str = "learned"
-    qkv_bias: bool = True
-    pad_id: int | None = 0
+    positional: Positional = "learned"
     tie_weights: bool = False
 
     PRESETS: ClassVar[dict] = {

@@ -16,14 +16,21 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.base import (
+    Activation,
+    ModelConfig,
+    ModelOutput,
+    Positional,
+    PretrainedModel,
+    cross_entropy,
+)
 from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Encoder
 
 
-@dataclass
-class GPTConfig(ConfigBase):
+@dataclass(kw_only=True)
+class GPTConfig(ModelConfig):
     """Configuration of ``GPT``. ``d_ff`` defaults to 4·``d_model``.
 
     ``pad_id`` may be None for vocabularies without a padding token (GPT-2's).
@@ -35,19 +42,14 @@ class GPTConfig(ConfigBase):
     max_len: int = 256
     d_model: int = 384
     num_heads: int = 6
-    head_dim: int | None = None
     num_layers: int = 6
-    d_ff: int | None = None
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "gelu"
+    d_ff: int | None = None  # type: ignore[assignment]  # None: 4 · d_model, set when built
+    activation: Activation = "gelu"
     norm_first: bool = True
-    positional: str = "learned"
-    qkv_bias: bool = True
+    positional: Positional = "learned"
     bias: bool = True
     tie_weights: bool = True
     layer_norm_eps: float = 1e-5
-    pad_id: int | None = 0
 
     PRESETS: ClassVar[dict] = {
         # nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, context 64.

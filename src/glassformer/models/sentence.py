@@ -23,6 +23,7 @@ from torch import Tensor
 from glassformer.checkpoint import load_checkpoint
 from glassformer.data.tokenizers import load_tokenizer
 from glassformer.errors import CheckpointError
+from glassformer.models.base import Pooling
 from glassformer.models.bert import BertConfig, BertEncoder
 from glassformer.models.common import POOLING, pool
 from glassformer.modules.masks import padding_mask
@@ -30,11 +31,11 @@ from glassformer.modules.masks import padding_mask
 MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged model SentenceEncoder.from_pretrained() loads
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SentenceConfig(BertConfig):
     """A ``BertConfig`` plus how token states become one sentence vector."""
 
-    pooling: str = "mean"
+    pooling: Pooling = "mean"
     normalize: bool = True
     max_tokens: int = 256  # a text is cut to this many tokens, [CLS] and [SEP] included
 

@@ -15,14 +15,14 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
 from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Decoder, Encoder
 
 
-@dataclass
-class Seq2SeqConfig(ConfigBase):
+@dataclass(kw_only=True)
+class Seq2SeqConfig(ModelConfig):
     """Configuration of ``Seq2SeqTransformer``; the defaults are the paper's base model.
 
     ``share_embeddings`` makes source and target one embedding matrix (needs equal
@@ -31,19 +31,9 @@ class Seq2SeqConfig(ConfigBase):
 
     src_vocab_size: int
     tgt_vocab_size: int
-    d_model: int = 512
-    num_heads: int = 8
-    head_dim: int | None = None
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
     max_len: int = 5000
-    activation: str = "relu"
-    norm_first: bool = False
-    positional: str = "sinusoidal"
-    qkv_bias: bool = True
     scale_embeddings: bool = True
     share_embeddings: bool = False
     tie_output: bool = False

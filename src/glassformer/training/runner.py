@@ -1,0 +1,403 @@
+"""``fit``: one whole training run from a ``RunConfig``, for Python and the CLI alike.
+
+    >>> import glassformer
+    >>> result = glassformer.fit(glassformer.RunConfig(task="lm", data="story.txt",
+    ...                                                preset="tiny", max_steps=300))
+    >>> result.model.generate(...)                                       # doctest: +SKIP
+
+A run: seed, build the task (read the data, train the tokenizer, build the model), train
+with the loop's hooks (progress bar, metrics.jsonl, checkpoints), then write the loss
+plot, the held-out figures (results.json) and samples.txt into the run directory:
+
+    run/
+      run.json        the RunConfig (and how many processes trained it)
+      checkpoint/     config.json, model.safetensors, tokenizer.json, training_state.pt
+      metrics.jsonl   loss.png   results.json   samples.txt
+
+``fit(config, resume=run_dir)`` continues an interrupted run with the losses the
+uninterrupted run would have had; only the budget and how it runs may change
+(``RESUMABLE``). Under ``torchrun`` every process calls ``fit`` with the same config: rank 0
+trains the tokenizer and the others load it, each takes its share of every global batch,
+and rank 0 writes the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from glassformer.checkpoint import load_checkpoint
+from glassformer.data.tokenizers import Tokenizer, load_tokenizer
+from glassformer.errors import NonFiniteLossError
+from glassformer.training import distributed
+from glassformer.training.config import PROCESSES_KEY, RESUMABLE, RUN_FILE, RunConfig
+from glassformer.training.distributed import Distributed
+from glassformer.training.loop import Hook, TrainConfig, TrainState, train
+from glassformer.training.memory import keep_freed_memory
+from glassformer.training.optim import make_optimizer
+from glassformer.training.run import (
+    Checkpointer,
+    MetricsLog,
+    ProgressBar,
+    plot_loss,
+    restore,
+    write_atomic,
+)
+from glassformer.training.schedules import Schedule
+from glassformer.training.tasks import Task, build_task
+
+RUN_FILES = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``fit`` gives back.
+
+    Attributes:
+        model: the trained model, in eval mode (None on torchrun ranks other than 0).
+        tokenizer: its tokenizer.
+        run_dir: the run directory.
+        results: the held-out figures (results.json); empty with ``no_test``.
+        state: where training ended (steps, tokens, seconds, the evaluations).
+        config: the config the run used (task defaults filled in).
+        labels: a classifier's labels, in the order of its outputs; None for other tasks.
+    """
+
+    model: Any
+    tokenizer: Tokenizer
+    run_dir: Path
+    results: dict[str, Any] = field(default_factory=dict)
+    state: TrainState = field(default_factory=TrainState)
+    config: RunConfig | None = None
+    labels: list[str] | None = None
+
+
+def fit(
+    config: RunConfig, *, resume: str | Path | None = None, hooks: tuple[Hook, ...] = ()
+) -> RunResult:
+    """Train the run ``config`` describes, into its run directory (``config.out``).
+
+    Args:
+        config: the run (``RunConfig``).
+        resume: a run directory to continue where it stopped. ``config`` must be that
+            run's (``RunConfig.from_run(resume)``), changed only in ``RESUMABLE`` fields.
+        hooks: more ``hook(event, state, metrics)`` callables for the training loop, after
+            the progress bar, metrics log and checkpointer (events "step", "skip", "eval",
+            "end"; see ``glassformer.training.train``).
+
+    Returns:
+        The trained model, its tokenizer, the run directory and the held-out figures.
+
+    Raises:
+        ValueError: bad data, a run that cannot be resumed, a config that does not match
+            the resumed run.
+        NonFiniteLossError: the loss went NaN or infinite (``on_nonfinite="stop"``).
+    """
+    keep_freed_memory()  # no page faults for the tensors every step allocates again
+    world = distributed.setup(config.device)
+    try:
+        return _fit(config, Path(resume) if resume else None, tuple(hooks), world)
+    finally:
+        distributed.teardown(world)
+
+
+def _fit(
+    config: RunConfig, resume_dir: Path | None, hooks: tuple[Hook, ...], world: Distributed
+) -> RunResult:
+    processes = world.world_size
+    if resume_dir is not None:
+        config = _resumed_config(config, resume_dir, world)
+    if config.framework == "keras" and world.enabled:
+        raise ValueError("--framework keras trains in one process; run it without torchrun")
+    out = Path(config.out or f"runs/{config.task}")
+    if config.threads:  # the run's own on resume: sums in another order differ in the last bit
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+
+    tokenizer = labels = None
+    if resume_dir is not None:
+        tokenizer = load_tokenizer(resume_dir / "checkpoint")
+        labels_file = resume_dir / "checkpoint" / "labels.json"
+        labels = json.loads(labels_file.read_text()) if labels_file.is_file() else None
+    _say(world, f"preparing data for {config.task} ...")
+    task = _build_task_on_all_ranks(config, tokenizer, labels, world)
+    model = task.model
+    if resume_dir is not None:
+        model = load_checkpoint(resume_dir)
+    model.to(world.device)
+    _say(world, f"data: {task.description}")
+    _say(world, _model_line(config, task, model, world))
+
+    schedule, loop_config = schedule_and_config(config, model)
+    if config.framework == "keras":
+        from glassformer.training.keras_fit import train_keras
+
+        _start_run_dir(config, out, processes, fresh=True)
+        model, state = train_keras(
+            task,
+            schedule,
+            loop_config,
+            out,
+            seed=config.seed,
+            lr=config.lr or 1e-3,
+            weight_decay=config.weight_decay,
+            clip_norm=config.clip_norm,
+            hooks=hooks,
+        )
+    else:
+        model, state = _train_torch(
+            config, task, model, schedule, loop_config, world, resume_dir, hooks
+        )
+        if not world.is_main:
+            return RunResult(None, task.tokenizer, out, state=state, config=config)
+    results = _finish(config, task, model, state, out)
+    labels_json = task.extra_files.get("labels.json")
+    return RunResult(
+        model,
+        task.tokenizer,
+        out,
+        results=results,
+        state=state,
+        config=config,
+        labels=json.loads(labels_json) if labels_json else None,
+    )
+
+
+def _say(world: Distributed, message: str) -> None:
+    """A line on stderr, from rank 0 only."""
+    if world.is_main:
+        print(message, file=sys.stderr)
+
+
+def _model_line(config: RunConfig, task: Task, model: nn.Module, world: Distributed) -> str:
+    line = (
+        f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
+        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"
+    )
+    if world.enabled:
+        global_batch = (config.batch_size or 1) * world.world_size * config.accumulation
+        line += f"; {world.world_size} processes, global batch {global_batch}"
+    return line + (", Keras twin" if config.framework == "keras" else "")
+
+
+# ---- resuming -----------------------------------------------------------------------------
+
+
+def _resumed_config(config: RunConfig, resume_dir: Path, world: Distributed) -> RunConfig:
+    """The config to continue ``resume_dir`` with: the run's own, with ``config``'s budget
+    and running options, and the batch rescaled to this number of processes."""
+    saved = RunConfig.from_run(resume_dir)
+    if saved.framework != "torch":
+        raise ValueError(f"{resume_dir} was trained with Keras; only PyTorch runs resume")
+    changed = [
+        f.name
+        for f in dataclasses.fields(RunConfig)
+        if f.name not in RESUMABLE and getattr(config, f.name) != getattr(saved, f.name)
+    ]
+    if changed:
+        listed = ", ".join(
+            f"{name} (the run's: {getattr(saved, name)!r}, given: {getattr(config, name)!r})"
+            for name in changed
+        )
+        raise ValueError(
+            f"{resume_dir} is resumed with its own options; these differ: {listed} "
+            f"(only {', '.join(RESUMABLE)} may change)"
+        )
+    config = config.replace(out=str(resume_dir))
+    return _rescale_batch(config, _saved_processes(resume_dir), world)
+
+
+def _saved_processes(run_dir: Path) -> int:
+    values = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    return int(values.get(PROCESSES_KEY, 1))
+
+
+def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConfig:
+    """Resuming with another number of processes keeps the global batch: each process
+    takes global / processes examples (or windows) per micro-batch."""
+    if saved == world.world_size:
+        return config
+    global_batch = (config.batch_size or 1) * saved
+    if global_batch % world.world_size:
+        raise ValueError(
+            f"the run's global batch of {global_batch} ({saved} processes × "
+            f"{config.batch_size}) does not split evenly over {world.world_size} processes"
+        )
+    _say(
+        world,
+        f"resuming on {world.world_size} processes: batch {global_batch // world.world_size} each",
+    )
+    return config.replace(batch_size=global_batch // world.world_size)
+
+
+def _build_task_on_all_ranks(
+    config: RunConfig, tokenizer: Tokenizer | None, labels: list[str] | None, world: Distributed
+) -> Task:
+    """The task, with one tokenizer for every rank: training a BPE or WordPiece vocabulary
+    is not reproducible from process to process (ties between equally frequent merges), so
+    rank 0 trains it and the other ranks load rank 0's."""
+    if not world.enabled or tokenizer is not None:
+        return build_task(config, tokenizer=tokenizer, labels=labels, world=world)
+    task = build_task(config, labels=labels, world=world) if world.is_main else None
+    shared = world.broadcast_bytes(task.extra_files["tokenizer.json"] if task else None)
+    if task is not None:
+        return task
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "tokenizer.json").write_bytes(shared)
+        tokenizer = load_tokenizer(tmp)
+    return build_task(config, tokenizer=tokenizer, labels=labels, world=world)
+
+
+# ---- the PyTorch run ----------------------------------------------------------------------
+
+
+def schedule_and_config(config: RunConfig, model: nn.Module) -> tuple[Schedule, TrainConfig]:
+    """The learning-rate schedule and the loop's configuration, from a run's config."""
+    lr = config.lr or 1e-3
+    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
+    schedule = Schedule(
+        config.schedule or "cosine",
+        lr=lr,
+        warmup=config.warmup or 0,
+        total_steps=config.max_steps or 1,
+        min_lr=lr / 10,
+        d_model=model.config.d_model,
+    )
+    loop_config = TrainConfig(
+        max_steps=config.max_steps,
+        minutes=config.minutes,
+        accumulation=config.accumulation,
+        clip_norm=config.clip_norm,
+        bf16=config.bf16,
+        eval_every=config.eval_every,
+        on_nonfinite=config.on_nonfinite,
+    )
+    return schedule, loop_config
+
+
+def _train_torch(
+    config: RunConfig,
+    task: Task,
+    model: nn.Module,
+    schedule: Schedule,
+    loop_config: TrainConfig,
+    world: Distributed,
+    resume_dir: Path | None,
+    hooks: tuple[Hook, ...],
+) -> tuple[Any, TrainState]:
+    """The PyTorch loop with its hooks (progress bar, metrics.jsonl, checkpoints), on one
+    process or under torchrun; returns (the trained plain model, or None on ranks other
+    than 0, and the final TrainState)."""
+    out = Path(config.out or ".")
+    # The module the steps run through: DDP around the model, or the model sharded in place
+    # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
+    # hold the plain model's keys.
+    stepped = distributed.wrap(model, world, config.strategy)
+    stepped = torch.compile(stepped) if config.compile else stepped
+    optimizer = make_optimizer(
+        model, config.optimizer or "adamw", lr=config.lr or 1e-3, weight_decay=config.weight_decay
+    )
+    if config.bf16 and cpu_without_bf16(model) and world.is_main:
+        print(
+            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
+            "PyTorch emulates it, and training will be many times slower than fp32",
+            file=sys.stderr,
+        )
+    state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
+    if world.enabled:  # each rank its own dropout stream (the data streams are shared)
+        torch.manual_seed(config.seed + 1_000_003 * world.rank + (state.step if state else 0))
+    metrics_log = MetricsLog(out / "metrics.jsonl", every=config.log_every)
+    if world.is_main:
+        _start_run_dir(config, out, world.world_size, fresh=state is None)
+        if state is not None:  # rows logged after the checkpoint, by the cut-short run, come again
+            metrics_log.truncate_after(state.step)
+    checkpointer = Checkpointer(
+        out,
+        model,
+        optimizer,
+        task.batches,
+        every=config.checkpoint_every,
+        extra_files=task.extra_files,
+    )
+    checkpointer.saved_step = state.step if state is not None else None
+    sharded = distributed.is_sharded(model)
+    loop_hooks: tuple[Hook, ...] = (checkpointer,) if sharded else ()  # all ranks gather
+    if world.is_main:
+        progress = ProgressBar(loop_config, state or TrainState(), unit=task.unit)
+        loop_hooks = (progress, metrics_log, checkpointer, *hooks)
+    try:
+        state = train(
+            stepped,
+            optimizer,
+            schedule,
+            task.batches,
+            task.loss_fn,
+            loop_config,
+            state=state,
+            evaluate=task.evaluate,
+            hooks=loop_hooks,
+            world=world,
+        )
+    except NonFiniteLossError as e:
+        raise NonFiniteLossError(
+            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
+            "--on-nonfinite skip continues from it, skipping such batches)",
+            step=e.step,
+        ) from None
+    return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
+
+
+def cpu_without_bf16(model: nn.Module) -> bool:
+    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
+    if next(model.parameters()).device.type != "cpu":
+        return False
+    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+# ---- the run directory --------------------------------------------------------------------
+
+
+def _start_run_dir(config: RunConfig, out: Path, processes: int, *, fresh: bool) -> None:
+    """Create the run directory and write run.json; a fresh run starts a new metrics.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    values = {**config.to_dict(), PROCESSES_KEY: processes}
+    write_atomic(out / RUN_FILE, (json.dumps(values, indent=2) + "\n").encode())
+
+
+def _finish(
+    config: RunConfig, task: Task, model: Any, state: TrainState, out: Path
+) -> dict[str, Any]:
+    """The loss plot, the held-out figures (results.json) and the samples, for any
+    framework; returns the held-out figures."""
+    plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {config.task}")
+    final = state.history[-1] if state.history else {}
+    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
+    print(f"\nstep {state.step}, {state.elapsed / 60:.1f} min of training: {summary}")
+    model.eval()
+    results: dict[str, Any] = {}
+    if task.test is not None and not config.no_test:
+        print("held-out evaluation ...", file=sys.stderr)
+        results = {"step": state.step, "minutes": state.elapsed / 60, **task.test(model)}
+        write_atomic(out / "results.json", (json.dumps(results, indent=2) + "\n").encode())
+        print(
+            "held-out: "
+            + ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()
+            )
+        )
+    samples = task.show(model)
+    write_atomic(out / "samples.txt", (samples + "\n").encode())
+    print(f"\n{samples}\n")
+    files = RUN_FILES + (", model.keras" if config.framework == "keras" else "")
+    print(f"run directory: {out} ({files})")
+    return results

@@ -1,0 +1,112 @@
+"""The training tasks, one module each: ``lm`` (a GPT), ``translate`` (an encoder-decoder)
+and ``classify`` (an encoder classifier). ``build_task`` makes the one a ``RunConfig``
+asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glassformer.data.tokenizers import Tokenizer
+from glassformer.training.config import RunConfig
+from glassformer.training.distributed import Distributed
+from glassformer.training.tasks.classify import classify_task
+from glassformer.training.tasks.common import (
+    DEFAULT_CORPUS,
+    DEFAULT_TOKENIZER,
+    TASKS,
+    DataOptions,
+    MappedBatches,
+    ResumableBatches,
+    Task,
+    load_splits,
+    tokenizer_bytes,
+)
+from glassformer.training.tasks.lm import lm_task
+from glassformer.training.tasks.translate import translate_task
+
+__all__ = [
+    "DEFAULT_CORPUS",
+    "DEFAULT_TOKENIZER",
+    "TASKS",
+    "DataOptions",
+    "MappedBatches",
+    "ResumableBatches",
+    "Task",
+    "build_task",
+    "classify_task",
+    "data_options",
+    "load_splits",
+    "lm_task",
+    "tokenizer_bytes",
+    "translate_task",
+]
+
+
+def data_options(config: RunConfig) -> DataOptions:
+    """The data part of a run's config."""
+    return DataOptions(
+        task=config.task,
+        corpus=config.corpus,
+        data=config.data,
+        tokenizer=config.tokenizer,
+        vocab_size=config.vocab_size or 8000,
+        lowercase=bool(config.lowercase),
+        src_column=config.src_column,
+        tgt_column=config.tgt_column,
+        text_column=config.text_column,
+        label_column=config.label_column,
+        max_examples=config.max_examples,
+    )
+
+
+def build_task(
+    config: RunConfig,
+    *,
+    tokenizer: Tokenizer | None = None,
+    labels: list[str] | None = None,
+    world: Distributed | None = None,
+) -> Task:
+    """The task ``config`` asks for, with its data read and its model built.
+
+    Args:
+        config: the run.
+        tokenizer: a trained tokenizer to use (a resumed run's, or rank 0's under
+            torchrun) instead of training one on the data.
+        labels: a resumed classifier's labels, in its output order.
+        world: this process's place in a torchrun job (each rank takes its own share of
+            every global batch).
+    """
+    world = world or Distributed()
+    overrides: dict[str, Any] = {
+        name: getattr(config, name)
+        for name in ("d_model", "num_heads", "d_ff", "dropout", "norm_first", "bias")
+        if getattr(config, name) is not None
+    }
+    common: dict[str, Any] = dict(
+        preset=config.preset,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        tokenizer=tokenizer,
+        rank=world.rank,
+        world_size=world.world_size,
+    )
+    data = data_options(config)
+    if config.task == "lm":
+        if config.num_layers:
+            overrides["num_layers"] = config.num_layers
+        return lm_task(data, block_size=config.block_size, model_overrides=overrides, **common)
+    if config.task == "translate":
+        if config.num_layers:
+            overrides["num_encoder_layers"] = overrides["num_decoder_layers"] = config.num_layers
+        return translate_task(
+            data,
+            max_len=config.max_len or 128,
+            model_overrides=overrides,
+            label_smoothing=config.label_smoothing,
+            **common,
+        )
+    if config.num_layers:
+        overrides["num_layers"] = config.num_layers
+    return classify_task(
+        data, max_len=config.max_len or 256, model_overrides=overrides, labels=labels, **common
+    )

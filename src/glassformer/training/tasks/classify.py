@@ -1,0 +1,154 @@
+"""Classification: an encoder reads a text and names its label (Bloem's classifier).
+
+Training batches are buckets of texts of similar length (long texts keep their head and
+tail); evaluation is loss and accuracy on the validation split; the held-out report is
+accuracy on the test split; the show is a few validation texts with their verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torch import nn
+
+from glassformer.models import ClassifierConfig, TransformerClassifier
+from glassformer.training.evaluation import classify_texts, score, truncate
+from glassformer.training.losses import loss_for
+from glassformer.training.tasks.common import (
+    DataOptions,
+    MappedBatches,
+    Task,
+    load_splits,
+    tokenizer_bytes,
+)
+
+
+def classify_task(
+    opts: DataOptions,
+    *,
+    preset: str,
+    batch_size: int,
+    seed: int,
+    model_overrides: dict[str, Any],
+    rank: int = 0,
+    world_size: int = 1,
+    max_len: int = 256,
+    tokenizer=None,
+    labels: list[str] | None = None,
+    show_count: int = 6,
+) -> Task:
+    from glassformer.data.batching import BucketBatches, collate_labelled
+    from glassformer.data.tokenizers import train_tokenizer
+
+    train_rows, val_rows, test_rows, description = load_splits(opts)
+    if opts.max_examples:
+        train_rows = train_rows[: opts.max_examples]
+    resumed = labels is not None
+    labels = labels or sorted({label for _, label in train_rows})
+    if len(labels) < 2:
+        raise ValueError(f"classification needs at least 2 labels, found {labels}")
+    label_id = {label: i for i, label in enumerate(labels)}
+    _check_labels(opts, train_rows if resumed else val_rows, labels, resumed)
+    tok = tokenizer or train_tokenizer(
+        opts.tokenizer,
+        [t for t, _ in train_rows],
+        vocab_size=opts.vocab_size,
+        lowercase=opts.lowercase,
+    )
+
+    def encode(rows):
+        ids = tok.encode_batch([t for t, _ in rows])
+        return [
+            (truncate(i, max_len) or [tok.unk_id], label_id[y])
+            for i, (_, y) in zip(ids, rows, strict=True)
+        ]
+
+    train_ex, val_ex = encode(train_rows), encode(val_rows)
+    config = ClassifierConfig.preset(
+        preset,
+        **{
+            "vocab_size": tok.vocab_size,
+            "num_classes": len(labels),
+            "max_len": max_len,
+            "pad_id": tok.pad_id,
+            **model_overrides,
+        },
+    )
+    model = TransformerClassifier(config)
+
+    def collate(examples):
+        return collate_labelled([i for i, _ in examples], [y for _, y in examples], tok.pad_id)
+
+    buckets = BucketBatches(
+        train_ex, batch_size, key=lambda e: len(e[0]), seed=seed, rank=rank, world_size=world_size
+    )
+    batches = MappedBatches(buckets, collate)
+    val_batches = [
+        collate(b)
+        for b in BucketBatches(val_ex, 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
+    ]
+    loss_fn = loss_for("classify")
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        return score(m, val_batches, prefix="val_")
+
+    def test(m: nn.Module) -> dict[str, float]:
+        """Accuracy on the test split (or validation, if the data has none)."""
+        prefix = "test_" if test_rows else "val_"
+        rows = [r for r in (test_rows or val_rows) if r[1] in label_id]
+        examples = encode(rows)
+        batches = [
+            collate(b)
+            for b in BucketBatches(examples, 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
+        ]
+        return {**score(m, batches, prefix=prefix), f"{prefix}examples": len(rows)}
+
+    def show(m: nn.Module) -> str:
+        lines = []
+        texts = [t for t, _ in val_rows[:show_count]]
+        for (text, gold), (pred, p) in zip(
+            val_rows[:show_count],
+            classify_texts(m, tok, labels, texts, max_len=max_len),
+            strict=True,
+        ):
+            snippet = text[:90].replace("\n", " ") + ("..." if len(text) > 90 else "")
+            mark = "ok" if pred == gold else "WRONG"
+            lines.append(f"[{mark:>5}] {pred} ({p:.2f}) vs {gold}: {snippet}")
+        return "\n".join(lines)
+
+    extra = {
+        "tokenizer.json": tokenizer_bytes(tok),
+        "labels.json": (json.dumps(labels, indent=1) + "\n").encode(),
+    }
+    return Task(
+        name="classify",
+        tokenizer=tok,
+        model=model,
+        batches=batches,
+        loss_fn=loss_fn,
+        evaluate=evaluate,
+        show=show,
+        unit="ex",
+        extra_files=extra,
+        description=description,
+        test=test,
+    )
+
+
+def _check_labels(
+    opts: DataOptions, rows: list[tuple[str, str]], labels: list[str], resumed: bool
+) -> None:
+    """Every label in ``rows`` must be one the classifier was (or is being) trained on."""
+    unseen = sorted({label for _, label in rows} - set(labels))
+    if not unseen:
+        return
+    source = opts.data or f"corpus {opts.corpus!r}"
+    names = ", ".join(repr(label) for label in unseen)
+    which = f"label {names}" if len(unseen) == 1 else f"labels {names}"
+    where = (
+        "was not seen in training" if resumed else "is only in the held-out rows, never in training"
+    )
+    if len(unseen) > 1:
+        where = where.replace("was ", "were ").replace("is only", "are only")
+    raise ValueError(f"{source}: {which} {where} (known: {', '.join(labels)})")

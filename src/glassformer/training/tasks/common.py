@@ -1,0 +1,159 @@
+"""What the three tasks share: where the text comes from, the ``Task`` they build, and
+the resumable batch stream.
+
+A task turns a ``RunConfig``'s data and model options (a corpus name or the user's file,
+a tokenizer kind, a preset) into a ``Task``: the tokenizer, the model, the resumable
+training batches, the evaluation and a function that shows a person what the model does.
+The training loop and the run directory know nothing of tasks; ``fit`` joins them.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from glassformer.data.tokenizers import Tokenizer
+from glassformer.models import PretrainedModel
+
+TASKS = ("lm", "translate", "classify")
+DEFAULT_CORPUS = {"lm": "austen", "translate": "bible-en-es", "classify": "imdb"}
+DEFAULT_TOKENIZER = {"lm": "char", "translate": "bpe", "classify": "wordpiece"}
+
+
+@runtime_checkable
+class ResumableBatches(Protocol):
+    """An endless iterator of batches whose position can be saved and restored, so a
+    resumed run sees exactly the batches the uninterrupted one would have seen."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __next__(self) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(kw_only=True)
+class DataOptions:
+    """Where the text comes from and how it becomes token ids."""
+
+    task: str
+    corpus: str | None = None  # a bundled corpus name
+    data: str | None = None  # or the user's file
+    tokenizer: str | None = None  # "char" | "bpe" | "wordpiece"; per-task default
+    vocab_size: int = 8000  # for bpe / wordpiece
+    lowercase: bool = False  # lower-case text before tokenizing (WordPiece also strips accents)
+    src_column: str | int = 0
+    tgt_column: str | int = 1
+    text_column: str | int = "text"
+    label_column: str | int = "label"
+    validation_fraction: float = 0.1  # of a user's file, held out
+    max_examples: int | None = None  # cap the training examples (quick runs)
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
+        if self.corpus and self.data:
+            raise ValueError("give --corpus or --data, not both")
+        if not self.data and not self.corpus:
+            self.corpus = DEFAULT_CORPUS[self.task]
+        self.tokenizer = self.tokenizer or DEFAULT_TOKENIZER[self.task]
+        if not 0.0 < self.validation_fraction < 0.5:
+            raise ValueError(
+                f"validation fraction must be in (0, 0.5), got {self.validation_fraction}"
+            )
+
+
+@dataclass(kw_only=True)
+class Task:
+    """Everything the CLI needs to train and show one task."""
+
+    name: str
+    tokenizer: Tokenizer
+    model: PretrainedModel
+    batches: ResumableBatches
+    loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]
+    evaluate: Callable[[nn.Module], dict[str, float]]
+    show: Callable[[nn.Module], str]
+    unit: str = "tok"  # what tokens_per_s counts
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+    description: str = ""
+    test: Callable[[nn.Module], dict[str, float]] | None = None  # held-out figures, at the end
+
+
+def load_splits(opts: DataOptions):
+    """(train, validation, test) for the task, from the bundled corpus or the user's file."""
+    from glassformer.data import corpora, files
+
+    if opts.corpus:
+        s = corpora.load_corpus(opts.corpus, opts.task)
+        return s.train, s.validation, s.test, s.description
+    if opts.task == "lm":
+        text = files.read_text(opts.data)
+        cut = int(len(text) * (1 - opts.validation_fraction))
+        return text[:cut], text[cut:], "", f"{opts.data}: {len(text):,} characters"
+    if opts.task == "translate":
+        rows = files.read_pairs(opts.data, src_column=opts.src_column, tgt_column=opts.tgt_column)
+    else:
+        rows = files.read_labelled(
+            opts.data, text_column=opts.text_column, label_column=opts.label_column
+        )
+    rows = list(rows)
+    random.Random(0).shuffle(rows)  # a fixed split of the user's rows
+    n_val = max(1, int(len(rows) * opts.validation_fraction))
+    if len(rows) < 2:
+        raise ValueError(f"{opts.data} has {len(rows)} usable row(s); need at least 2")
+    return rows[n_val:], rows[:n_val], [], f"{opts.data}: {len(rows):,} rows"
+
+
+def _tokenizer_bytes(tokenizer) -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "tokenizer.json"
+        tokenizer.save(path)
+        return path.read_bytes()
+
+
+def tokenizer_bytes(tokenizer: Tokenizer) -> bytes:
+    """The tokenizer's tokenizer.json, as saved in a checkpoint."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "tokenizer.json"
+        tokenizer.save(path)
+        return path.read_bytes()
+
+
+class MappedBatches:
+    """A resumable batch iterator with a collate function applied; endless (epochs repeat)."""
+
+    def __init__(self, source, fn: Callable[[Any], Any]) -> None:
+        self.source, self.fn = source, fn
+        self._it: Iterator[Any] | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            if self._it is None:
+                self._it = iter(self.source)
+            try:
+                return self.fn(next(self._it))
+            except StopIteration:
+                self._it = None  # the source moves to its next epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.source.load_state_dict(state)
+        self._it = None

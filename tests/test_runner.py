@@ -1,0 +1,199 @@
+"""glassformer.fit(RunConfig): a whole run from Python, the same run as the CLI's, and
+runs written before RunConfig existed still load and resume."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import glassformer
+from glassformer import GPT, RunConfig, Seq2SeqTransformer, TransformerClassifier, fit, load_run
+from glassformer.cli import main
+
+LEGACY = Path(__file__).parent / "data" / "legacy_runs"
+STORY = "the cat sat on the mat. the dog sat on the log. " * 200
+SMALL = dict(preset="tiny", d_model=32, num_heads=2, num_layers=1, threads=1, eval_every=4)
+
+
+@pytest.fixture
+def story(tmp_path):
+    path = tmp_path / "story.txt"
+    path.write_text(STORY)
+    return path
+
+
+def losses(run_dir: Path) -> list[tuple]:
+    """Every logged figure of a run but its timings."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        tuple(sorted((k, v) for k, v in r.items() if k not in ("elapsed_s", "tokens_per_s")))
+        for r in rows
+    ]
+
+
+def test_fit_from_python_trains_and_the_model_generates(story, tmp_path, capsys):
+    config = RunConfig(
+        task="lm",
+        data=str(story),
+        max_steps=60,
+        warmup=5,
+        lr=1e-2,
+        block_size=16,
+        out=str(tmp_path / "x"),
+        **SMALL,
+    )
+    result = glassformer.fit(config)
+    assert isinstance(result.model, GPT) and not result.model.training
+    assert result.run_dir == tmp_path / "x" and result.config == config
+    assert result.state.step == 60 and result.labels is None
+    assert (
+        result.results["val_loss_full"]
+        == json.loads((result.run_dir / "results.json").read_text())["val_loss_full"]
+    )
+    # it learned: the loss fell far below its first evaluation's (step 4)
+    first = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert result.results["val_loss_full"] < 0.6 * first["val_loss"]
+    tok = result.tokenizer
+    ids = torch.tensor([tok.encode("the cat")])
+    out = result.model.generate(ids, 12)
+    assert out.shape == (1, 7 + 12) and out[0, :7].tolist() == ids[0].tolist()
+    assert RunConfig.from_run(result.run_dir) == config
+    model, tokenizer = load_run(result.run_dir)
+    torch.testing.assert_close(model(ids).logits, result.model(ids).logits, rtol=0, atol=0)
+    assert tokenizer.encode("the cat") == tok.encode("the cat")
+
+
+def test_the_cli_and_fit_log_the_same_losses_bit_for_bit(story, tmp_path, capsys):
+    options = ["--preset", "tiny", "--d-model", "32", "--num-heads", "2", "--num-layers", "1"]
+    options += ["--threads", "1", "--eval-every", "4", "--max-steps", "12", "--log-every", "1"]
+    options += ["--block-size", "16", "--dropout", "0.1", "--no-test"]
+    cli_run, py_run = tmp_path / "cli", tmp_path / "py"
+    assert main(["train", "lm", "--data", str(story), "--out", str(cli_run), *options]) == 0
+    fit(
+        RunConfig(
+            task="lm",
+            data=str(story),
+            out=str(py_run),
+            log_every=1,
+            max_steps=12,
+            block_size=16,
+            dropout=0.1,
+            no_test=True,
+            **SMALL,
+        )
+    )
+    cli_rows, py_rows = losses(cli_run), losses(py_run)
+    assert len(cli_rows) == 12 + 3 and cli_rows == py_rows
+    assert json.loads((cli_run / "run.json").read_text())["out"] == str(cli_run)
+
+
+def test_hooks_see_every_step_and_evaluation(story, tmp_path, capsys):
+    seen = []
+    config = RunConfig(
+        task="lm",
+        data=str(story),
+        max_steps=6,
+        block_size=16,
+        no_test=True,
+        out=str(tmp_path / "r"),
+        **SMALL,
+    )
+    fit(config, hooks=(lambda event, state, metrics: seen.append((event, state.step)),))
+    assert [s for e, s in seen if e == "step"] == [1, 2, 3, 4, 5, 6]
+    assert [s for e, s in seen if e == "eval"] == [4, 6] and seen[-1][0] == "end"
+
+
+def test_a_classifier_run_gives_its_labels(tmp_path, capsys):
+    good = ["a great fun film", "wonderful and moving", "great acting, loved it"]
+    bad = ["a dull boring mess", "awful and slow", "boring, hated it"]
+    rows = ["text,label"] + [f'"{t}",pos' for t in good * 10] + [f'"{t}",neg' for t in bad * 10]
+    (tmp_path / "r.csv").write_text("\n".join(rows) + "\n")
+    result = fit(
+        RunConfig(
+            task="classify",
+            data=str(tmp_path / "r.csv"),
+            max_steps=4,
+            vocab_size=60,
+            max_len=16,
+            out=str(tmp_path / "c"),
+            **SMALL,
+        )
+    )
+    assert result.labels == ["neg", "pos"] and isinstance(result.model, TransformerClassifier)
+    assert set(result.results) >= {"val_accuracy", "val_loss", "val_examples"}
+
+
+def test_a_run_interrupted_and_resumed_from_python_logs_the_uninterrupted_losses(
+    story, tmp_path, capsys
+):
+    base = dict(task="lm", data=str(story), block_size=16, log_every=1, no_test=True, **SMALL)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(RunConfig(**base, max_steps=10, out=str(whole)))
+
+    def interrupt(event, state, metrics):
+        if event == "step" and state.step == 6:
+            raise KeyboardInterrupt  # as Ctrl-C would; the checkpointer saves step 6 on "end"
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(RunConfig(**base, max_steps=10, out=str(cut)), hooks=(interrupt,))
+    fit(RunConfig.from_run(cut), resume=cut)
+    assert losses(cut) == losses(whole)
+    assert [r[0] for r in losses(cut)].count(("event", "eval")) == 3  # steps 4, 8, 10
+
+
+def test_resume_refuses_a_config_that_is_not_the_runs(story, tmp_path, capsys):
+    base = dict(task="lm", data=str(story), block_size=16, no_test=True, **SMALL)
+    fit(RunConfig(**base, max_steps=2, out=str(tmp_path / "r")))
+    other = RunConfig(**{**base, "threads": 2}, max_steps=4, lr=0.01, out="elsewhere")
+    with pytest.raises(ValueError, match=r"these differ: lr \(the run's: 0.002, given: 0.01\)"):
+        fit(other, resume=tmp_path / "r")
+    assert main(["train", "lm", "--resume", str(tmp_path / "r"), "--lr", "0.01"]) == 2
+    assert "these differ: lr" in capsys.readouterr().err
+    assert main(["train", "classify", "--resume", str(tmp_path / "r")]) == 2
+    assert "task (the run's: 'lm', given: 'classify')" in capsys.readouterr().err
+
+
+# ---- run directories written by the train command before RunConfig and fit ----------------
+
+
+@pytest.fixture
+def legacy(tmp_path, monkeypatch):
+    """A private copy of the old runs, in a working directory where their data files are
+    (their run.json names them by relative path)."""
+    shutil.copytree(LEGACY, tmp_path / "legacy")
+    monkeypatch.chdir(tmp_path / "legacy")
+    return tmp_path / "legacy"
+
+
+@pytest.mark.parametrize(
+    "task, cls",
+    [("lm", GPT), ("translate", Seq2SeqTransformer), ("classify", TransformerClassifier)],
+)
+def test_old_runs_load(legacy, task, cls):
+    model, tokenizer = load_run(legacy / "runs" / task)
+    assert isinstance(model, cls) and tokenizer.vocab_size > 4
+
+
+@pytest.mark.parametrize("task", ["lm", "translate", "classify"])
+@pytest.mark.parametrize("how", ["cli", "python"])
+def test_old_runs_resume_exactly_as_the_old_code_did(legacy, task, how, capsys):
+    run = legacy / "runs" / task
+    if how == "cli":
+        assert (
+            main(["train", task, "--resume", str(run), "--max-steps", "9", "--threads", "1"]) == 0
+        )
+    else:
+        fit(RunConfig.from_run(run).replace(max_steps=9, threads=1), resume=run)
+    expected = [
+        json.loads(line)
+        for line in (legacy / "expected" / f"{task}.resumed.metrics.jsonl").read_text().splitlines()
+    ]
+    got = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == [3, 6, 9]
+    for old, new in zip(expected, got, strict=True):
+        for key in old:
+            if key != "elapsed_s":
+                assert new[key] == old[key], (key, new, old)
+    assert json.loads((run / "run.json").read_text())["max_steps"] == 9
