@@ -175,7 +175,7 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_warns_only_where_the_cpu_emulates_it(native, files, tmp_path, capsys, monkeypatch):
-    import glassformer.training.runner as torch_train
+    import glassformer.training.torch_fit as torch_train
 
     monkeypatch.setattr(torch_train, "cpu_without_bf16", lambda model: not native)
     run = tmp_path / "lm"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -24,8 +25,12 @@ import torch
 from tqdm import tqdm
 
 from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_training_state, save_checkpoint
+from glassformer.training.config import PROCESSES_KEY, RUN_FILE, RunConfig
 from glassformer.training.distributed import load_optimizer_state, optimizer_state, plain_model
 from glassformer.training.loop import TrainConfig, TrainState
+from glassformer.training.tasks import Task
+
+RUN_FILES = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -229,3 +234,44 @@ def restore(run_dir: Path, optimizer, batches, model=None) -> TrainState:
     batches.load_state_dict(saved["data"])
     torch.set_rng_state(saved["rng"])
     return TrainState(**saved["train_state"])
+
+
+# ---- starting and finishing a run --------------------------------------------------------
+
+
+def start_run_dir(config: RunConfig, out: Path, processes: int, *, fresh: bool) -> None:
+    """Create the run directory and write run.json; a fresh run starts a new metrics.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    values = {**config.to_dict(), PROCESSES_KEY: processes}
+    write_atomic(out / RUN_FILE, (json.dumps(values, indent=2) + "\n").encode())
+
+
+def finish_run(
+    config: RunConfig, task: Task, model: Any, state: TrainState, out: Path
+) -> dict[str, Any]:
+    """The loss plot, the held-out figures (results.json) and the samples, for any
+    framework; returns the held-out figures."""
+    plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {config.task}")
+    final = state.history[-1] if state.history else {}
+    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
+    print(f"\nstep {state.step}, {state.elapsed / 60:.1f} min of training: {summary}")
+    model.eval()
+    results: dict[str, Any] = {}
+    if task.test is not None and not config.no_test:
+        print("held-out evaluation ...", file=sys.stderr)
+        results = {"step": state.step, "minutes": state.elapsed / 60, **task.test(model)}
+        write_atomic(out / "results.json", (json.dumps(results, indent=2) + "\n").encode())
+        print(
+            "held-out: "
+            + ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()
+            )
+        )
+    samples = task.show(model)
+    write_atomic(out / "samples.txt", (samples + "\n").encode())
+    print(f"\n{samples}\n")
+    files = RUN_FILES + (", model.keras" if config.framework == "keras" else "")
+    print(f"run directory: {out} ({files})")
+    return results

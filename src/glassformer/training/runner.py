@@ -36,25 +36,14 @@ from torch import nn
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
-from glassformer.errors import NonFiniteLossError
 from glassformer.training import distributed
 from glassformer.training.config import PROCESSES_KEY, RESUMABLE, RUN_FILE, RunConfig
 from glassformer.training.distributed import Distributed
-from glassformer.training.loop import Hook, TrainConfig, TrainState, train
+from glassformer.training.loop import Hook, TrainState
 from glassformer.training.memory import keep_freed_memory
-from glassformer.training.optim import make_optimizer
-from glassformer.training.run import (
-    Checkpointer,
-    MetricsLog,
-    ProgressBar,
-    plot_loss,
-    restore,
-    write_atomic,
-)
-from glassformer.training.schedules import Schedule
+from glassformer.training.run import finish_run, start_run_dir
 from glassformer.training.tasks import Task, build_task
-
-RUN_FILES = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
+from glassformer.training.torch_fit import schedule_and_config, train_torch
 
 
 @dataclass(frozen=True)
@@ -140,7 +129,7 @@ def _fit(
     if config.framework == "keras":
         from glassformer.training.keras_fit import train_keras
 
-        _start_run_dir(config, out, processes, fresh=True)
+        start_run_dir(config, out, processes, fresh=True)
         model, state = train_keras(
             task,
             schedule,
@@ -153,12 +142,12 @@ def _fit(
             hooks=hooks,
         )
     else:
-        model, state = _train_torch(
+        model, state = train_torch(
             config, task, model, schedule, loop_config, world, resume_dir, hooks
         )
         if not world.is_main:
             return RunResult(None, task.tokenizer, out, state=state, config=config)
-    results = _finish(config, task, model, state, out)
+    results = finish_run(config, task, model, state, out)
     labels_json = task.extra_files.get("labels.json")
     return RunResult(
         model,
@@ -254,150 +243,3 @@ def _build_task_on_all_ranks(
         (Path(tmp) / "tokenizer.json").write_bytes(shared)
         tokenizer = load_tokenizer(tmp)
     return build_task(config, tokenizer=tokenizer, labels=labels, world=world)
-
-
-# ---- the PyTorch run ----------------------------------------------------------------------
-
-
-def schedule_and_config(config: RunConfig, model: nn.Module) -> tuple[Schedule, TrainConfig]:
-    """The learning-rate schedule and the loop's configuration, from a run's config."""
-    lr = config.lr or 1e-3
-    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
-    schedule = Schedule(
-        config.schedule or "cosine",
-        lr=lr,
-        warmup=config.warmup or 0,
-        total_steps=config.max_steps or 1,
-        min_lr=lr / 10,
-        d_model=model.config.d_model,
-    )
-    loop_config = TrainConfig(
-        max_steps=config.max_steps,
-        minutes=config.minutes,
-        accumulation=config.accumulation,
-        clip_norm=config.clip_norm,
-        bf16=config.bf16,
-        eval_every=config.eval_every,
-        on_nonfinite=config.on_nonfinite,
-    )
-    return schedule, loop_config
-
-
-def _train_torch(
-    config: RunConfig,
-    task: Task,
-    model: nn.Module,
-    schedule: Schedule,
-    loop_config: TrainConfig,
-    world: Distributed,
-    resume_dir: Path | None,
-    hooks: tuple[Hook, ...],
-) -> tuple[Any, TrainState]:
-    """The PyTorch loop with its hooks (progress bar, metrics.jsonl, checkpoints), on one
-    process or under torchrun; returns (the trained plain model, or None on ranks other
-    than 0, and the final TrainState)."""
-    out = Path(config.out or ".")
-    # The module the steps run through: DDP around the model, or the model sharded in place
-    # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
-    # hold the plain model's keys.
-    stepped = distributed.wrap(model, world, config.strategy)
-    stepped = torch.compile(stepped) if config.compile else stepped
-    optimizer = make_optimizer(
-        model, config.optimizer or "adamw", lr=config.lr or 1e-3, weight_decay=config.weight_decay
-    )
-    if config.bf16 and cpu_without_bf16(model) and world.is_main:
-        print(
-            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
-            "PyTorch emulates it, and training will be many times slower than fp32",
-            file=sys.stderr,
-        )
-    state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
-    if world.enabled:  # each rank its own dropout stream (the data streams are shared)
-        torch.manual_seed(config.seed + 1_000_003 * world.rank + (state.step if state else 0))
-    metrics_log = MetricsLog(out / "metrics.jsonl", every=config.log_every)
-    if world.is_main:
-        _start_run_dir(config, out, world.world_size, fresh=state is None)
-        if state is not None:  # rows logged after the checkpoint, by the cut-short run, come again
-            metrics_log.truncate_after(state.step)
-    checkpointer = Checkpointer(
-        out,
-        model,
-        optimizer,
-        task.batches,
-        every=config.checkpoint_every,
-        extra_files=task.extra_files,
-    )
-    checkpointer.saved_step = state.step if state is not None else None
-    sharded = distributed.is_sharded(model)
-    loop_hooks: tuple[Hook, ...] = (checkpointer,) if sharded else ()  # all ranks gather
-    if world.is_main:
-        progress = ProgressBar(loop_config, state or TrainState(), unit=task.unit)
-        loop_hooks = (progress, metrics_log, checkpointer, *hooks)
-    try:
-        state = train(
-            stepped,
-            optimizer,
-            schedule,
-            task.batches,
-            task.loss_fn,
-            loop_config,
-            state=state,
-            evaluate=task.evaluate,
-            hooks=loop_hooks,
-            world=world,
-        )
-    except NonFiniteLossError as e:
-        raise NonFiniteLossError(
-            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
-            "--on-nonfinite skip continues from it, skipping such batches)",
-            step=e.step,
-        ) from None
-    return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
-
-
-def cpu_without_bf16(model: nn.Module) -> bool:
-    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
-    if next(model.parameters()).device.type != "cpu":
-        return False
-    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
-
-
-# ---- the run directory --------------------------------------------------------------------
-
-
-def _start_run_dir(config: RunConfig, out: Path, processes: int, *, fresh: bool) -> None:
-    """Create the run directory and write run.json; a fresh run starts a new metrics.jsonl."""
-    out.mkdir(parents=True, exist_ok=True)
-    if fresh:
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-    values = {**config.to_dict(), PROCESSES_KEY: processes}
-    write_atomic(out / RUN_FILE, (json.dumps(values, indent=2) + "\n").encode())
-
-
-def _finish(
-    config: RunConfig, task: Task, model: Any, state: TrainState, out: Path
-) -> dict[str, Any]:
-    """The loss plot, the held-out figures (results.json) and the samples, for any
-    framework; returns the held-out figures."""
-    plot_loss(out / "metrics.jsonl", out / "loss.png", title=f"glassformer train {config.task}")
-    final = state.history[-1] if state.history else {}
-    summary = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k != "step")
-    print(f"\nstep {state.step}, {state.elapsed / 60:.1f} min of training: {summary}")
-    model.eval()
-    results: dict[str, Any] = {}
-    if task.test is not None and not config.no_test:
-        print("held-out evaluation ...", file=sys.stderr)
-        results = {"step": state.step, "minutes": state.elapsed / 60, **task.test(model)}
-        write_atomic(out / "results.json", (json.dumps(results, indent=2) + "\n").encode())
-        print(
-            "held-out: "
-            + ", ".join(
-                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()
-            )
-        )
-    samples = task.show(model)
-    write_atomic(out / "samples.txt", (samples + "\n").encode())
-    print(f"\n{samples}\n")
-    files = RUN_FILES + (", model.keras" if config.framework == "keras" else "")
-    print(f"run directory: {out} ({files})")
-    return results

@@ -1,0 +1,125 @@
+"""A run's PyTorch side: the training loop with its hooks (progress bar, metrics.jsonl,
+checkpoints), on one process or under torchrun (DDP or FSDP), resuming where a run
+stopped. ``fit`` calls ``train_torch``; ``keras_fit.train_keras`` is its Keras twin."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from glassformer.errors import NonFiniteLossError
+from glassformer.training import distributed
+from glassformer.training.config import RunConfig
+from glassformer.training.distributed import Distributed
+from glassformer.training.loop import Hook, TrainConfig, TrainState, train
+from glassformer.training.optim import make_optimizer
+from glassformer.training.run import Checkpointer, MetricsLog, ProgressBar, restore, start_run_dir
+from glassformer.training.schedules import Schedule
+from glassformer.training.tasks import Task
+
+
+def schedule_and_config(config: RunConfig, model: nn.Module) -> tuple[Schedule, TrainConfig]:
+    """The learning-rate schedule and the loop's configuration, from a run's config."""
+    lr = config.lr or 1e-3
+    # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
+    schedule = Schedule(
+        config.schedule or "cosine",
+        lr=lr,
+        warmup=config.warmup or 0,
+        total_steps=config.max_steps or 1,
+        min_lr=lr / 10,
+        d_model=model.config.d_model,
+    )
+    loop_config = TrainConfig(
+        max_steps=config.max_steps,
+        minutes=config.minutes,
+        accumulation=config.accumulation,
+        clip_norm=config.clip_norm,
+        bf16=config.bf16,
+        eval_every=config.eval_every,
+        on_nonfinite=config.on_nonfinite,
+    )
+    return schedule, loop_config
+
+
+def train_torch(
+    config: RunConfig,
+    task: Task,
+    model: nn.Module,
+    schedule: Schedule,
+    loop_config: TrainConfig,
+    world: Distributed,
+    resume_dir: Path | None,
+    hooks: tuple[Hook, ...],
+) -> tuple[Any, TrainState]:
+    """The PyTorch loop with its hooks (progress bar, metrics.jsonl, checkpoints), on one
+    process or under torchrun; returns (the trained plain model, or None on ranks other
+    than 0, and the final TrainState)."""
+    out = Path(config.out or ".")
+    # The module the steps run through: DDP around the model, or the model sharded in place
+    # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
+    # hold the plain model's keys.
+    stepped = distributed.wrap(model, world, config.strategy)
+    stepped = torch.compile(stepped) if config.compile else stepped
+    optimizer = make_optimizer(
+        model, config.optimizer or "adamw", lr=config.lr or 1e-3, weight_decay=config.weight_decay
+    )
+    if config.bf16 and cpu_without_bf16(model) and world.is_main:
+        print(
+            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
+            "PyTorch emulates it, and training will be many times slower than fp32",
+            file=sys.stderr,
+        )
+    state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
+    if world.enabled:  # each rank its own dropout stream (the data streams are shared)
+        torch.manual_seed(config.seed + 1_000_003 * world.rank + (state.step if state else 0))
+    metrics_log = MetricsLog(out / "metrics.jsonl", every=config.log_every)
+    if world.is_main:
+        start_run_dir(config, out, world.world_size, fresh=state is None)
+        if state is not None:  # rows logged after the checkpoint, by the cut-short run, come again
+            metrics_log.truncate_after(state.step)
+    checkpointer = Checkpointer(
+        out,
+        model,
+        optimizer,
+        task.batches,
+        every=config.checkpoint_every,
+        extra_files=task.extra_files,
+    )
+    checkpointer.saved_step = state.step if state is not None else None
+    sharded = distributed.is_sharded(model)
+    loop_hooks: tuple[Hook, ...] = (checkpointer,) if sharded else ()  # all ranks gather
+    if world.is_main:
+        progress = ProgressBar(loop_config, state or TrainState(), unit=task.unit)
+        loop_hooks = (progress, metrics_log, checkpointer, *hooks)
+    try:
+        state = train(
+            stepped,
+            optimizer,
+            schedule,
+            task.batches,
+            task.loss_fn,
+            loop_config,
+            state=state,
+            evaluate=task.evaluate,
+            hooks=loop_hooks,
+            world=world,
+        )
+    except NonFiniteLossError as e:
+        raise NonFiniteLossError(
+            f"{e}; {checkpointer.last_good()} (training stopped; --resume {out} "
+            "--on-nonfinite skip continues from it, skipping such batches)",
+            step=e.step,
+        ) from None
+    return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
+
+
+def cpu_without_bf16(model: nn.Module) -> bool:
+    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
+    if next(model.parameters()).device.type != "cpu":
+        return False
+    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
