@@ -95,7 +95,8 @@ def save_checkpoint(
             e.g. ``tokenizer.json``.
     """
     model = getattr(model, "_orig_mod", model)  # torch.compile wraps; save the same keys
-    if not isinstance(model, tuple(MODEL_KINDS.values())):
+    kinds = tuple(MODEL_KINDS.values())
+    if not isinstance(model, kinds):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
     meta = {"kind": model.kind, "config": model.config.to_dict(), "glassformer_version": _version()}
 

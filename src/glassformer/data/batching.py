@@ -183,7 +183,7 @@ class BucketBatches(Generic[E]):
         batch_size: int | None = None,
         *,
         max_tokens: int | None = None,
-        key: Callable[[E], int] = len,
+        key: Callable[[E], int] = len,  # type: ignore[assignment]  # E is sized by default
         seed: int = 0,
         shuffle: bool = True,
         bucket_size_multiplier: int = 50,
@@ -207,7 +207,7 @@ class BucketBatches(Generic[E]):
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
         self.rank, self.world_size = rank, world_size
         self.lengths = [int(key(e)) for e in examples]
-        per_batch = batch_size or max(1, max_tokens // max(1, _mean(self.lengths)))
+        per_batch = batch_size or max(1, (max_tokens or 1) // max(1, _mean(self.lengths)))
         self.chunk_size = per_batch * bucket_size_multiplier
         self.epoch = self.position = 0
         self._plan: tuple[int, list[list[int]]] | None = None  # (epoch, batches) cache
@@ -241,8 +241,10 @@ class BucketBatches(Generic[E]):
     def _split(self, chunk: list[int]) -> list[list[int]]:
         """Cut a length-sorted chunk into batches."""
         if self.max_tokens is None:
-            return [chunk[k : k + self.batch_size] for k in range(0, len(chunk), self.batch_size)]
-        batches, batch = [], []
+            size = self.batch_size or 1  # one of the two is set
+            return [chunk[k : k + size] for k in range(0, len(chunk), size)]
+        batches: list[list[int]] = []
+        batch: list[int] = []
         for i in chunk:  # lengths ascend, so the newest example is the longest
             full = self.batch_size is not None and len(batch) == self.batch_size
             if batch and (full or (len(batch) + 1) * self.lengths[i] > self.max_tokens):

@@ -6,12 +6,14 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from glassformer.checkpoint import CheckpointError, unpickling_problem
+
+M = TypeVar("M", bound=nn.Module)
 
 
 def read_config(path: Path, model_type: str) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def build_config(make: Callable[[dict[str, Any]], Any], hf: dict[str, Any], path
         raise CheckpointError(f"{path / 'config.json'}: {e}") from None
 
 
-def load_weights(model: nn.Module, state: dict[str, Tensor]) -> nn.Module:
+def load_weights(model: M, state: dict[str, Tensor]) -> M:
     """Load converted weights after checking every shape against the model's; eval mode."""
     expected = model.state_dict()
     for name, value in state.items():

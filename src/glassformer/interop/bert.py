@@ -27,9 +27,10 @@ from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.models.base import Activation
 from glassformer.models.bert import BertConfig, BertEncoder
 
-_ACTIVATIONS = {
+_ACTIVATIONS: dict[str, Activation] = {
     "gelu": "gelu",
     "relu": "relu",
     "gelu_new": "gelu_tanh",

@@ -28,10 +28,11 @@ from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.models.base import Activation
 from glassformer.models.gpt import GPT, GPTConfig
 
 # GPT-2's activation names → glassformer's.
-_ACTIVATIONS = {
+_ACTIVATIONS: dict[str, Activation] = {
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",

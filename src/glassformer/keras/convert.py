@@ -13,7 +13,7 @@ Every weight on both sides must be matched, or the copy fails naming the path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -91,13 +91,14 @@ def _pairs(keras_layer: keras.layers.Layer, module: nn.Module):
     """(path, PyTorch leaf, Keras layer) for every PyTorch leaf with weights."""
     if not keras_layer.built:
         raise ValueError(f"build the Keras layer {keras_layer.name!r} before copying weights")
-    pairs, seen = [], set()
+    pairs: list[tuple[str, nn.Module, Any]] = []
+    seen: set[int] = set()
     for path, leaf in module.named_modules():
         if not any(True for _ in leaf.parameters(recurse=False)):
             continue
         if type(leaf) not in _LEAVES:
             raise ValueError(f"no Keras twin for {type(leaf).__name__} at {path!r}")
-        target = _sublayer(keras_layer, path)
+        target: Any = _sublayer(keras_layer, path)
         expected = _LEAVES[type(leaf)][0]
         if not isinstance(target, expected):
             raise ValueError(
@@ -105,8 +106,9 @@ def _pairs(keras_layer: keras.layers.Layer, module: nn.Module):
                 f"{type(target).__name__} in Keras (expected {expected.__name__})"
             )
         pairs.append((path, leaf, target))
-        seen.update(id(v) for v in target.weights)
-    unmatched = [v.path for v in keras_layer.weights if id(v) not in seen]
+        seen.update(id(v) for v in cast(Any, target).weights)
+    weights: Any = keras_layer.weights
+    unmatched = [v.path for v in weights if id(v) not in seen]
     if unmatched:
         raise ValueError(f"Keras weights with no PyTorch twin: {unmatched}")
     return pairs

@@ -47,20 +47,25 @@ class KVCache:
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add the keys/values of new positions (B, H, Tnew, Dh); return all so far."""
         new = k.size(2)
-        if self._k is None:
-            self._k, self._v = _storage(k, new), _storage(v, new)
+        if self._k is None or self._v is None:
+            keys, values = _storage(k, new), _storage(v, new)
         elif self.length + new > self._k.size(2):
             capacity = max(2 * self._k.size(2), self.length + new)
-            self._k = _grow(self._k, self.length, capacity)
-            self._v = _grow(self._v, self.length, capacity)
-        self._k[:, :, self.length : self.length + new] = k
-        self._v[:, :, self.length : self.length + new] = v
+            keys, values = (
+                _grow(self._k, self.length, capacity),
+                _grow(self._v, self.length, capacity),
+            )
+        else:
+            keys, values = self._k, self._v
+        keys[:, :, self.length : self.length + new] = k
+        values[:, :, self.length : self.length + new] = v
+        self._k, self._v = keys, values
         self.length += new
         return self.keys, self.values
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order: how beam search follows its beams."""
-        if self._k is not None:
+        if self._k is not None and self._v is not None:
             self._k = self._k.index_select(0, index)
             self._v = self._v.index_select(0, index)
 

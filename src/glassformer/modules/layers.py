@@ -18,7 +18,7 @@ Parameter names match ``nn.TransformerEncoderLayer``/``nn.TransformerDecoderLaye
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
@@ -161,7 +161,7 @@ class DecoderLayer(_ResidualLayer):
         layer_norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
-        attention = dict(
+        attention: dict[str, Any] = dict(
             d_model=d_model,
             num_heads=num_heads,
             head_dim=head_dim,

@@ -34,7 +34,7 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model) if scale else 1.0
 
     @property
-    def weight(self) -> nn.Parameter:
+    def weight(self) -> Tensor:
         return self.embedding.weight
 
     def forward(self, ids: Tensor) -> Tensor:
@@ -58,6 +58,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         d_model: D (even).
         max_len: longest sequence the table covers.
     """
+
+    pe: Tensor  # (max_len, D), a buffer
 
     def __init__(self, *, d_model: int, max_len: int = 5000) -> None:
         super().__init__()

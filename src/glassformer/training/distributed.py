@@ -80,7 +80,9 @@ class Distributed:
             return data
         box = [data if self.is_main else None]
         dist.broadcast_object_list(box, src=0, device=self.device)
-        return box[0]
+        received = box[0]
+        assert isinstance(received, bytes)
+        return received
 
     def barrier(self) -> None:
         if self.enabled:
@@ -152,15 +154,16 @@ def is_sharded(model: nn.Module) -> bool:
 def no_gradient_sync(model: nn.Module) -> Iterator[None]:
     """Backward passes that keep their gradients local (all but an accumulated step's last)."""
     model = getattr(model, "_orig_mod", model)  # through torch.compile
+    sharded: Any = model  # fully_shard adds set_requires_gradient_sync to the model
     if isinstance(model, nn.parallel.DistributedDataParallel):
         with model.no_sync():
             yield
     elif is_sharded(model):
-        model.set_requires_gradient_sync(False)
+        sharded.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            sharded.set_requires_gradient_sync(True)
     else:
         yield
 
@@ -171,7 +174,7 @@ def _full():
     return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def plain_model(model: nn.Module) -> nn.Module:
+def plain_model(model: nn.Module) -> Any:
     """An unsharded copy of a sharded model, on the CPU of rank 0 (every rank must call
     this; the others get None). An unsharded model is returned as it is."""
     if not is_sharded(model):
@@ -184,7 +187,7 @@ def plain_model(model: nn.Module) -> nn.Module:
         return None
     with torch.device("meta"):  # no memory and no random numbers drawn
         # fully_shard made the model's class a subclass of FSDPModule and the model's own
-        cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+        cls: Any = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
         copy = cls(model.config)
     tied = _tied_names(copy)
     copy.to_empty(device="cpu")

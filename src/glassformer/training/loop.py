@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,9 +165,9 @@ def train(
     try:
         while not state.done(config):
             started = time.perf_counter()
-            loss_sum, count = _accumulate(model, batches, loss_fn, config)
-            loss_sum, count = world.sum(loss_sum, count)  # over the ranks
-            count = int(count)
+            local_loss, local_count = _accumulate(model, batches, loss_fn, config)
+            loss_sum, summed_count = world.sum(local_loss, local_count)  # over the ranks
+            count = int(summed_count)
             grads = [p.grad for p in params if p.grad is not None]
             # DDP has averaged the ranks' gradient sums: × world_size / count = the mean
             torch._foreach_div_(grads, max(count, 1) / world.world_size)
@@ -245,7 +245,7 @@ def _nonfinite(loss_sum: float, grad_norm: float, step: int) -> str | None:
     return None
 
 
-def _clip(params: list[Tensor], clip_norm: float | None) -> float:
+def _clip(params: Sequence[Tensor], clip_norm: float | None) -> float:
     """Clip the gradients' global norm to ``clip_norm`` (None: only measure it)."""
     if clip_norm is None:
         norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])

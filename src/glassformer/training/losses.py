@@ -7,6 +7,7 @@ Each task's loss function has the signature the training loop expects:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -70,7 +71,11 @@ def _config(model: nn.Module):
     return getattr(model, "module", model).config
 
 
-LOSSES = {"lm": lm_loss, "translate": seq2seq_loss, "classify": classify_loss}
+LOSSES: dict[str, Callable[..., tuple[Tensor, int]]] = {
+    "lm": lm_loss,
+    "translate": seq2seq_loss,
+    "classify": classify_loss,
+}
 
 
 def loss_for(task: str, label_smoothing: float = 0.0):

@@ -52,7 +52,9 @@ class ProgressBar:
 
     def __init__(self, config: TrainConfig, state: TrainState, *, unit: str = "tok") -> None:
         self.by_steps = config.max_steps is not None
-        total = config.max_steps if self.by_steps else round(config.minutes * 60)
+        total = (
+            config.max_steps if config.max_steps is not None else round((config.minutes or 0) * 60)
+        )
         done = state.step if self.by_steps else round(state.elapsed)
         self.unit = unit
         self.bar = tqdm(
@@ -72,7 +74,7 @@ class ProgressBar:
         if event == "step":
             target = state.step if self.by_steps else min(round(state.elapsed), self.bar.total)
             self.bar.update(max(target - self.bar.n, 0))
-            post = {} if self.by_steps else {"step": state.step}
+            post: dict[str, Any] = {} if self.by_steps else {"step": state.step}
             post |= {
                 "loss": f"{metrics['loss']:.4f}",
                 f"{self.unit}/s": f"{metrics['tokens_per_s']:,.0f}",

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
@@ -118,7 +117,7 @@ def _fit(
         labels = json.loads(labels_file.read_text()) if labels_file.is_file() else None
     _say(world, f"preparing data for {config.task} ...")
     task = _build_task_on_all_ranks(config, tokenizer, labels, world)
-    model = task.model
+    model: Any = task.model
     if resume_dir is not None:
         model = load_checkpoint(resume_dir)
     model.to(world.device)
@@ -166,7 +165,7 @@ def _say(world: Distributed, message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def _model_line(config: RunConfig, task: Task, model: nn.Module, world: Distributed) -> str:
+def _model_line(config: RunConfig, task: Task, model: Any, world: Distributed) -> str:
     line = (
         f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
         f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"

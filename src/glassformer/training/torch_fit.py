@@ -22,7 +22,7 @@ from glassformer.training.schedules import Schedule
 from glassformer.training.tasks import Task
 
 
-def schedule_and_config(config: RunConfig, model: nn.Module) -> tuple[Schedule, TrainConfig]:
+def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainConfig]:
     """The learning-rate schedule and the loop's configuration, from a run's config."""
     lr = config.lr or 1e-3
     # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
@@ -63,7 +63,7 @@ def train_torch(
     # The module the steps run through: DDP around the model, or the model sharded in place
     # (FSDP, before the optimizer sees its parameters); torch.compile outermost. Checkpoints
     # hold the plain model's keys.
-    stepped = distributed.wrap(model, world, config.strategy)
+    stepped: Any = distributed.wrap(model, world, config.strategy)
     stepped = torch.compile(stepped) if config.compile else stepped
     optimizer = make_optimizer(
         model, config.optimizer or "adamw", lr=config.lr or 1e-3, weight_decay=config.weight_decay

@@ -51,7 +51,7 @@ def classify_task(
     label_id = {label: i for i, label in enumerate(labels)}
     _check_labels(opts, train_rows if resumed else val_rows, labels, resumed)
     tok = tokenizer or train_tokenizer(
-        opts.tokenizer,
+        opts.tokenizer_kind,
         [t for t, _ in train_rows],
         vocab_size=opts.vocab_size,
         lowercase=opts.lowercase,

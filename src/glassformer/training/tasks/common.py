@@ -58,6 +58,11 @@ class DataOptions:
     validation_fraction: float = 0.1  # of a user's file, held out
     max_examples: int | None = None  # cap the training examples (quick runs)
 
+    @property
+    def tokenizer_kind(self) -> str:
+        """The tokenizer asked for, or the task's default."""
+        return self.tokenizer or DEFAULT_TOKENIZER[self.task]
+
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
@@ -96,32 +101,23 @@ def load_splits(opts: DataOptions):
     if opts.corpus:
         s = corpora.load_corpus(opts.corpus, opts.task)
         return s.train, s.validation, s.test, s.description
+    path = str(opts.data)  # DataOptions holds a corpus or a file
     if opts.task == "lm":
-        text = files.read_text(opts.data)
+        text = files.read_text(path)
         cut = int(len(text) * (1 - opts.validation_fraction))
-        return text[:cut], text[cut:], "", f"{opts.data}: {len(text):,} characters"
+        return text[:cut], text[cut:], "", f"{path}: {len(text):,} characters"
     if opts.task == "translate":
-        rows = files.read_pairs(opts.data, src_column=opts.src_column, tgt_column=opts.tgt_column)
+        rows = files.read_pairs(path, src_column=opts.src_column, tgt_column=opts.tgt_column)
     else:
         rows = files.read_labelled(
-            opts.data, text_column=opts.text_column, label_column=opts.label_column
+            path, text_column=opts.text_column, label_column=opts.label_column
         )
     rows = list(rows)
     random.Random(0).shuffle(rows)  # a fixed split of the user's rows
     n_val = max(1, int(len(rows) * opts.validation_fraction))
     if len(rows) < 2:
-        raise ValueError(f"{opts.data} has {len(rows)} usable row(s); need at least 2")
-    return rows[n_val:], rows[:n_val], [], f"{opts.data}: {len(rows):,} rows"
-
-
-def _tokenizer_bytes(tokenizer) -> bytes:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "tokenizer.json"
-        tokenizer.save(path)
-        return path.read_bytes()
+        raise ValueError(f"{path} has {len(rows)} usable row(s); need at least 2")
+    return rows[n_val:], rows[:n_val], [], f"{path}: {len(rows):,} rows"
 
 
 def tokenizer_bytes(tokenizer: Tokenizer) -> bytes:

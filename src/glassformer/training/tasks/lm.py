@@ -39,7 +39,7 @@ def lm_task(
     if not val_text:
         raise ValueError("the validation split is empty; give more text")
     tok = tokenizer or train_tokenizer(
-        opts.tokenizer, [train_text], vocab_size=opts.vocab_size, lowercase=opts.lowercase
+        opts.tokenizer_kind, [train_text], vocab_size=opts.vocab_size, lowercase=opts.lowercase
     )
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.long)
@@ -77,7 +77,7 @@ def lm_task(
             out["test_loss"] = mean_loss(m, loss_fn, eval_windows(test_ids, block_size, 64))
         return out
 
-    def show(m: nn.Module) -> str:
+    def show(m: Any) -> str:
         prompt = val_text[: min(32, len(val_text))]
         device = device_of(m)
         ids = torch.tensor([tok.encode(prompt)], device=device)

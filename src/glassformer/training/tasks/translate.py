@@ -45,7 +45,7 @@ def translate_task(
         train_rows = train_rows[: opts.max_examples]
     texts = [s for pair in train_rows for s in pair]
     tok = tokenizer or train_tokenizer(
-        opts.tokenizer, texts, vocab_size=opts.vocab_size, lowercase=opts.lowercase
+        opts.tokenizer_kind, texts, vocab_size=opts.vocab_size, lowercase=opts.lowercase
     )
 
     def encode(rows):
