@@ -155,6 +155,32 @@ def test_resume_refuses_a_config_that_is_not_the_runs(story, tmp_path, capsys):
     assert "task (the run's: 'lm', given: 'classify')" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "config, missing, message",
+    [
+        (dict(task="translate"), "sacrebleu", "held-out BLEU needs sacrebleu: pip install"),
+        (dict(task="classify", framework="keras"), "keras", "needs Keras 3: pip install"),
+    ],
+)
+def test_a_missing_optional_library_is_named_before_any_work(
+    config, missing, message, tmp_path, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
+    )
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        fit(RunConfig(**config, data=str(tmp_path / "not-read-yet.tsv"), out=str(out)))
+    assert not out.exists()
+    fit_no_test = RunConfig(task="translate", data=str(tmp_path / "x.tsv"), no_test=True)
+    if missing == "sacrebleu":  # --no-test needs no BLEU: it fails later, on the missing file
+        with pytest.raises(ValueError, match="no such file"):
+            fit(fit_no_test)
+
+
 # ---- run directories written by the train command before RunConfig and fit ----------------
 
 

@@ -24,6 +24,7 @@ and rank 0 writes the run directory.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import sys
 import tempfile
@@ -103,6 +104,14 @@ def _fit(
     processes = world.world_size
     if resume_dir is not None:
         config = _resumed_config(config, resume_dir, world)
+    if config.task == "translate" and not config.no_test:
+        _require(
+            "sacrebleu",
+            "the translator's held-out BLEU needs sacrebleu: pip install 'glassformer[data]' "
+            "(or skip the held-out evaluation with --no-test)",
+        )
+    if config.framework == "keras":
+        _require("keras", "--framework keras needs Keras 3: pip install 'glassformer[keras]'")
     if config.framework == "keras" and world.enabled:
         raise ValueError("--framework keras trains in one process; run it without torchrun")
     out = Path(config.out or f"runs/{config.task}")
@@ -157,6 +166,12 @@ def _fit(
         config=config,
         labels=json.loads(labels_json) if labels_json else None,
     )
+
+
+def _require(module: str, message: str) -> None:
+    """Fail in the first second, not after the training, when an optional library is missing."""
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(message)
 
 
 def _say(world: Distributed, message: str) -> None:
