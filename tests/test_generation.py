@@ -302,10 +302,14 @@ def test_attention_mask_describes_padding_for_a_model_without_pad_id():
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     out = model.generate(batch, 5, attention_mask=mask)
     assert torch.equal(out[0, 4:], alone)
-    with pytest.raises(ValueError, match="attention_mask must match input_ids"):
+    with pytest.raises(
+        ValueError, match=r"attention_mask must have the ids' shape \(2, 4\), got \(2, 3\)"
+    ):
         model.generate(batch, 5, attention_mask=mask[:, :3])
     with pytest.raises(ValueError, match="prompt row 0 has no tokens"):
         model.generate(batch, 5, attention_mask=torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match=r"attention_mask must hold only 1 .* and 0 .*, got 2"):
+        model.generate(batch, 5, attention_mask=mask * 2)
 
 
 def test_several_stop_tokens_and_the_streamer():

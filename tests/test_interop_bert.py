@@ -50,6 +50,23 @@ def test_bert_hidden_states_match_transformers_with_padding(kwargs, tmp_path):
     torch.testing.assert_close(got.pooled, expected.pooler_output, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kwargs", CONFIGS)
+def test_bert_with_attention_mask_matches_transformers(kwargs, tmp_path):
+    hf = hf_bert(**kwargs)
+    hf.save_pretrained(tmp_path)
+    ours = BertEncoder.from_pretrained(tmp_path)
+    ids = torch.randint(1, 120, (3, 11))  # after each row's end: filler tokens, not pads
+    ids[2, 5] = 0  # and a pad id that the attention_mask calls a real token
+    am = (torch.arange(11) < torch.tensor([[7], [4], [11]])).long()
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=am)
+        got = ours(ids, attention_mask=am)
+        unmasked = ours(ids)
+    torch.testing.assert_close(got.hidden, expected.last_hidden_state, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.pooled, expected.pooler_output, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(unmasked.hidden, got.hidden, atol=1e-3)  # the mask mattered
+
+
 def test_a_bert_directory_without_its_pooler_loads_without_one(tmp_path):
     hf = hf_bert(**CONFIGS[0])
     hf.save_pretrained(tmp_path)

@@ -62,6 +62,40 @@ def test_gpt2_logits_and_greedy_continuations_match_transformers(kwargs, tmp_pat
     assert len({tuple(row) for row in hf_out[:, 4:].tolist()}) > 1  # they depend on the prompt
 
 
+@pytest.mark.parametrize("kwargs", CONFIGS[:2])
+def test_gpt2_with_attention_mask_matches_transformers_on_real_positions(kwargs, tmp_path):
+    hf = hf_gpt2(**kwargs)
+    hf.save_pretrained(tmp_path)
+    ours = GPT.from_pretrained(tmp_path)
+    ids = torch.randint(0, kwargs["vocab_size"], (3, 10))  # the padding is filler tokens
+    am = torch.ones_like(ids)
+    am[0, :4] = 0  # left-padded rows: the masked keys come before the real ones
+    am[1, :7] = 0
+    am[2, 8:] = 0  # and a right-padded one
+    positions = (am.cumsum(dim=1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=am, position_ids=positions).logits
+        got = ours(ids, attention_mask=am, positions=positions).logits
+        unmasked = ours(ids, positions=positions).logits
+    real = am.bool()  # at padded positions Hugging Face's outputs mean nothing
+    torch.testing.assert_close(got[real], expected[real], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(unmasked[real], expected[real], atol=1e-2)  # the mask mattered
+    # With a cache, the attention_mask covers the cached tokens and the new ones, as in HF.
+    cache = ours.new_cache()
+    with torch.no_grad():
+        ours(ids[:, :6], attention_mask=am[:, :6], cache=cache, positions=positions[:, :6])
+        got = ours(ids[:, 6:], attention_mask=am, cache=cache, positions=positions[:, 6:])
+        hf_first = hf(ids[:, :6], attention_mask=am[:, :6], position_ids=positions[:, :6])
+        hf_next = hf(
+            ids[:, 6:],
+            attention_mask=am,
+            position_ids=positions[:, 6:],
+            past_key_values=hf_first.past_key_values,
+        )
+    new = real[:, 6:]
+    torch.testing.assert_close(got.logits[new], hf_next.logits[new], atol=1e-4, rtol=1e-4)
+
+
 def test_pytorch_model_bin_is_read_without_running_code(tmp_path):
     hf = hf_gpt2(**CONFIGS[0])
     hf.config.save_pretrained(tmp_path)

@@ -179,6 +179,26 @@ def test_random_pipelines_equal_sentence_transformers(pooling, normalize, tmp_pa
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_embeddings_with_attention_mask_equal_sentence_transformers_on_the_same_features(
+    pooling, tmp_path
+):
+    path = make_pipeline(tmp_path / "st", pooling=pooling)
+    ours = SentenceEncoder.from_pretrained(path)
+    rows = ours.tokenize(TEXTS[:4])
+    width = max(map(len, rows))
+    filler = ours.tokenizer.bos_id  # not the pad id: only the attention_mask marks padding
+    ids = torch.tensor([row + [filler] * (width - len(row)) for row in rows])
+    am = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    st = sentence_transformers.SentenceTransformer(str(path), device="cpu").eval()
+    features = dict(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros_like(ids))
+    with torch.no_grad():
+        expected = st(features)["sentence_embedding"]
+        got = ours.sentence_embeddings(ids, attention_mask=am)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(ours.sentence_embeddings(ids), expected, atol=1e-3)
+
+
 def test_a_saved_sentence_encoder_reloads_with_its_tokenizer(tmp_path):
     ours = SentenceEncoder.from_pretrained(make_pipeline(tmp_path / "st", pooling="max"))
     ours.save_pretrained(tmp_path / "ours")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from glassformer import causal_mask, combine_masks, padding_mask
+from glassformer.modules import attention_mask_to_key_mask
 
 
 def test_causal_mask_is_lower_triangular():
@@ -50,3 +51,19 @@ def test_combination_broadcasts_to_batch_heads_queries_keys():
 def test_combining_a_non_boolean_mask_is_refused():
     with pytest.raises(TypeError, match="torch.int64"):
         combine_masks(causal_mask(3), torch.ones(3, 3, dtype=torch.long))
+
+
+def test_a_hugging_face_attention_mask_becomes_the_key_mask():
+    ids = torch.tensor([[5, 6, 0], [7, 8, 9]])
+    ones_zeros = [[1, 1, 0], [1, 1, 1]]
+    expected = torch.tensor(ones_zeros).bool()[:, None, None, :]  # (B, 1, 1, T)
+    for dtype in (torch.long, torch.int32, torch.bool, torch.float32, torch.float16):
+        got = attention_mask_to_key_mask(torch.tensor(ones_zeros, dtype=dtype), ids)
+        assert got.dtype == torch.bool and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("bad", [-1, 3, 0.5, float("nan")])
+def test_an_attention_mask_holding_anything_but_0_and_1_is_refused_with_the_value(bad):
+    am = torch.tensor([[1.0, bad, 0.0]])
+    with pytest.raises(ValueError, match=f"only 1 .* and 0 .*, got {bad}"):
+        attention_mask_to_key_mask(am, torch.ones(1, 3, dtype=torch.long))

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from glassformer import (
     GPT,
+    BertConfig,
+    BertEncoder,
     ClassifierConfig,
     EncoderLM,
     EncoderLMConfig,
@@ -242,6 +244,128 @@ def test_inputs_outside_the_model_are_refused_with_the_value():
         model(torch.ones(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match="token id 30 .*vocabulary"):
         model(torch.tensor([[1, 2, 30]]))
+
+
+# ---- Hugging Face's attention_mask ------------------------------------------------------
+
+
+def bert(**overrides):
+    return BertEncoder(BertConfig.preset("tiny", **(dict(vocab_size=30, max_len=24) | overrides)))
+
+
+# kind: (model factory, the output to compare)
+ONE_STACK = {
+    "classifier-mean": (lambda: classifier(pooling="mean"), lambda out: out.logits),
+    "classifier-max": (lambda: classifier(pooling="max"), lambda out: out.logits),
+    "encoder_lm": (encoder_lm, lambda out: out.logits),
+    "gpt": (gpt, lambda out: out.logits),
+    "bert": (bert, lambda out: out.hidden),
+}
+
+
+def filler_padded(lengths, width, low=1, high=30):
+    """ids (B, width) with no pad id anywhere (rows end in filler tokens) and the
+    attention_mask (B, width) that marks each row's first lengths[i] tokens real."""
+    ids = torch.randint(low, high, (len(lengths), width))
+    return ids, (torch.arange(width) < torch.tensor(lengths)[:, None]).long()
+
+
+@pytest.mark.parametrize("kind", list(ONE_STACK))
+def test_attention_mask_masks_what_the_equivalent_boolean_mask_masks(kind):
+    torch.manual_seed(0)
+    make, output = ONE_STACK[kind]
+    model = make().eval()
+    lengths = [9, 6, 2]
+    ids, am = filler_padded(lengths, 9)
+    expected = output(model(ids, mask=am.bool()[:, None, None, :]))
+    for dtype in (torch.long, torch.bool, torch.float32):  # Hugging Face takes all three
+        got = output(model(ids, attention_mask=am.to(dtype)))
+        torch.testing.assert_close(got, expected, **TOL)
+    # The filler is no pad id: only the attention_mask makes each row read as if alone.
+    for i, n in enumerate(lengths):
+        alone = output(model(ids[i : i + 1, :n]))[0]
+        torch.testing.assert_close(got[i] if got.dim() == 2 else got[i, :n], alone, **TOL)
+    # And pad ids that the attention_mask marks real are attended, not guessed away.
+    ids[:, 1] = 0
+    everything = torch.ones_like(ids)
+    torch.testing.assert_close(
+        output(model(ids, attention_mask=everything)),
+        output(model(ids, mask=everything.bool()[:, None, None, :])),
+        **TOL,
+    )
+    assert not torch.allclose(output(model(ids, attention_mask=everything)), output(model(ids)))
+
+
+def test_seq2seq_attention_masks_mask_source_target_and_cross_attention_keys():
+    torch.manual_seed(0)
+    model = seq2seq(src_vocab_size=20, tgt_vocab_size=20).eval()
+    src_len, tgt_len = [8, 5, 2], [6, 3, 4]
+    src, src_am = filler_padded(src_len, 8, low=3, high=20)
+    tgt, tgt_am = filler_padded(tgt_len, 6, low=3, high=20)
+    tgt[:, 0] = 1
+    out = model(src, tgt, attention_mask=src_am, decoder_attention_mask=tgt_am, need_weights=True)
+    src_mask, tgt_mask = src_am.bool()[:, None, None, :], tgt_am.bool()[:, None, None, :]
+    expected = model(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask).logits
+    torch.testing.assert_close(out.logits, expected, **TOL)
+    check_maps(out.cross_attentions, 2, (3, 4, 6, 8), src_am.bool())
+    for i in range(3):
+        alone = model(src[i : i + 1, : src_len[i]], tgt[i : i + 1, : tgt_len[i]]).logits[0]
+        torch.testing.assert_close(out.logits[i, : tgt_len[i]], alone, **TOL)
+
+
+def test_gpt_attention_mask_covers_cached_and_new_tokens():
+    torch.manual_seed(0)
+    model = gpt().eval()
+    ids = torch.randint(1, 30, (2, 7))
+    am = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]])  # row 0 left-padded
+    positions = (am.cumsum(dim=1) - 1).clamp(min=0)
+    full = model(ids, attention_mask=am, positions=positions).logits
+    alone = model(ids[:1, 3:]).logits[0]
+    torch.testing.assert_close(full[0, 3:], alone, **TOL)
+    torch.testing.assert_close(full[1], model(ids[1:]).logits[0], **TOL)
+    cache = model.new_cache()
+    first = model(ids[:, :5], attention_mask=am[:, :5], cache=cache, positions=positions[:, :5])
+    rest = model(ids[:, 5:], attention_mask=am, cache=cache, positions=positions[:, 5:])
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits], dim=1), full, **TOL)
+    with pytest.raises(ValueError, match=r"\(batch, 7 cached \+ 1 new tokens\) \(2, 8\), got"):
+        model(ids[:, :1], attention_mask=am, cache=cache)
+
+
+BAD_ATTENTION_MASKS = [
+    (dict(attention_mask=torch.ones(2, 4)), r"attention_mask must have the ids' shape \(2, 5\)"),
+    (dict(attention_mask=torch.ones(2, 5, 1)), r"shape \(2, 5\), got \(2, 5, 1\)"),
+    (dict(attention_mask=torch.tensor([[1, 1, 2, 0, 0]] * 2)), r"only 1 .* and 0 .*, got 2$"),
+    (dict(attention_mask=torch.full((2, 5), 0.5)), r"only 1 .* and 0 .*, got 0\.5$"),
+    (dict(attention_mask=torch.ones(2, 5), mask=torch.ones(2, 1, 1, 5).bool()), "not both"),
+]
+
+
+@pytest.mark.parametrize("kind", list(ONE_STACK))
+@pytest.mark.parametrize(
+    "bad, message", BAD_ATTENTION_MASKS, ids=["short", "3d", "2", "0.5", "both"]
+)
+def test_bad_attention_masks_are_refused_with_the_value(kind, bad, message):
+    model = ONE_STACK[kind][0]().eval()
+    with pytest.raises(ValueError, match=message):
+        model(torch.ones(2, 5, dtype=torch.long), **bad)
+
+
+def test_bad_seq2seq_attention_masks_name_the_argument():
+    model = seq2seq().eval()
+    src, tgt = torch.ones(2, 5, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^attention_mask must have the ids' shape \(2, 5\)"):
+        model(src, tgt, attention_mask=torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"^decoder_attention_mask must hold only .*, got 2$"):
+        model(src, tgt, decoder_attention_mask=torch.tensor([[1, 2, 1]] * 2))
+    with pytest.raises(ValueError, match="give src_mask or attention_mask, not both"):
+        model(src, tgt, attention_mask=torch.ones(2, 5), src_mask=torch.ones(2, 1, 1, 5).bool())
+    with pytest.raises(ValueError, match="give tgt_mask or decoder_attention_mask, not both"):
+        model(
+            src,
+            tgt,
+            decoder_attention_mask=torch.ones(2, 3),
+            tgt_mask=torch.ones(2, 1, 1, 3).bool(),
+        )
 
 
 # ---- weight tying ------------------------------------------------------------------------

@@ -44,6 +44,38 @@ def test_mean_pooling_ignores_padding_even_when_the_pad_id_appears(encoder):
         )
 
 
+@pytest.mark.parametrize("pooling", ["mean", "max", "cls"])
+def test_attention_mask_decides_what_is_pooled_and_attended(encoder, pooling):
+    config = SentenceConfig(**{**encoder.config.to_dict(), "pooling": pooling})
+    model = SentenceEncoder(config, tokenizer=encoder.tokenizer).eval()
+    model.load_state_dict(encoder.state_dict())
+    rows = model.tokenize(["the cat sat on the mat", "attention", "a dog barked"])
+    width = max(map(len, rows))
+    filler = model.tokenizer.bos_id  # not the pad id: only the attention_mask marks padding
+    assert filler != config.pad_id
+    ids = torch.tensor([row + [filler] * (width - len(row)) for row in rows])
+    am = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    with torch.no_grad():
+        got = model.sentence_embeddings(ids, attention_mask=am)
+        mask = am.bool()[:, None, None, :]
+        torch.testing.assert_close(got, model.sentence_embeddings(ids, mask), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            model(ids, attention_mask=am).hidden, model(ids, mask=mask).hidden
+        )
+        for i, row in enumerate(rows):
+            alone = model.sentence_embeddings(torch.tensor([row]))[0]
+            torch.testing.assert_close(got[i], alone, atol=1e-6, rtol=0)
+        # the pad id inside a text is a token when the attention_mask says so
+        ids[:, 1] = config.pad_id
+        everything = torch.ones_like(am)
+        torch.testing.assert_close(
+            model.sentence_embeddings(ids, attention_mask=everything),
+            model.sentence_embeddings(ids, everything.bool()[:, None, None, :]),
+        )
+    with pytest.raises(ValueError, match="give mask or attention_mask, not both"):
+        model.sentence_embeddings(ids, mask, attention_mask=am)
+
+
 def test_a_long_text_is_cut_to_max_tokens_with_its_end_marker(encoder):
     (row,) = encoder.tokenize(["a dog barked at the mail carrier all night long"])
     tok = encoder.tokenizer

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from glassformer.models.common import auto_padding_mask
 from glassformer.modules.cache import DecoderCache
+from glassformer.modules.masks import attention_mask_to_key_mask
 
 Streamer = Callable[[Tensor], None]  # called with each step's new tokens (B,)
 
@@ -127,8 +128,8 @@ def gpt_generate(
         eos_id: a stop token or several. A row that emits one is finished; its later
             columns hold ``pad_id`` (or the first stop token). Generation ends when every
             row has finished.
-        attention_mask: (B, T), True/1 for real prompt tokens; needed when the model has
-            no ``pad_id``.
+        attention_mask: (B, T), 1 (or True) for real prompt tokens, 0 for padding, as
+            models' ``forward`` takes it; needed when the model has no ``pad_id``.
         use_cache: decode with the key/value cache (fast) or rerun the whole context
             every step (the reference path).
         generator: makes sampling reproducible.
@@ -214,12 +215,7 @@ def _gpt_next_logits(
 def _real_tokens(ids: Tensor, attention_mask: Tensor | None, pad_id: int | None) -> Tensor:
     """(B, T) bool: which prompt positions are real tokens."""
     if attention_mask is not None:
-        if attention_mask.shape != ids.shape:
-            raise ValueError(
-                f"attention_mask must match input_ids {tuple(ids.shape)}, "
-                f"got {tuple(attention_mask.shape)}"
-            )
-        keep = attention_mask.bool()
+        keep = attention_mask_to_key_mask(attention_mask, ids)[:, 0, 0]  # checked, (B, T)
     elif pad_id is not None:
         keep = ids != pad_id
     else:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import Activation, ModelConfig, Positional, PretrainedModel
-from glassformer.models.common import auto_padding_mask, layer_options
+from glassformer.models.common import key_mask, layer_options
 from glassformer.modules.layers import Encoder
 from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
@@ -107,11 +107,21 @@ class BertEncoder(PretrainedModel):
         *,
         token_type_ids: Tensor | None = None,
         mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> BertOutput:
-        """ids (B, T) → ``BertOutput``; ``mask`` (B, 1, 1, T) is built from ``pad_id`` if None."""
-        if mask is None:
-            mask = auto_padding_mask(ids, self.config.pad_id)
+        """Hidden states and the pooled first position.
+
+        Args:
+            ids: token ids (B, T).
+            token_type_ids: segment ids (B, T); all 0 if None.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
+                (and no ``attention_mask`` is given).
+            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
+                of ``mask``.
+            need_weights: return every layer's attention weights.
+        """
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed(ids, token_type_ids)
         hidden, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))

@@ -18,7 +18,13 @@ from glassformer.models.base import (
     PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import POOLING, Embeddings, auto_padding_mask, layer_options, pool
+from glassformer.models.common import (
+    POOLING,
+    Embeddings,
+    key_mask,
+    layer_options,
+    pool,
+)
 from glassformer.modules.layers import Encoder
 
 
@@ -94,6 +100,7 @@ class TransformerClassifier(PretrainedModel):
         *,
         labels: Tensor | None = None,
         mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> ModelOutput:
         """Classify a batch.
@@ -101,11 +108,13 @@ class TransformerClassifier(PretrainedModel):
         Args:
             ids: token ids, (B, T); ``pad_id`` marks padding.
             labels: class indices (B,); when given, ``loss`` is their cross-entropy.
-            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
+                (and no ``attention_mask`` is given). Pooling ignores the masked positions.
+            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
+                of ``mask``.
             need_weights: return every layer's attention weights.
         """
-        if mask is None:
-            mask = auto_padding_mask(ids, self.config.pad_id)
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed(ids)  # (B, T, D)
         x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
         pooled = self.pool(x, mask)  # (B, D)

@@ -18,7 +18,7 @@ from glassformer.models.base import (
     PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.layers import Encoder
 
 
@@ -76,6 +76,7 @@ class EncoderLM(PretrainedModel):
         *,
         labels: Tensor | None = None,
         mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> ModelOutput:
         """Vocabulary logits at every position.
@@ -83,11 +84,13 @@ class EncoderLM(PretrainedModel):
         Args:
             ids: token ids (B, T), possibly with some replaced by a mask token.
             labels: (B, T) target ids; -100 marks positions not to score.
-            mask: key mask (B, 1, 1, T); built from ``pad_id`` if None.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
+                (and no ``attention_mask`` is given).
+            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
+                of ``mask``.
             need_weights: return every layer's attention weights.
         """
-        if mask is None:
-            mask = auto_padding_mask(ids, self.config.pad_id)
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed(ids)  # (B, T, D)
         x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
         logits = self.lm_head(x)  # (B, T, V)

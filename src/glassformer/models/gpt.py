@@ -24,7 +24,7 @@ from glassformer.models.base import (
     PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Encoder
 
@@ -115,6 +115,7 @@ class GPT(PretrainedModel):
         *,
         labels: Tensor | None = None,
         mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
         positions: Tensor | None = None,
@@ -126,7 +127,12 @@ class GPT(PretrainedModel):
             labels: the token that should follow each position (B, T), already shifted;
                 positions labelled ``pad_id`` (or -100 without a pad id) are ignored.
             mask: key mask (B, 1, 1, Tk), True = real token; built from ``pad_id`` if None
-                (and no cache is given). Causality is always applied.
+                (and neither a cache nor ``attention_mask`` is given). Causality is always
+                applied.
+            attention_mask: Hugging Face's (B, Tk) of 1 (real token) / 0 (padding), instead
+                of ``mask``; with a cache it covers the cached tokens and then ``ids``, as
+                in Hugging Face. It masks keys only: positions still count from the cache
+                (pass ``positions`` for a left-padded batch, as ``generate`` does).
             need_weights: return every layer's (B, H, T, Tk) attention weights.
             cache: from ``new_cache()``: the keys/values of the tokens already seen, which
                 ``ids`` continue (Tk = cached + T). It is updated in place. With a cache,
@@ -134,9 +140,10 @@ class GPT(PretrainedModel):
             positions: each token's position (B, T); by default they follow on from the
                 cache (0, 1, 2, ... without one). A left-padded batch passes its own.
         """
-        if mask is None and cache is None:
-            mask = auto_padding_mask(ids, self.config.pad_id)
         start = 0 if cache is None else cache.length
+        # With a cache, pads are not guessed from ids: a mask must cover the cached keys too.
+        pad_id = self.config.pad_id if cache is None else None
+        mask = key_mask(ids, pad_id, mask, attention_mask, cached=start)
         x = self.embed(ids, start, positions)  # (B, T, D)
         x, attentions, _ = self.blocks(x, mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(x)  # (B, T, V)

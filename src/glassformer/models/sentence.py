@@ -25,8 +25,7 @@ from glassformer.data.tokenizers import load_tokenizer
 from glassformer.errors import CheckpointError
 from glassformer.models.base import Pooling
 from glassformer.models.bert import BertConfig, BertEncoder
-from glassformer.models.common import POOLING, pool
-from glassformer.modules.masks import padding_mask
+from glassformer.models.common import POOLING, key_mask, pool
 
 MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged model SentenceEncoder.from_pretrained() loads
 
@@ -111,15 +110,22 @@ class SentenceEncoder(BertEncoder):
             files["tokenizer.json"] = self.tokenizer.to_json().encode("utf-8")
         return super().save_pretrained(path, extra_files=files, **kwargs)
 
-    def sentence_embeddings(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+    def sentence_embeddings(
+        self, ids: Tensor, mask: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> Tensor:
         """ids (B, T) → (B, D): pooled over the real tokens, normalised if configured.
 
-        ``mask`` (B, 1, 1, T), True for real tokens, is built from ``pad_id`` if None.
+        Args:
+            ids: token ids (B, T).
+            mask: key mask (B, 1, 1, T), True for real tokens; built from ``pad_id`` if
+                None (and no ``attention_mask`` is given).
+            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
+                of ``mask``; positions marked 0 are left out of the pooling.
         """
-        if mask is None:
-            mask = padding_mask(ids, self.config.pad_id)
-        hidden = self(ids, mask=mask).hidden  # (B, T, D)
-        vectors = pool(hidden, mask, self.config.pooling)  # (B, D)
+        real = key_mask(ids, self.config.pad_id, mask, attention_mask)  # None: all are real
+        # forward resolves the same two masks the same way (None is not "all real" there).
+        hidden = self(ids, mask=mask, attention_mask=attention_mask).hidden  # (B, T, D)
+        vectors = pool(hidden, real, self.config.pooling)  # (B, D)
         return F.normalize(vectors, p=2.0, dim=-1) if self.config.normalize else vectors
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, auto_padding_mask, layer_options
+from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Decoder, Encoder
 
@@ -133,6 +133,8 @@ class Seq2SeqTransformer(PretrainedModel):
         labels: Tensor | None = None,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> ModelOutput:
         """Teacher-forced forward pass.
@@ -141,14 +143,22 @@ class Seq2SeqTransformer(PretrainedModel):
             src: source ids (B, S).
             tgt: decoder input ids (B, T), starting with ``bos_id``.
             labels: the ids each position should predict (B, T); ``pad_id`` is ignored.
-            src_mask, tgt_mask: key masks; built from ``pad_id`` when None.
+            src_mask, tgt_mask: key masks (B, 1, 1, S) and (B, 1, 1, T), True = real token;
+                built from ``pad_id`` when None (and no 1/0 mask below is given). The source
+                mask also masks the cross-attention keys.
+            attention_mask: Hugging Face's source mask (B, S) of 1 (real token) / 0
+                (padding), instead of ``src_mask``.
+            decoder_attention_mask: Hugging Face's target mask (B, T) of 1/0, instead of
+                ``tgt_mask``; causality is applied on top.
             need_weights: return encoder, decoder and cross-attention weights.
         """
         pad = self.config.pad_id
-        if src_mask is None:
-            src_mask = auto_padding_mask(src, pad)
-        if tgt_mask is None:
-            tgt_mask = auto_padding_mask(tgt, pad)
+        src_mask = key_mask(
+            src, pad, src_mask, attention_mask, names=("src_mask", "attention_mask")
+        )
+        tgt_mask = key_mask(
+            tgt, pad, tgt_mask, decoder_attention_mask, names=("tgt_mask", "decoder_attention_mask")
+        )
         memory, enc_w, _ = self.encode(src, src_mask, need_weights=need_weights)
         hidden, dec_w, cross_w = self.decode(
             tgt, memory, src_mask, tgt_mask, need_weights=need_weights

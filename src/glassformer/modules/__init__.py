@@ -15,7 +15,12 @@ from glassformer.modules.layers import (
     LayerOutput,
     StackOutput,
 )
-from glassformer.modules.masks import causal_mask, combine_masks, padding_mask
+from glassformer.modules.masks import (
+    attention_mask_to_key_mask,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+)
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -39,6 +44,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "StackOutput",
     "TokenEmbedding",
+    "attention_mask_to_key_mask",
     "causal_mask",
     "combine_masks",
     "padding_mask",

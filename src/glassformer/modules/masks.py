@@ -4,6 +4,8 @@ Every mask here is boolean with True = "may attend", the convention of
 ``F.scaled_dot_product_attention``. Masks broadcast to (B, H, Tq, Tk):
 
     padding_mask(ids)   (B, 1, 1, T)   keys that are real tokens
+    attention_mask_to_key_mask(am, ids)
+                        (B, 1, 1, T)   the same from Hugging Face's ``attention_mask`` (B, T) of 1/0
     causal_mask(Tq, Tk) (Tq, Tk)       keys at or before each query's position
     combine_masks(a, b) their AND, None meaning "no restriction"
 
@@ -30,6 +32,35 @@ def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
     if ids.dim() != 2:
         raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def attention_mask_to_key_mask(
+    attention_mask: Tensor, ids: Tensor, *, cached: int = 0, name: str = "attention_mask"
+) -> Tensor:
+    """Hugging Face's ``attention_mask`` (1 = real token, 0 = padding) as a key mask.
+
+    Args:
+        attention_mask: (B, Tk) of 1/0, as ints, bools or floats 1.0/0.0.
+        ids: the token ids (B, T) it describes.
+        cached: tokens already in a key/value cache; the mask covers them and then
+            ``ids`` (Tk = cached + T), as in Hugging Face.
+        name: the argument's name, for the error messages.
+
+    Returns:
+        (B, 1, 1, Tk) boolean, True where ``attention_mask`` is 1.
+    """
+    expected = (ids.size(0), cached + ids.size(-1))
+    if tuple(attention_mask.shape) != expected:
+        covers = f"(batch, {cached} cached + {ids.size(-1)} new tokens) " if cached else ""
+        raise ValueError(
+            f"{name} must have the ids' shape {covers}{expected}, got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype != torch.bool:
+        bad = (attention_mask != 0) & (attention_mask != 1)
+        if bad.any():
+            value = attention_mask[bad][0].item()
+            raise ValueError(f"{name} must hold only 1 (real token) and 0 (padding), got {value}")
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, Tk)
 
 
 def causal_mask(
