@@ -1,10 +1,7 @@
-"""The cache of prepared corpora: where it is, and how a corpus folder gets there whole.
-
-The cache is ``$GLASSFORMER_CACHE``, else ``~/.cache/glassformer``, one subfolder per
-corpus. A folder is built in a temporary folder beside its place and renamed into place
-only when complete, marked by a ``COMPLETE`` file holding ``FORMAT``, so an interrupted
-build never leaves a half corpus that looks whole. Each folder's ``about.json`` records
-where its text came from.
+"""The cache of prepared corpora: where it is (``cache_root``), and how a corpus folder
+gets there whole (``prepared``): built beside its place, marked with a ``COMPLETE`` file
+holding ``FORMAT``, then renamed into place. Each folder's ``about.json`` (``write_about``)
+records where its text came from.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The austen corpus: Jane Austen's six novels, about 4 M characters (lm).
-
-They come from the Debian package `r-cran-janeaustenr` (an R lazy-load database, read with
-``glassformer.data.rdata``). Every novel is cut at 90% and 95% of its characters (moved on
-to the start of a line): the first part is train, the second validation, the last test.
+"""The austen corpus (lm): Jane Austen's six novels, about 4 M characters, from the Debian
+package `r-cran-janeaustenr` (an R lazy-load database, read with ``glassformer.data.rdata``),
+each novel cut into train, validation and test by ``split_text``.
 """
 
 from __future__ import annotations

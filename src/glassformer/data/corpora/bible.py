@@ -1,10 +1,7 @@
-"""The bible-en-es corpus: English-Spanish Bible verse pairs, KJV / Reina-Valera (translate).
-
-The two texts (King James Version, 1769 text; Reina-Valera 1909) come from the Debian
-packages `sword-text-kjv` and `sword-text-sparv` (SWORD modules, read with
-``glassformer.data.sword``). Verses are paired by their keys (``align_verses``); a shuffle
-seeded with ``SEED`` picks 1,000 test and 1,000 validation pairs, and the rest is train.
-Each split keeps Bible order.
+"""The bible-en-es corpus (translate): English-Spanish Bible verse pairs, King James 1769 /
+Reina-Valera 1909, from the Debian packages `sword-text-kjv` and `sword-text-sparv` (SWORD
+modules, read with ``glassformer.data.sword``), paired verse by verse by ``align_verses``
+and split by a seeded shuffle (see the package notes, ``glassformer.data.corpora``).
 """
 
 from __future__ import annotations

