@@ -16,6 +16,26 @@ class CheckpointSaveError(OSError):
     checkpoint at that path, if any, is intact and no temporary files are left."""
 
 
+class CorpusUnavailableError(ValueError):
+    """A bundled corpus cannot be fetched here (no network, no apt-get, ...)."""
+
+
+class MissingDependencyError(ImportError, ValueError):
+    """An optional package is not installed (a ValueError too, so the CLI prints one line)."""
+
+
+class RunConfigError(ValueError):
+    """A RunConfig value no run can use; ``field`` names it, ``str()`` says why in one line
+    (``cli_message()`` says it with the flag the user typed)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+    def cli_message(self) -> str:
+        return f"--{self.field.replace('_', '-')} {self.problem}"
+
+
 class NonFiniteLossError(FloatingPointError):
     """The loss (or the gradient norm) was NaN or infinite; the weights were not updated."""
 

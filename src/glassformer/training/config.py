@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from glassformer.errors import RunConfigError
+
 Task = Literal["lm", "translate", "classify"]
 TASKS: tuple[Task, ...] = ("lm", "translate", "classify")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
@@ -55,18 +57,6 @@ COMMON_DEFAULTS: dict[str, Any] = dict(
 # What may differ between a run and its resumption: the budget, the policy for NaNs and
 # where and how it runs. Everything else must be the run's own.
 RESUMABLE = ("minutes", "max_steps", "on_nonfinite", "threads", "device", "strategy", "out")
-
-
-class RunConfigError(ValueError):
-    """A RunConfig value no run can use; ``field`` names it, ``str()`` says why in one line
-    (``cli_message()`` says it with the flag the user typed)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field} {problem}")
-        self.field, self.problem = field, problem
-
-    def cli_message(self) -> str:
-        return f"--{self.field.replace('_', '-')} {self.problem}"
 
 
 def _opt(default: Any, group: str, help: str, **cli: Any) -> Any:

@@ -14,11 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from glassformer.errors import CorpusUnavailableError
+
 SYSTEM_ROOT = Path("/")  # where installed Debian packages are looked for
-
-
-class CorpusUnavailableError(ValueError):
-    """A bundled corpus cannot be fetched here (no network, no apt-get, ...)."""
 
 
 CorpusUnavailable = CorpusUnavailableError  # the same class, by its shorter name

@@ -21,10 +21,7 @@ from glassformer.data.tokenizers.base import (
     WORDPIECE_SPECIALS,
     Tokenizer,
 )
-
-
-class MissingDependencyError(ImportError, ValueError):
-    """An optional package is not installed (a ValueError too, so the CLI prints one line)."""
+from glassformer.errors import MissingDependencyError
 
 
 class _TokenizersBacked(Tokenizer):
