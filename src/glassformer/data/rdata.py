@@ -47,6 +47,7 @@ import gzip
 import lzma
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,11 @@ def read_lazyload_db(rdx: str | Path, rdb: str | Path) -> dict[str, Any]:
     return objects
 
 
-_RECORD_COMPRESSION = {b"Z": lzma.decompress, b"2": bz2.decompress, b"1": zlib.decompress}
+_RECORD_COMPRESSION: dict[bytes, Callable[[bytes], bytes]] = {
+    b"Z": lzma.decompress,
+    b"2": bz2.decompress,
+    b"1": zlib.decompress,
+}
 
 
 def _unpack_record(record: bytes, compression: Any, where: str) -> bytes:

@@ -31,7 +31,7 @@ import lzma
 import re
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +42,11 @@ VerseKey = tuple[str, int, int]  # (OSIS book id, chapter, verse); 0 = a heading
 HEADING: VerseKey = ("", 0, 0)  # the module and testament headings
 
 _VERSIFICATIONS = {"KJV": kjv_versification}
-_DECOMPRESS = {"ZIP": zlib.decompress, "BZIP2": bz2.decompress, "XZ": lzma.decompress}
+_DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {
+    "ZIP": zlib.decompress,
+    "BZIP2": bz2.decompress,
+    "XZ": lzma.decompress,
+}
 _VERSE_ENTRY = {"ztext": struct.Struct("<IIH"), "ztext4": struct.Struct("<III")}
 _BLOCK_ENTRY = struct.Struct("<III")
 
@@ -205,7 +209,7 @@ def strongs_numbers(markup: str) -> frozenset[str]:
     They name the Hebrew or Greek word each word translates, so two translations of the
     same verse share most of them.
     """
-    found = set()
+    found: set[str] = set()
     for lemma in _LEMMA.findall(markup):
         if "strong:" in lemma:
             found.update(f"{letter}{number}" for letter, number in _STRONGS.findall(lemma))

@@ -10,7 +10,7 @@ Training is teacher forcing: the decoder reads the target shifted right (startin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -71,7 +71,7 @@ class Seq2SeqTransformer(PretrainedModel):
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
-        embed = dict(
+        embed: dict[str, Any] = dict(
             d_model=c.d_model,
             max_len=c.max_len,
             positional=c.positional,

