@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 from glassformer.checkpoint import load_checkpoint, resolve_checkpoint_dir
+from glassformer.data.batching import pad_batch
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
 
 LABELS_FILE = "labels.json"
@@ -51,3 +55,69 @@ def read_labels(path: str | Path) -> list[str]:
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
         raise ValueError(f"{file} is not a JSON list of labels (strings)")
     return labels
+
+
+def device_of(model) -> torch.device:
+    """Where a model's weights are (the CPU for a model that is not a torch module)."""
+    params = model.parameters() if isinstance(model, nn.Module) else iter(())
+    return next(params, torch.empty(0)).device
+
+
+def truncate(ids: list[int], max_len: int) -> list[int]:
+    """Keep the head and the tail of a long sequence (reviews state their verdict at both ends)."""
+    if len(ids) <= max_len:
+        return ids
+    head = max_len // 2
+    return ids[:head] + ids[len(ids) - (max_len - head) :]
+
+
+def translate_texts(
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    max_len: int | None = None,
+    batch_size: int = 64,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate a list of sentences with ``model.generate``; returns decoded strings."""
+    limit = max_len or model.config.max_len - 1
+    out: list[str] = [""] * len(texts)
+    encoded = tokenizer.encode_batch(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    device = device_of(model)
+    model.eval()
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
+        src = src.to(device)
+        new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
+        ys = model.generate(src, new_tokens, **generate_kwargs)
+        for i, row in zip(idx, ys.tolist(), strict=True):
+            out[i] = tokenizer.decode(row[1:])
+    return out
+
+
+def classify_texts(
+    model,
+    tokenizer,
+    labels: list[str],
+    texts: list[str],
+    *,
+    max_len: int | None = None,
+    batch_size: int = 64,
+) -> list[tuple[str, float]]:
+    """(label, probability) for each text."""
+    limit = max_len or model.config.max_len
+    encoded = [truncate(i, limit) or [tokenizer.unk_id] for i in tokenizer.encode_batch(texts)]
+    out: list[tuple[str, float]] = []
+    device = device_of(model)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(encoded), batch_size):
+            ids = pad_batch(encoded[start : start + batch_size], tokenizer.pad_id)
+            ids = ids.to(device)
+            probs = model(ids).logits.float().softmax(-1)
+            p, k = probs.max(-1)
+            out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]
+    return out

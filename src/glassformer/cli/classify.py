@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 
 from glassformer.cli._common import inputs, load_model_dir
-from glassformer.inference import read_labels
-from glassformer.training.evaluation import classify_texts
+from glassformer.inference import classify_texts, read_labels
 
 HELP = "classify texts with a trained classifier"
 

@@ -13,7 +13,7 @@ import time
 import torch
 
 from glassformer.cli._common import inputs, load_model_dir
-from glassformer.training.evaluation import translate_texts
+from glassformer.inference import translate_texts
 
 HELP = "translate sentences with a trained translator"
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from torch import nn
 
+from glassformer.inference import classify_texts, truncate
 from glassformer.models import ClassifierConfig, TransformerClassifier
-from glassformer.training.evaluation import classify_texts, score, truncate
+from glassformer.training.evaluation import score
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import (
     DataOptions,

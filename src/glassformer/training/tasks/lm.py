@@ -12,8 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from glassformer.inference import device_of
 from glassformer.models import GPT, GPTConfig
-from glassformer.training.evaluation import device_of, mean_loss
+from glassformer.training.evaluation import mean_loss
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import DataOptions, Task, load_splits, tokenizer_bytes
 

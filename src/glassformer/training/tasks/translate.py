@@ -11,8 +11,9 @@ from typing import Any
 
 from torch import nn
 
+from glassformer.inference import translate_texts
 from glassformer.models import Seq2SeqConfig, Seq2SeqTransformer
-from glassformer.training.evaluation import bleu, mean_loss, translate_texts
+from glassformer.training.evaluation import bleu, mean_loss
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import (
     DataOptions,

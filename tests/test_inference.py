@@ -1,0 +1,75 @@
+"""glassformer.inference: loading a run, classifying and translating texts with it."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from glassformer import ClassifierConfig, TransformerClassifier, load_run
+from glassformer.data.tokenizers import CharTokenizer
+from glassformer.inference import classify_texts, read_labels, translate_texts, truncate
+
+LEGACY = Path(__file__).parent / "data" / "legacy_runs" / "runs"
+
+
+@pytest.fixture
+def run(tmp_path):
+    shutil.copytree(LEGACY / "classify", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_load_run_gives_the_model_and_its_tokenizer(run):
+    model, tokenizer = load_run(run)
+    assert isinstance(model, TransformerClassifier)
+    assert tokenizer.vocab_size == model.config.vocab_size
+    assert load_run(run / "checkpoint")[0].state_dict().keys() == model.state_dict().keys()
+    assert read_labels(run) == ["neg", "pos"]
+
+
+def test_load_run_errors_name_the_problem(run):
+    with pytest.raises(ValueError, match="holds a 'classifier' model, expected 'gpt'"):
+        load_run(run, kind="gpt")
+    (run / "checkpoint" / "labels.json").write_text('{"not": "a list"}')
+    with pytest.raises(ValueError, match="is not a JSON list of labels"):
+        read_labels(run)
+    spec = json.loads((run / "checkpoint" / "tokenizer.json").read_text())
+    (run / "checkpoint" / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer.json"):
+        load_run(run)
+    small = CharTokenizer("abc")
+    small.save(run / "checkpoint" / "tokenizer.json")
+    with pytest.raises(ValueError, match=f"has {small.vocab_size} tokens but the model expects"):
+        load_run(run)
+    assert spec  # the run had one
+
+
+def test_classify_texts_gives_the_models_own_probabilities():
+    tok = CharTokenizer("abcdefgh ")
+    torch.manual_seed(0)
+    model = TransformerClassifier(
+        ClassifierConfig.preset("tiny", vocab_size=tok.vocab_size, num_classes=3, max_len=16)
+    ).eval()
+    texts = ["abc", "a much longer text, longer than max_len", "h"]
+    out = classify_texts(model, tok, ["x", "y", "z"], texts, batch_size=2)
+    for text, (label, p) in zip(texts, out, strict=True):
+        ids = torch.tensor([truncate(tok.encode(text), 16)])
+        probs = model(ids).logits.softmax(-1)[0]
+        assert label == "xyz"[int(probs.argmax())]
+        assert p == pytest.approx(float(probs.max()), abs=1e-6)
+
+
+def test_truncate_keeps_the_head_and_the_tail():
+    assert truncate(list(range(10)), 4) == [0, 1, 8, 9]
+    assert truncate(list(range(10)), 5) == [0, 1, 7, 8, 9]
+    assert truncate([1, 2], 4) == [1, 2]
+
+
+def test_translate_texts_keeps_the_input_order():
+    run = LEGACY / "translate"
+    model, tok = load_run(run)
+    texts = ["one two three cat dog", "one", "cat dog"]
+    forward = translate_texts(model, tok, texts)
+    backward = translate_texts(model, tok, texts[::-1])  # batched in the same length order
+    assert forward == backward[::-1] and len(set(forward)) == 3
