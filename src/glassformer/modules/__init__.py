@@ -15,7 +15,12 @@ from glassformer.modules.layers import (
     LayerOutput,
     StackOutput,
 )
-from glassformer.modules.masks import causal_mask, combine_masks, padding_mask
+from glassformer.modules.masks import (
+    auto_padding_mask,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+)
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -39,6 +44,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "StackOutput",
     "TokenEmbedding",
+    "auto_padding_mask",
     "causal_mask",
     "combine_masks",
     "padding_mask",

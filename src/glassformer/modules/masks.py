@@ -4,6 +4,7 @@ Every mask here is boolean with True = "may attend", the convention of
 ``F.scaled_dot_product_attention``. Masks broadcast to (B, H, Tq, Tk):
 
     padding_mask(ids)   (B, 1, 1, T)   keys that are real tokens
+    auto_padding_mask   the same, or None when nothing is padded
     causal_mask(Tq, Tk) (Tq, Tk)       keys at or before each query's position
     combine_masks(a, b) their AND, None meaning "no restriction"
 
@@ -30,6 +31,16 @@ def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
     if ids.dim() != 2:
         raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
+    """The key padding mask (B, 1, 1, T) for ``ids``, or None when nothing is padded.
+
+    Returning None when the batch has no pads lets attention take its fastest path.
+    """
+    if pad_id is None or not (ids == pad_id).any():
+        return None
+    return padding_mask(ids, pad_id)
 
 
 def causal_mask(
