@@ -3,6 +3,7 @@
 __version__ = "0.1.0"
 
 from glassformer.checkpoint import load_checkpoint, save_checkpoint
+from glassformer.generation import GenerationConfig
 from glassformer.models import (
     GPT,
     BertConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "GPTConfig",
+    "GenerationConfig",
     "LearnedPositionalEmbedding",
     "ModelOutput",
     "MultiHeadAttention",
