@@ -1,11 +1,17 @@
 """Generation: greedy equals a hand-written loop, sampling is reproducible, follows the
-distribution it claims and stays inside top-k / top-p, stop tokens, and the translator's
-greedy decoding."""
+distribution it claims and stays inside top-k / top-p, stop tokens, the translator's
+greedy decoding and beam search, and GenerationConfig (checked values, the same tokens as
+the keywords it stands for)."""
+
+import ast
+import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 
-from glassformer import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+import glassformer
+from glassformer import GPT, GenerationConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.generation import choose_next
 
 
@@ -452,3 +458,163 @@ def test_beam_search_options_are_checked():
         model.generate(src, 5, beam_size=0)
     with pytest.raises(ValueError, match="beam search does not sample"):
         model.generate(src, 5, beam_size=2, do_sample=True)
+
+
+# ---- GenerationConfig --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(do_sample=True, temperature=0.0), "temperature must be > 0 when sampling, got 0.0"),
+        (dict(do_sample=True, temperature=float("inf")), "temperature .*got inf"),
+        (dict(do_sample=True, top_k=0), "top_k must be a positive integer, got 0"),
+        (dict(do_sample=True, top_k=2.5), "top_k must be a positive integer, got 2.5"),
+        (dict(do_sample=True, top_p=1.5), r"top_p must be in \(0, 1\], got 1.5"),
+        (dict(repetition_penalty=0.0), "repetition_penalty must be > 0, got 0.0"),
+        (dict(repetition_penalty=float("nan")), "repetition_penalty must be > 0, got nan"),
+        (dict(beam_size=0), "beam_size must be a positive integer, got 0"),
+        (dict(beam_size=2.0), "beam_size must be a positive integer, got 2.0"),
+        (dict(beam_size=3, do_sample=True), "beam search does not sample"),
+        (dict(length_penalty=float("nan")), "length_penalty must be a finite number, got nan"),
+        (dict(eos_id=-1), r"eos_id must be a token id \(an int >= 0\).*got -1"),
+        (dict(eos_id=[3, "."]), r"eos_id must be .*got \[3, '\.'\]"),
+        (dict(eos_id="."), r"eos_id must be .*got '\.'"),
+        (dict(do_sample="yes"), "do_sample must be True or False, got 'yes'"),
+        (dict(early_stopping=1), "early_stopping must be True or False, got 1"),
+        (dict(use_cache=None), "use_cache must be True or False, got None"),
+    ],
+)
+def test_generation_config_refuses_each_bad_value(options, message):
+    with pytest.raises(ValueError, match=message):
+        GenerationConfig(**options)
+
+
+def test_generation_config_is_frozen_keyword_only_and_rechecked_on_replace():
+    config = GenerationConfig(temperature=0.0, top_k=0)  # unused while greedy: allowed
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.top_k = 5
+    with pytest.raises(TypeError):
+        GenerationConfig(True)  # keyword-only
+    with pytest.raises(ValueError, match="temperature must be > 0 when sampling, got 0.0"):
+        dataclasses.replace(config, do_sample=True)
+    stops = GenerationConfig(eos_id=[4, 7])
+    assert stops.eos_id == (4, 7) and hash(stops) == hash(GenerationConfig(eos_id=(4, 7)))
+    assert glassformer.GenerationConfig is glassformer.generation.GenerationConfig
+    assert "GenerationConfig" in glassformer.__all__
+
+
+def test_a_config_gives_the_tokens_of_the_same_keywords_for_gpt():
+    model = tiny_gpt()
+    prompt = torch.tensor([[0, 3, 4, 5], [6, 7, 8, 9]])
+    greedy = dict(repetition_penalty=1.3, eos_id=[11, 12])
+    sampled = dict(do_sample=True, temperature=1.4, top_k=12, top_p=0.9, eos_id=11)
+    for options in (greedy, sampled, dict(sampled, use_cache=False)):
+        config = GenerationConfig(**options)
+        by_keywords = model.generate(
+            prompt, 10, generator=torch.Generator().manual_seed(3), **options
+        )
+        by_config = model.generate(
+            prompt, 10, generator=torch.Generator().manual_seed(3), generation_config=config
+        )
+        assert torch.equal(by_config, by_keywords)
+    # the sampled run really differs from greedy (else the comparison above proves little)
+    assert not torch.equal(
+        model.generate(prompt, 10, generator=torch.Generator().manual_seed(3), **sampled),
+        model.generate(prompt, 10, eos_id=11),
+    )
+
+
+def test_a_config_gives_the_tokens_of_the_same_keywords_for_the_translator():
+    model = tiny_translator(seed=5)
+    src = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [10, 3, 3, 0, 0]])
+    beam = dict(beam_size=4, length_penalty=0.6, early_stopping=False)
+    sampled = dict(do_sample=True, temperature=1.2, top_p=0.95, repetition_penalty=1.2)
+
+    def translate(**options):
+        return model.generate(src, 10, generator=torch.Generator().manual_seed(2), **options)
+
+    for options in (dict(repetition_penalty=2.0), beam, dict(beam, use_cache=False), sampled):
+        by_config = translate(generation_config=GenerationConfig(**options))
+        assert torch.equal(by_config, translate(**options))
+    # each of them decodes differently from plain greedy
+    for options in (dict(repetition_penalty=2.0), beam, sampled):
+        assert not torch.equal(translate(**options), translate())
+
+
+def test_keywords_override_the_config_fields():
+    model = tiny_gpt()
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    config = GenerationConfig(do_sample=True, top_k=5, eos_id=7)
+    g = torch.Generator().manual_seed(0)
+    out = model.generate(prompt, 8, generation_config=config, do_sample=False, generator=g)
+    assert torch.equal(out, model.generate(prompt, 8, eos_id=7))  # greedy, still eos 7
+    assert config.do_sample  # the config itself is unchanged
+    # an override is checked like any field
+    with pytest.raises(ValueError, match="top_k must be a positive integer, got 0"):
+        model.generate(prompt, 8, generation_config=config, top_k=0)
+
+    translator = tiny_translator(seed=2)
+    src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])
+    wide = GenerationConfig(beam_size=4, length_penalty=0.0)
+    assert torch.equal(
+        translator.generate(src, 8, generation_config=wide, beam_size=1),
+        translator.generate(src, 8),
+    )
+    assert torch.equal(
+        translator.generate(src, 8, generation_config=wide, length_penalty=1.0),
+        translator.generate(src, 8, beam_size=4),
+    )
+
+
+def test_an_unknown_option_is_one_error_that_lists_the_known_ones():
+    prompt = torch.tensor([[3, 4, 5]])
+    with pytest.raises(TypeError, match="unknown generation option 'topk'; the options are: ") as e:
+        tiny_gpt().generate(prompt, 3, topk=5)
+    assert "top_k" in str(e.value) and "attention_mask" in str(e.value)
+    with pytest.raises(TypeError, match="unknown generation option 'beam'") as e:
+        tiny_translator().generate(torch.tensor([[3, 4]]), 3, beam=4)
+    assert "beam_size" in str(e.value) and "src_mask" in str(e.value)
+    with pytest.raises(TypeError, match="generation_config must be a GenerationConfig, got dict"):
+        tiny_gpt().generate(prompt, 3, generation_config=dict(do_sample=True))
+
+
+def test_options_a_model_cannot_use_are_refused():
+    with pytest.raises(ValueError, match="a GPT decodes with beam_size=1, got 4"):
+        tiny_gpt().generate(torch.tensor([[3, 4]]), 3, beam_size=4)
+    with pytest.raises(
+        ValueError, match="stops at its config's eos_id \\(2\\); eos_id must be None"
+    ):
+        tiny_translator().generate(torch.tensor([[3, 4]]), 3, eos_id=5)
+
+
+def test_translate_texts_takes_a_config_or_keywords():
+    from glassformer.data.tokenizers import CharTokenizer
+    from glassformer.training.evaluation import translate_texts
+
+    tok = CharTokenizer("abcdefgh")
+    model = tiny_translator(seed=4)
+    assert tok.vocab_size == model.config.tgt_vocab_size
+    texts = ["abc", "hgfe", "d"]
+    by_keywords = translate_texts(model, tok, texts, beam_size=3, length_penalty=0.0)
+    config = GenerationConfig(beam_size=3, length_penalty=0.0)
+    assert translate_texts(model, tok, texts, generation_config=config) == by_keywords
+
+
+def test_generation_imports_no_higher_layer():
+    """generation sits under the models (GPT.generate calls it): it must not import them,
+    nor training, the CLI, interop or viz."""
+    package = Path(glassformer.generation.__file__).parent
+    higher = ("models", "training", "cli", "interop", "viz", "keras")
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(tuple(f"glassformer.{h}" for h in higher)), (
+                    f"{path.name} imports {name}"
+                )

@@ -3,6 +3,7 @@
 from glassformer import interop  # noqa: F401  (registers the foreign formats it reads)
 from glassformer._version import __version__
 from glassformer.checkpoint import load_checkpoint, save_checkpoint
+from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 from glassformer.models import (
     GPT,
@@ -50,6 +51,7 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "GPTConfig",
+    "GenerationConfig",
     "LearnedPositionalEmbedding",
     "ModelOutput",
     "RunConfig",

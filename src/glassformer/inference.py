@@ -16,6 +16,7 @@ from torch import nn
 from glassformer.checkpoint import load_checkpoint, resolve_checkpoint_dir
 from glassformer.data.batching import pad_batch
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
+from glassformer.generation import GenerationConfig
 
 LABELS_FILE = "labels.json"
 
@@ -78,9 +79,14 @@ def translate_texts(
     *,
     max_len: int | None = None,
     batch_size: int = 64,
+    generation_config: GenerationConfig | None = None,
     **generate_kwargs,
 ) -> list[str]:
-    """Translate a list of sentences with ``model.generate``; returns decoded strings."""
+    """Translate a list of sentences with ``model.generate``; returns decoded strings.
+
+    ``generation_config`` and ``generate_kwargs`` (its fields as keywords, overriding it,
+    and ``generator``) go to ``generate`` unchanged.
+    """
     limit = max_len or model.config.max_len - 1
     out: list[str] = [""] * len(texts)
     encoded = tokenizer.encode_batch(texts)
@@ -92,7 +98,7 @@ def translate_texts(
         src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
         src = src.to(device)
         new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
-        ys = model.generate(src, new_tokens, **generate_kwargs)
+        ys = model.generate(src, new_tokens, generation_config=generation_config, **generate_kwargs)
         for i, row in zip(idx, ys.tolist(), strict=True):
             out[i] = tokenizer.decode(row[1:])
     return out

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import torch
 
 from glassformer.cli._common import load_model_dir
+from glassformer.generation import GenerationConfig
 
 HELP = "continue a prompt with a trained language model"
 
@@ -48,27 +50,26 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
     if args.num_samples <= 0:
         raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
-    model, tok, _ = load_model_dir(args.model, "gpt")
-    ids = tok.encode(args.prompt)
-    if not ids:
-        raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
-    stops = [_stop_id(tok, text) for text in args.stop]
-    g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    prompt = torch.tensor([ids] * args.num_samples)
-    stream = args.num_samples == 1 and not args.no_stream
-    streamer = _Printer(tok, ids) if stream else None
-    out = model.generate(
-        prompt,
-        args.max_new_tokens,
+    config = GenerationConfig(  # checked here, before the model is read
         do_sample=not args.greedy,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         repetition_penalty=args.repetition_penalty,
-        eos_id=stops or None,
         use_cache=not args.no_cache,
-        generator=g,
-        streamer=streamer,
+    )
+    model, tok, _ = load_model_dir(args.model, "gpt")
+    ids = tok.encode(args.prompt)
+    if not ids:
+        raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
+    stops = [_stop_id(tok, text) for text in args.stop]
+    config = replace(config, eos_id=tuple(stops) or None)  # the stop tokens need the tokenizer
+    g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    prompt = torch.tensor([ids] * args.num_samples)
+    stream = args.num_samples == 1 and not args.no_stream
+    streamer = _Printer(tok, ids) if stream else None
+    out = model.generate(
+        prompt, args.max_new_tokens, generation_config=config, generator=g, streamer=streamer
     )
     if stream:
         print()

@@ -13,6 +13,7 @@ import time
 import torch
 
 from glassformer.cli._common import inputs, load_model_dir
+from glassformer.generation import GenerationConfig
 from glassformer.inference import translate_texts
 
 HELP = "translate sentences with a trained translator"
@@ -46,31 +47,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
-    model, tok, ckpt = load_model_dir(args.model, "seq2seq")
-    options = dict(
+    config = GenerationConfig(  # checked here, before the model is read
         beam_size=args.beam,
         length_penalty=args.length_penalty,
+        do_sample=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
         repetition_penalty=args.repetition_penalty,
         use_cache=not args.no_cache,
     )
-    if args.sample:
-        g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-        options |= dict(
-            do_sample=True,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            generator=g,
-        )
+    g = torch.Generator().manual_seed(args.seed) if args.sample and args.seed is not None else None
+    model, tok, ckpt = load_model_dir(args.model, "seq2seq")
+    options = dict(batch_size=args.batch_size, generation_config=config, generator=g)
     if args.bleu:
-        return _report_bleu(args.bleu, model, tok, ckpt, batch_size=args.batch_size, **options)
+        return _report_bleu(args.bleu, model, tok, ckpt, **options)
     texts = inputs(args.text)
-    for line in translate_texts(model, tok, texts, batch_size=args.batch_size, **options):
+    for line in translate_texts(model, tok, texts, **options):
         print(line)
     return 0
 
 
-def _report_bleu(split: str, model, tok, ckpt, **options) -> int:
+def _report_bleu(
+    split: str, model, tok, ckpt, *, generation_config: GenerationConfig, **options
+) -> int:
     from glassformer.training.config import RUN_FILE, RunConfig
     from glassformer.training.evaluation import bleu
     from glassformer.training.tasks import data_options, load_splits
@@ -83,11 +83,13 @@ def _report_bleu(split: str, model, tok, ckpt, **options) -> int:
     if not rows:
         raise ValueError(f"the run's data has no {split} split")
     start = time.perf_counter()
-    hyps = translate_texts(model, tok, [s for s, _ in rows], **options)
+    hyps = translate_texts(
+        model, tok, [s for s, _ in rows], generation_config=generation_config, **options
+    )
     seconds = time.perf_counter() - start
     score = bleu(hyps, [t for _, t in rows])
     print(
         f"sacreBLEU {score:.2f} on {len(rows):,} {split} sentences "
-        f"(beam {options['beam_size']}, {seconds:.0f} s)"
+        f"(beam {generation_config.beam_size}, {seconds:.0f} s)"
     )
     return 0

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from glassformer.modules.masks import attention_mask_to_key_mask, padding_mask
+from glassformer.modules.masks import (
+    attention_mask_to_key_mask,
+    auto_padding_mask,  # lives with the other masks; the models import it from here too
+)
 from glassformer.modules.position import TokenEmbedding, positional_encoding
 
 
@@ -46,16 +49,6 @@ def layer_options(c) -> dict:
         qkv_bias=c.qkv_bias and getattr(c, "bias", True),
         bias=getattr(c, "bias", True),
     )
-
-
-def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
-    """The key padding mask (B, 1, 1, T) for ``ids``, or None when nothing is padded.
-
-    Returning None when the batch has no pads lets attention take its fastest path.
-    """
-    if pad_id is None or not (ids == pad_id).any():
-        return None
-    return padding_mask(ids, pad_id)
 
 
 def key_mask(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from glassformer.generation import GenerationConfig, gpt_generate
 from glassformer.models.base import (
     Activation,
     ModelConfig,
@@ -155,11 +156,21 @@ class GPT(PretrainedModel):
         return DecoderCache(self.config.num_layers)
 
     @torch.no_grad()
-    def generate(self, input_ids: Tensor, max_new_tokens: int, **kwargs) -> Tensor:
+    def generate(
+        self,
+        input_ids: Tensor,
+        max_new_tokens: int,
+        *,
+        generation_config: GenerationConfig | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Continue ``input_ids`` (B, T); returns the prompt followed by the new tokens.
 
-        See ``glassformer.generation.gpt_generate`` for the options.
+        The options come as a ``GenerationConfig`` and/or keywords that override its
+        fields (``do_sample=True``, ``top_k=50``, ``eos_id=...``), beside the per-call
+        ``attention_mask``, ``generator`` and ``streamer``. See
+        ``glassformer.generation.gpt_generate``.
         """
-        from glassformer.generation import gpt_generate
-
-        return gpt_generate(self, input_ids, max_new_tokens, **kwargs)
+        return gpt_generate(
+            self, input_ids, max_new_tokens, generation_config=generation_config, **kwargs
+        )

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from glassformer.generation import GenerationConfig, seq2seq_generate
 from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
 from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
@@ -168,11 +169,21 @@ class Seq2SeqTransformer(PretrainedModel):
         return ModelOutput(logits, loss, enc_w, dec_w, cross_w)
 
     @torch.no_grad()
-    def generate(self, src: Tensor, max_new_tokens: int, **kwargs) -> Tensor:
+    def generate(
+        self,
+        src: Tensor,
+        max_new_tokens: int,
+        *,
+        generation_config: GenerationConfig | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Translate ``src`` (B, S); returns target ids (B, T) starting with ``bos_id``.
 
-        See ``glassformer.generation.seq2seq_generate`` for the options.
+        The options come as a ``GenerationConfig`` and/or keywords that override its
+        fields (``beam_size=4``, ``length_penalty=0.6``, ...), beside the per-call
+        ``src_mask``, ``generator`` and ``streamer``. See
+        ``glassformer.generation.seq2seq_generate``.
         """
-        from glassformer.generation import seq2seq_generate
-
-        return seq2seq_generate(self, src, max_new_tokens, **kwargs)
+        return seq2seq_generate(
+            self, src, max_new_tokens, generation_config=generation_config, **kwargs
+        )

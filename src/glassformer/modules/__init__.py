@@ -17,6 +17,7 @@ from glassformer.modules.layers import (
 )
 from glassformer.modules.masks import (
     attention_mask_to_key_mask,
+    auto_padding_mask,
     causal_mask,
     combine_masks,
     padding_mask,
@@ -45,6 +46,7 @@ __all__ = [
     "StackOutput",
     "TokenEmbedding",
     "attention_mask_to_key_mask",
+    "auto_padding_mask",
     "causal_mask",
     "combine_masks",
     "padding_mask",

@@ -4,6 +4,7 @@ Every mask here is boolean with True = "may attend", the convention of
 ``F.scaled_dot_product_attention``. Masks broadcast to (B, H, Tq, Tk):
 
     padding_mask(ids)   (B, 1, 1, T)   keys that are real tokens
+    auto_padding_mask   the same, or None when nothing is padded
     attention_mask_to_key_mask(am, ids)
                         (B, 1, 1, T)   the same from Hugging Face's ``attention_mask`` (B, T) of 1/0
     causal_mask(Tq, Tk) (Tq, Tk)       keys at or before each query's position
@@ -61,6 +62,16 @@ def attention_mask_to_key_mask(
             value = attention_mask[bad][0].item()
             raise ValueError(f"{name} must hold only 1 (real token) and 0 (padding), got {value}")
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
+    """The key padding mask (B, 1, 1, T) for ``ids``, or None when nothing is padded.
+
+    Returning None when the batch has no pads lets attention take its fastest path.
+    """
+    if pad_id is None or not (ids == pad_id).any():
+        return None
+    return padding_mask(ids, pad_id)
 
 
 def causal_mask(

@@ -1,0 +1,213 @@
+"""Choosing the next token, and the decoder-only (GPT) loop.
+
+Shapes: B batch, T length so far, V vocabulary.
+
+Each step runs the model, takes the last position's logits, adjusts them (repetition
+penalty), picks a token (``choose_next``: greedy, or sampled with temperature, top-k,
+top-p), appends it, and stops on a stop token or the length limit. With ``use_cache``
+(the default) each step feeds only the newest token and the model's key/value cache
+supplies the rest; ``use_cache=False`` reruns the whole sequence every step. That
+reference path gives the same tokens and is kept for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.generation.config import (
+    GenerationConfig,
+    check_repetition_penalty,
+    resolve_config,
+)
+from glassformer.modules.cache import DecoderCache
+from glassformer.modules.masks import attention_mask_to_key_mask
+
+Streamer = Callable[[Tensor], None]  # called with each step's new tokens (B,)
+
+
+def choose_next(
+    logits: Tensor,
+    *,
+    generation_config: GenerationConfig | None = None,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> Tensor:
+    """Pick the next token from last-position logits (B, V) → ids (B,).
+
+    Greedy takes the arg-max. Sampling (``do_sample=True``) divides by ``temperature``,
+    keeps the ``top_k`` most likely tokens and/or the smallest set whose probability
+    reaches ``top_p``, then draws from what is left with ``generator``. The options come
+    as a ``GenerationConfig`` and/or keywords (see ``resolve_config``).
+    """
+    c = resolve_config(generation_config, options, ("generation_config", "generator"))
+    if not c.do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / c.temperature
+    if c.top_k is not None:
+        kth = logits.topk(min(c.top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if c.top_p is not None:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop a token when the tokens before it already reach top_p (the first always stays).
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= c.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def apply_repetition_penalty(
+    logits: Tensor, ids: Tensor, penalty: float, keep: Tensor | None = None
+) -> Tensor:
+    """Make tokens already in ``ids`` (B, T) less likely: logits (B, V) → (B, V).
+
+    The CTRL rule (as in Hugging Face): a seen token's positive logit is divided by
+    ``penalty``, a negative one multiplied, so ``penalty > 1`` always lowers it. Positions
+    where ``keep`` (B, T) is False (padding) do not count as seen.
+    """
+    check_repetition_penalty(penalty)
+    if penalty == 1.0:
+        return logits
+    real = torch.ones_like(ids, dtype=logits.dtype) if keep is None else keep.to(logits.dtype)
+    seen = torch.zeros_like(logits).scatter_add_(1, ids, real) > 0  # (B, V)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def _stop_ids(eos_id: int | Sequence[int] | None) -> list[int]:
+    if eos_id is None:
+        return []
+    return [eos_id] if isinstance(eos_id, int) else list(eos_id)
+
+
+# ---- GPT ---------------------------------------------------------------------------------
+
+_GPT_CALL_ARGUMENTS = ("generation_config", "attention_mask", "generator", "streamer")
+
+
+@torch.no_grad()
+def gpt_generate(
+    model,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    generation_config: GenerationConfig | None = None,
+    attention_mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    streamer: Streamer | None = None,
+    **options: Any,
+) -> Tensor:
+    """Append up to ``max_new_tokens`` tokens to ``input_ids`` (B, T) → (B, T + new).
+
+    Args:
+        model: a ``GPT``.
+        input_ids: prompts (B, T). Prompts of different lengths are padded with the
+            model's ``pad_id`` on either side (or described by ``attention_mask``); the
+            result is left-padded: each row's prompt ends where its new tokens begin.
+        max_new_tokens: at most this many tokens per row.
+        generation_config: the decoding options (``GenerationConfig``; None: greedy).
+            A row that emits a stop token (``eos_id``) is finished; its later columns
+            hold ``pad_id`` (or the first stop token). Generation ends when every row
+            has finished. ``repetition_penalty`` counts the prompt's tokens too.
+        attention_mask: (B, T), 1 (or True) for real prompt tokens, 0 for padding, as
+            models' ``forward`` takes it; needed when the model has no ``pad_id``.
+        generator: makes sampling reproducible.
+        streamer: called with each step's new tokens (B,) as soon as they are chosen.
+        **options: ``GenerationConfig`` fields (``do_sample=True``, ``top_k=50``, ...),
+            overriding ``generation_config``'s.
+
+    Beyond ``max_len`` tokens the context is the last ``max_len`` (nanoGPT's crop); the
+    positions then shift every step, so each step reruns the window, cache or not.
+    """
+    gen = resolve_config(generation_config, options, _GPT_CALL_ARGUMENTS)
+    if input_ids.dim() != 2 or input_ids.size(1) == 0:
+        raise ValueError(f"input_ids must be (batch, length>0), got {tuple(input_ids.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if gen.beam_size != 1:
+        raise ValueError(
+            f"beam search is the translator's; a GPT decodes with beam_size=1, got {gen.beam_size}"
+        )
+    c = model.config
+    ids, keep = _left_align(input_ids, _real_tokens(input_ids, attention_mask, c.pad_id))
+    padded = not bool(keep.all())
+    stops = _stop_ids(gen.eos_id)
+    stop_tensor = torch.tensor(stops, device=ids.device)
+    fill = c.pad_id if c.pad_id is not None else (stops[0] if stops else 0)
+    finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
+    was_training = model.training
+    model.eval()
+    cache = None
+    try:
+        for _ in range(max_new_tokens):
+            real = keep if padded else None
+            logits, cache = _gpt_next_logits(model, ids, real, cache, gen.use_cache)
+            logits = apply_repetition_penalty(logits, ids, gen.repetition_penalty, keep)
+            next_id = choose_next(logits, generation_config=gen, generator=generator)
+            if stops:
+                next_id = next_id.masked_fill(finished, fill)
+                finished |= torch.isin(next_id, stop_tensor)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)  # (B, T + 1)
+            keep = torch.cat([keep, keep.new_ones(ids.size(0), 1)], dim=1)
+            if streamer is not None:
+                streamer(next_id)
+            if stops and finished.all():
+                break
+    finally:
+        model.train(was_training)
+    return ids
+
+
+def _gpt_next_logits(
+    model, ids: Tensor, keep: Tensor | None, cache: DecoderCache | None, use_cache: bool
+) -> tuple[Tensor, DecoderCache | None]:
+    """Last-position logits (B, V) for ``ids`` (B, T), and the cache to use next step.
+
+    ``keep`` (B, T) marks real tokens of a left-padded batch (None: no padding); a real
+    token's position is the number of real tokens before it.
+    """
+    max_len = model.config.max_len
+    length = ids.size(1)
+    if cache is not None and cache.length == length - 1 and length <= max_len:
+        # The cache holds every token but the newest: feed that one alone.
+        positions = mask = None
+        if keep is not None:
+            positions = keep[:, :-1].sum(dim=1, keepdim=True)  # (B, 1)
+            mask = keep[:, None, None, :]  # (B, 1, 1, T): the cached keys and the new one
+        out = model(ids[:, -1:], mask=mask, cache=cache, positions=positions)
+        return out.logits[:, -1], cache
+    window = ids[:, -max_len:]  # the whole context (cropped to max_len)
+    positions = mask = None
+    if keep is not None:
+        window_keep = keep[:, -max_len:]
+        positions = (window_keep.cumsum(dim=1) - 1).clamp(min=0)  # pads sit at 0, unseen
+        mask = window_keep[:, None, None, :]
+    # A cache only helps while the context still fits: past max_len every step shifts.
+    cache = model.new_cache() if use_cache and length < max_len else None
+    out = model(window, mask=mask, cache=cache, positions=positions)
+    return out.logits[:, -1], cache
+
+
+def _real_tokens(ids: Tensor, attention_mask: Tensor | None, pad_id: int | None) -> Tensor:
+    """(B, T) bool: which prompt positions are real tokens."""
+    if attention_mask is not None:
+        keep = attention_mask_to_key_mask(attention_mask, ids)[:, 0, 0]  # checked, (B, T)
+    elif pad_id is not None:
+        keep = ids != pad_id
+    else:
+        keep = torch.ones_like(ids, dtype=torch.bool)
+    empty = (~keep.any(dim=1)).nonzero()
+    if len(empty):
+        raise ValueError(f"prompt row {empty[0].item()} has no tokens, only padding")
+    return keep
+
+
+def _left_align(ids: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+    """Move each row's real tokens to the right end, keeping their order (left padding)."""
+    order = keep.int().sort(dim=1, stable=True).indices  # pads first, then the real tokens
+    return ids.gather(1, order), keep.gather(1, order)
