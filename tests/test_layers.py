@@ -41,6 +41,18 @@ def nn_kpm(mask):
     return ~mask[:, 0, 0]
 
 
+def nn_decode(ref, x, memory, tgt_mask, src_mask):
+    """Run nn's decoder (layer or stack) causally, with our (B, 1, 1, T) padding masks."""
+    return ref(
+        x,
+        memory,
+        tgt_mask=~causal_mask(6),
+        tgt_is_causal=True,
+        tgt_key_padding_mask=nn_kpm(tgt_mask),
+        memory_key_padding_mask=nn_kpm(src_mask),
+    )
+
+
 def kwargs(norm_first, activation):
     return dict(
         d_model=D, num_heads=H, d_ff=FF, dropout=0.0, activation=activation, norm_first=norm_first
@@ -86,14 +98,7 @@ def test_decoder_layer_equals_nn(norm_first, activation, train):
     ours.load_state_dict(from_torch_nn(ref.state_dict()))
     ref.train(train), ours.train(train)
     x, memory, tgt_mask, src_mask = batch()
-    expected = ref(
-        x,
-        memory,
-        tgt_mask=~causal_mask(6),
-        tgt_is_causal=True,
-        tgt_key_padding_mask=nn_kpm(tgt_mask),
-        memory_key_padding_mask=nn_kpm(src_mask),
-    )
+    expected = nn_decode(ref, x, memory, tgt_mask, src_mask)
     out, w_self, w_cross = ours(x, memory, tgt_mask, src_mask, need_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(ours(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
@@ -138,14 +143,7 @@ def test_decoder_stack_equals_nn(norm_first, activation, train):
     ours.load_state_dict(from_torch_nn(ref.state_dict()))
     ref.train(train), ours.train(train)
     x, memory, tgt_mask, src_mask = batch()
-    expected = ref(
-        x,
-        memory,
-        tgt_mask=~causal_mask(6),
-        tgt_is_causal=True,
-        tgt_key_padding_mask=nn_kpm(tgt_mask),
-        memory_key_padding_mask=nn_kpm(src_mask),
-    )
+    expected = nn_decode(ref, x, memory, tgt_mask, src_mask)
     out, self_w, cross_w = ours(x, memory, tgt_mask, src_mask, need_weights=True)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(ours(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
@@ -234,14 +232,7 @@ def test_to_torch_nn_makes_nn_decoders_compute_ours(norm_first, stack):
     ours.eval()
     ref = nn_twin(ours, norm_first)
     x, memory, tgt_mask, src_mask = batch()
-    expected = ref(
-        x,
-        memory,
-        tgt_mask=~causal_mask(6),
-        tgt_is_causal=True,
-        tgt_key_padding_mask=nn_kpm(tgt_mask),
-        memory_key_padding_mask=nn_kpm(src_mask),
-    )
+    expected = nn_decode(ref, x, memory, tgt_mask, src_mask)
     torch.testing.assert_close(ours(x, memory, tgt_mask, src_mask).hidden, expected, **TOL)
     torch.testing.assert_close(from_torch_nn(ref.state_dict()), ours.state_dict(), atol=0, rtol=0)
 
