@@ -1,8 +1,18 @@
 """Attention heatmaps for every model kind: the maps are the model's real weights, the
-plotted rows sum to 1, the grid has a map per layer and head, files are written."""
+plotted rows sum to 1, the grid has a map per layer and head, files are written.
+
+This proves the README claim "Heatmaps are the models' own weights (rows sum to 1, a map per
+layer and head)": for every model kind ``attention_maps`` supports, each map equals the
+weights the model returns with ``need_weights=True`` and a recomputation from what each
+attention module was called with.
+"""
+
+import inspect
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from glassformer import (
     GPT,
@@ -20,10 +30,13 @@ from glassformer import (
 )
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer, WordPieceTokenizer
+from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz import attention_maps, plot_attention, save_figure
 
 pytest.importorskip("matplotlib")
 TEXT = "the cat sat on the mat"
+TARGET = "el gato"  # the translator's target sentence
+KINDS = ["classifier", "encoder_lm", "gpt", "bert", "sentence", "translator"]
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +67,116 @@ def models(chars, pieces):
             ),
             pieces,
         ),
+        "translator": (
+            Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v)),
+            chars,
+        ),
     }
 
 
-@pytest.mark.parametrize("kind", ["classifier", "encoder_lm", "gpt", "bert", "sentence"])
-def test_maps_are_the_models_own_weights_and_rows_sum_to_one(kind, chars, pieces, tmp_path):
+def sharpen(model, seed=1):
+    """Random q, k, v projections (std 0.1): BERT's init (std 0.02) gives near-uniform maps
+    that barely differ between layers and heads; these differ by 0.1 or more, unsaturated."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, MultiHeadAttention):
+                m.qkv_proj.weight.copy_(torch.randn(m.qkv_proj.weight.shape, generator=g) * 0.1)
+    return model
+
+
+def returned_weights(kind, model, tok):
+    """What ``model(ids, need_weights=True)`` itself returns for TEXT, by map kind, each
+    (L, H, Tq, Tk); the ids are built here, not by the viz code."""
+
+    def stacked(layers):
+        return torch.stack([w[0] for w in layers])  # (L, H, Tq, Tk), the one example
+
+    model.eval()
+    with torch.no_grad():
+        if kind == "translator":
+            src = torch.tensor([tok.encode(TEXT)])
+            tgt = torch.tensor([[model.config.bos_id, *tok.encode(TARGET)]])
+            out = model(src, tgt, need_weights=True)
+            return {
+                "encoder": stacked(out.encoder_attentions),
+                "decoder": stacked(out.decoder_attentions),
+                "cross": stacked(out.cross_attentions),
+            }
+        if kind in ("bert", "sentence"):
+            ids = torch.tensor([[tok.bos_id, *tok.encode(TEXT), tok.eos_id]])
+            return {"encoder": stacked(model(ids, need_weights=True).attentions)}
+        out = model(torch.tensor([tok.encode(TEXT)]), need_weights=True)
+        if kind == "gpt":
+            return {"decoder": stacked(out.decoder_attentions)}
+        return {"encoder": stacked(out.encoder_attentions)}
+
+
+def softmax_of_scores(module, query, key=None, mask=None, **_):
+    """softmax(q kᵀ / √Dh) over the allowed keys, from the module's own q and k rows:
+    (B, H, Tq, Tk), written out here apart from the model's code."""
+    memory = query if key is None else key
+    w_q, w_k, _ = module.qkv_proj.weight.chunk(3)  # rows [q; k; v], each (H·Dh, D)
+    b_q, b_k, _ = module.qkv_proj.bias.chunk(3)
+    (B, Tq, _), Tk, H = query.shape, memory.size(1), module.num_heads
+    q = F.linear(query, w_q, b_q).view(B, Tq, H, -1).transpose(1, 2)  # (B, H, Tq, Dh)
+    k = F.linear(memory, w_k, b_k).view(B, Tk, H, -1).transpose(1, 2)  # (B, H, Tk, Dh)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    allowed = torch.ones(Tq, Tk, dtype=torch.bool)
+    if module.causal:
+        allowed = allowed.tril()
+    if mask is not None:
+        allowed = allowed & mask
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+
+
+def recomputed_weights(model, run):
+    """Call ``run()`` with a hook on every attention module; return, by map kind, the
+    weights recomputed from each call's own inputs, in layer order: (L, H, Tq, Tk)."""
+    by_kind: dict[str, list] = {"encoder": [], "decoder": [], "cross": []}
+
+    def record(module, args, kwargs, _out, name):
+        call = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+        kind = "cross" if name.endswith("cross_attn") else "decoder" if module.causal else "encoder"
+        by_kind[kind].append(softmax_of_scores(module, **call)[0])
+
+    handles = [
+        m.register_forward_hook(lambda *a, name=n: record(*a, name), with_kwargs=True)
+        for n, m in model.named_modules()
+        if isinstance(m, MultiHeadAttention)
+    ]
+    try:
+        result = run()
+    finally:
+        for h in handles:
+            h.remove()
+    return result, {kind: torch.stack(ws) for kind, ws in by_kind.items() if ws}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_maps_are_the_models_own_weights(kind, chars, pieces):
+    """README: "Heatmaps are the models' own weights". Each map equals, exactly, what
+    ``model(..., need_weights=True)`` returns for the same ids, and, to 1e-6, softmax(q kᵀ/√Dh)
+    recomputed from the input each attention module really got: the right layer, head,
+    query and key in every place, and the right kind (encoder, decoder or cross)."""
+    model, tok = models(chars, pieces)[kind]
+    sharpen(model)
+    target = TARGET if kind == "translator" else None
+    maps, recomputed = recomputed_weights(
+        model, lambda: attention_maps(model, tok, TEXT, target=target)
+    )
+    returned = returned_weights(kind, model, tok)
+    assert [m.kind for m in maps] == list(returned) == list(recomputed)
+    for m in maps:
+        torch.testing.assert_close(m.weights, returned[m.kind], atol=0, rtol=0)
+        torch.testing.assert_close(m.weights, recomputed[m.kind], atol=1e-6, rtol=0)
+        # the maps differ between layers and between heads: a mix-up would show
+        assert (m.weights[0] - m.weights[1]).abs().max() > 0.05
+        assert (m.weights[:, 0] - m.weights[:, 1]).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("kind", KINDS[:-1])
+def test_maps_have_a_map_per_layer_and_head_and_rows_sum_to_one(kind, chars, pieces, tmp_path):
     model, tok = models(chars, pieces)[kind]
     (maps,) = attention_maps(model, tok, TEXT)
     layers, heads = model.config.num_layers, model.config.num_heads

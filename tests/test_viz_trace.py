@@ -1,5 +1,10 @@
 """The step-by-step trace: its shapes are the real tensors' shapes, its softmax rows are the
-model's own attention weights, its recomputed attention equals the module's output."""
+model's own attention weights, its recomputed attention equals the module's output.
+
+This proves the README claim "the trace's shapes are the real tensors' and its recomputed
+attention equals the module's output": the output the trace recomputes is compared here
+with what a hook on each attention module saw it return, not with the trace's own note.
+"""
 
 import re
 
@@ -16,6 +21,7 @@ from glassformer import (
 )
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer
+from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz.trace import format_trace, trace
 
 TEXT = "the cat sat"  # 11 characters
@@ -59,13 +65,27 @@ def test_gpt_trace_shapes_match_the_real_tensors(tok):
 
 
 def test_recomputed_attention_equals_every_modules_output(tok):
+    """The trace's recomputed output (its first row, all D values) equals what each attention
+    module really returned, seen by a forward hook on the module, to 1e-6."""
     torch.manual_seed(0)
     v = tok.vocab_size
     model = Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v))
-    steps = trace(model.eval(), tok, TEXT, target="el gato")
+    returned = []  # each attention module's real output, first example and row, in call order
+    handles = [
+        m.register_forward_hook(lambda m, args, out: returned.append(out.output[0, 0]))
+        for m in model.modules()
+        if isinstance(m, MultiHeadAttention)
+    ]
+    try:
+        steps = trace(model.eval(), tok, TEXT, target="el gato", values=model.config.d_model)
+    finally:
+        for h in handles:
+            h.remove()
     outputs = steps_named(steps, "output projection")
-    assert len(outputs) == 2 + 2 * 2  # encoder self; decoder self and cross
-    for s in outputs:
+    assert len(outputs) == len(returned) == 2 + 2 * 2  # encoder self; decoder self and cross
+    for s, real in zip(outputs, returned, strict=True):
+        assert s.shape[-1] == len(s.values) == model.config.d_model
+        torch.testing.assert_close(torch.tensor(s.values), real, atol=1e-6, rtol=1e-6)
         assert float(re.search(r"within ([\d.e+-]+)", s.note).group(1)) < 1e-5
     cross = [s for s in steps if "cross-attention" in s.where and s.what == "scores Q·Kᵀ"]
     assert cross[0].shape == (1, 4, 8, 11)  # <bos> + 7 target characters × 11 source ones
