@@ -1,6 +1,7 @@
 """Shared pytest set-up."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +12,42 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 
 
 def pytest_configure(config):
-    # Tests that fetch from PyPI or Debian's archive; they are also marked slow, so the
-    # default run (-m 'not slow') leaves them out. Run them with: pytest -m network
-    config.addinivalue_line("markers", "network: needs the network (PyPI, Debian's archive)")
+    # Tests that fetch from PyPI or Debian's archive, or read released Hugging Face
+    # checkpoints that only the network brings; they are also marked slow, so the default run
+    # (-m 'not slow') leaves them out. Run them with: pytest -m network
+    config.addinivalue_line(
+        "markers",
+        "network: needs the network (PyPI, Debian's archive) or the Hugging Face cache",
+    )
+
+
+@pytest.fixture
+def released_checkpoint():
+    """``find(*repo_ids)``: the directory of a released Hugging Face checkpoint that is
+    already in the local Hugging Face cache (config, weights and tokenizer all there), the
+    first of ``repo_ids`` found; else the test is skipped, saying so. Nothing is downloaded."""
+    hub = pytest.importorskip("huggingface_hub")
+
+    def find(*repo_ids: str) -> Path:
+        for repo in repo_ids:
+            config = hub.try_to_load_from_cache(repo, "config.json")
+            if not isinstance(config, str):  # None or "known not to exist": not cached
+                continue
+            folder = Path(config).parent
+            weights = ("model.safetensors", "pytorch_model.bin")
+            if (
+                any((folder / w).is_file() for w in weights)
+                and (folder / "tokenizer.json").is_file()
+            ):
+                return folder
+        cache = hub.constants.HF_HUB_CACHE
+        pytest.skip(
+            f"{' or '.join(repo_ids)}: not in the Hugging Face cache ({cache}) with its "
+            "weights and tokenizer.json; this test reads released checkpoints from there and "
+            "downloads nothing"
+        )
+
+    return find
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -515,9 +516,13 @@ def test_bad_input_gives_one_clear_line(case, runs, tmp_path, capsys, monkeypatc
         assert [p.name for p in cache.iterdir()] == []
 
 
-def test_the_catalogue_is_long_enough():
-    assert len(CASES) >= 30
+def test_the_catalogue_holds_the_63_cases_the_readme_counts():
+    """The README says how many bad inputs are tested, twice: both figures are the count."""
+    assert len(CASES) == 63
     assert len({c.name for c in CASES}) == len(CASES)
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    said = re.findall(r"`tests/test_bad_inputs.py` holds (\d+) cases|(\d+) bad\s+inputs", readme)
+    assert [int(a or b) for a, b in said] == [len(CASES)] * 2
 
 
 IN_A_PROCESS = [

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import glassformer.training.runner as runner
 from glassformer import GPT, load_checkpoint
 from glassformer.cli import main
 
@@ -28,9 +29,20 @@ def train(task, data, out, *extra):
     return main(["train", task, "--data", str(data), "--out", str(out), *FAST, *extra])
 
 
-def test_lm_trains_resumes_and_generates(files, tmp_path, capsys):
+def metrics(run):
+    """metrics.jsonl without the wall-clock fields (they differ from one run to the next)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("elapsed_s", "tokens_per_s")} for r in rows]
+
+
+def test_lm_trains_resumes_with_the_uninterrupted_losses_and_generates(
+    files, tmp_path, capsys, monkeypatch
+):
+    """An interrupted `train lm`, then `--resume`, logs exactly the uninterrupted run's
+    losses, learning rates, gradient norms and evaluations (the README's resume claim)."""
+    lm = ("--max-steps", "12", "--block-size", "16", "--log-every", "1")
     run = tmp_path / "lm"
-    assert train("lm", files / "story.txt", run, "--max-steps", "8", "--block-size", "16") == 0
+    assert train("lm", files / "story.txt", run, *lm) == 0
     printed = capsys.readouterr().out
     assert "held-out: " in printed and "val_loss_full" in printed
     assert {p.name for p in run.iterdir()} >= {
@@ -41,11 +53,23 @@ def test_lm_trains_resumes_and_generates(files, tmp_path, capsys):
         "run.json",
         "results.json",
     }
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if r["event"] == "eval"] == [4, 8]
-    assert main(["train", "lm", "--resume", str(run), "--max-steps", "12"]) == 0
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["step"] == 12
+    assert [r["step"] for r in metrics(run) if r["event"] == "eval"] == [4, 8, 12]
+
+    # the same run, stopped by Ctrl-C after step 6 (its checkpoint is saved as it stops)...
+    def ctrl_c_after_step_6(event, state, _):
+        if event == "step" and state.step == 6:
+            raise KeyboardInterrupt
+
+    fit = runner.fit
+    monkeypatch.setattr(runner, "fit", lambda *a, **kw: fit(*a, **kw, hooks=(ctrl_c_after_step_6,)))
+    cut = tmp_path / "cut"
+    assert train("lm", files / "story.txt", cut, *lm) == 130
+    monkeypatch.undo()
+    assert [r["step"] for r in metrics(cut) if r["event"] == "step"] == list(range(1, 7))
+    # ...and resumed: every row after the checkpoint equals the uninterrupted run's, exactly
+    assert main(["train", "lm", "--resume", str(cut)]) == 0
+    assert [r["step"] for r in metrics(cut) if r["event"] == "step"] == list(range(1, 13))
+    assert metrics(cut) == metrics(run)
     assert isinstance(load_checkpoint(run), GPT)
     capsys.readouterr()
     assert (

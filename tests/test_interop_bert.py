@@ -1,5 +1,9 @@
 """Hugging Face BERT directories: glassformer's BertEncoder, built from its own blocks,
-gives BertModel's hidden states and pooled output with the same weights, padding included."""
+gives BertModel's hidden states and pooled output with the same weights, padding included.
+
+The comparisons run on small randomly initialised BERT models (nothing is downloaded);
+``test_the_released_bert_base_uncased_gives_transformers_hidden_states`` (marked network and
+slow) compares the released bert-base-uncased where it is already in the Hugging Face cache."""
 
 import pytest
 import torch
@@ -22,6 +26,7 @@ def hf_bert(seed=0, **kwargs):
         max_position_embeddings=40,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
+        initializer_range=0.1,  # activations wide enough for the GELU variants to differ
         **kwargs,
     )
     model = transformers.BertModel(config).eval()
@@ -77,6 +82,56 @@ def test_a_bert_directory_without_its_pooler_loads_without_one(tmp_path):
     save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     model = load_checkpoint(tmp_path, kind="bert")
     assert model.pooler is None and model(torch.tensor([[5, 6, 7]])).pooled is None
+
+
+def test_the_released_checkpoints_names_load_bert_prefix_and_layernorm_gamma_beta(tmp_path):
+    """bert-base-uncased's files name the weights as BertForPreTraining did when ported
+    from TensorFlow: ``bert.`` first, LayerNorm ``gamma``/``beta``, and a ``cls.`` head."""
+    from safetensors.torch import save_file
+
+    hf = hf_bert(**CONFIGS[0])
+    hf.save_pretrained(tmp_path)
+    renamed = {}
+    for name, value in hf.state_dict().items():
+        if "LayerNorm" in name:
+            name = name.replace(".weight", ".gamma").replace(".bias", ".beta")
+        renamed[f"bert.{name}"] = value.contiguous()
+    renamed["cls.predictions.bias"] = torch.zeros(120)
+    save_file(renamed, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    ours = BertEncoder.from_pretrained(tmp_path)
+    ids = torch.randint(1, 120, (2, 9))
+    with torch.no_grad():
+        expected = hf(input_ids=ids)
+        got = ours(ids)
+    torch.testing.assert_close(got.hidden, expected.last_hidden_state, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.pooled, expected.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_released_bert_base_uncased_gives_transformers_hidden_states(released_checkpoint):
+    """Google's bert-base-uncased from the Hugging Face cache, in both implementations: the
+    same hidden states and pooled outputs for a padded batch of sentences."""
+    folder = released_checkpoint("google-bert/bert-base-uncased", "bert-base-uncased")
+    hf = transformers.BertModel.from_pretrained(folder).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ours = BertEncoder.from_pretrained(folder)
+    sentences = [
+        "The quick brown fox jumps over the lazy dog.",
+        "A glass box: every part of the Transformer can be read.",
+        "Short one.",
+    ]
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    assert not batch.attention_mask.all()  # the batch is padded
+    with torch.no_grad():
+        expected = hf(**batch)
+        got = ours(
+            batch.input_ids,
+            attention_mask=batch.attention_mask,
+            token_type_ids=batch.token_type_ids,
+        )
+    torch.testing.assert_close(got.hidden, expected.last_hidden_state, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.pooled, expected.pooler_output, atol=1e-4, rtol=1e-4)
 
 
 def test_bert_options_glassformer_cannot_express_are_refused(tmp_path):

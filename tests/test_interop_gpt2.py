@@ -1,5 +1,9 @@
 """Hugging Face GPT-2 directories: glassformer's GPT gives transformers' numbers with their
-weights, writes directories transformers opens, and refuses what it cannot read."""
+weights, writes directories transformers opens, and refuses what it cannot read.
+
+The comparisons run on small randomly initialised GPT-2 models (nothing is downloaded);
+``test_the_released_gpt2_gives_transformers_logits_and_greedy_text`` (marked network and
+slow) compares the released gpt2 checkpoint where it is already in the Hugging Face cache."""
 
 import json
 import pickle
@@ -20,6 +24,12 @@ CONFIGS = [
     dict(n_layer=2, n_head=2, n_embd=32, n_positions=20, vocab_size=64, activation_function="relu"),
 ]
 
+RELEASED_SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "In the beginning God created the heaven and the earth.",
+    "It is a truth universally acknowledged, that a single man",
+]
+
 
 def hf_gpt2(seed=0, **kwargs):
     torch.manual_seed(seed)
@@ -29,6 +39,7 @@ def hf_gpt2(seed=0, **kwargs):
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         layer_norm_epsilon=1e-5,
+        initializer_range=0.1,  # activations wide enough for the GELU variants to differ
         bos_token_id=None,
         eos_token_id=None,
     )
@@ -94,6 +105,53 @@ def test_gpt2_with_attention_mask_matches_transformers_on_real_positions(kwargs,
         )
     new = real[:, 6:]
     torch.testing.assert_close(got.logits[new], hf_next.logits[new], atol=1e-4, rtol=1e-4)
+
+
+def test_the_released_checkpoints_layout_loads_without_prefix_or_lm_head(tmp_path):
+    """The released gpt2 files name the weights without ``transformer.``, hold no
+    ``lm_head`` (it is tied) and keep each layer's causal mask as ``h.N.attn.bias``."""
+    from safetensors.torch import save_file
+
+    hf = hf_gpt2(**CONFIGS[0])
+    hf.save_pretrained(tmp_path)
+    state = {
+        k.removeprefix("transformer."): v.contiguous()
+        for k, v in hf.state_dict().items()
+        if k != "lm_head.weight"
+    }
+    causal = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)
+    state.update({f"h.{i}.attn.bias": causal.clone() for i in range(CONFIGS[0]["n_layer"])})
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    ours = GPT.from_pretrained(tmp_path)
+    ids = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_released_gpt2_gives_transformers_logits_and_greedy_text(released_checkpoint):
+    """OpenAI's GPT-2 (124M) from the Hugging Face cache, in both implementations: the
+    same logits on a few sentences and the same greedy continuations."""
+    folder = released_checkpoint("openai-community/gpt2", "gpt2")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ours = GPT.from_pretrained(folder)
+    for sentence in RELEASED_SENTENCES:
+        ids = tokenizer(sentence, return_tensors="pt").input_ids
+        with torch.no_grad():
+            expected = hf(ids).logits
+            got = ours(ids).logits
+        torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
+        hf_out = hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+            eos_token_id=None,
+        )
+        assert torch.equal(ours.generate(ids, 12), hf_out), tokenizer.decode(hf_out[0])
 
 
 def test_pytorch_model_bin_is_read_without_running_code(tmp_path):

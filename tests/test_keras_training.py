@@ -1,10 +1,12 @@
 """Training the Keras twin: plain ``model.fit`` learns a small sentiment task well above
-chance, and glassformer's ``fit`` drives it like the PyTorch loop (steps, schedule, hooks)."""
+chance, and glassformer's ``fit`` drives it like the PyTorch loop (steps, schedule, hooks),
+its evaluations the model's own at each step."""
 
 import itertools
 import random
 
 import keras
+import numpy as np
 import pytest
 import torch
 
@@ -69,13 +71,26 @@ def test_plain_fit_beats_chance_and_the_torch_copy_agrees():
 
 
 def test_fit_follows_the_schedule_evaluates_and_stops_at_max_steps():
+    """Each evaluation ``fit`` reports is that of the model as it stands at that step: its
+    loss and accuracy equal those recomputed, in NumPy, from Keras's own predictions."""
     texts, labels = reviews(64, seed=2)
     batches = itertools.cycle(
         [collate_labelled(texts[i : i + 16], labels[i : i + 16]) for i in range(0, 64, 16)]
     )
+    x_val, y_val = padded(texts, labels)
     model = small_classifier()
     compile_classifier(model)
-    events = []
+    events, recomputed = [], []
+
+    def record(event, s, metrics):
+        events.append((event, s.step, metrics))
+        if event == "eval":  # what the model predicts now, without glassformer's scoring
+            logits = np.asarray(model.predict_on_batch(x_val), dtype=np.float64)
+            shifted = logits - logits.max(-1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+            loss = -log_probs[np.arange(len(y_val)), y_val].mean()
+            recomputed.append((s.step, loss, (logits.argmax(-1) == y_val).mean()))
+
     schedule = Schedule("cosine", lr=1e-3, warmup=2, total_steps=6, min_lr=1e-4)
     state = fit(
         model,
@@ -83,10 +98,12 @@ def test_fit_follows_the_schedule_evaluates_and_stops_at_max_steps():
         schedule,
         TrainConfig(max_steps=6, eval_every=4),
         evaluate=lambda m: score(m, [collate_labelled(texts, labels)], prefix="val_"),
-        hooks=(lambda event, s, metrics: events.append((event, s.step, metrics)),),
+        hooks=(record,),
     )
     assert state.step == 6 and state.tokens >= 6 * 16
     steps = [m for e, _, m in events if e == "step"]
     assert [m["lr"] for m in steps] == pytest.approx([schedule.lr_at(i) for i in range(6)])
     assert [(e, s) for e, s, _ in events if e != "step"] == [("eval", 4), ("eval", 6), ("end", 6)]
-    assert 0.0 <= state.history[-1]["val_accuracy"] <= 1.0
+    reported = [(m["step"], m["val_loss"], m["val_accuracy"]) for m in state.history]
+    assert reported == [pytest.approx(r, rel=1e-5) for r in recomputed]
+    assert recomputed[0][1] != recomputed[1][1]  # two steps of training moved the loss

@@ -14,7 +14,9 @@
     pooler.dense                                   pooler
 
 BERT is post-norm with GELU (erf) and LayerNorm eps 1e-12: ``EncoderLayer`` with
-``norm_first=False`` is the same computation.
+``norm_first=False`` is the same computation. The released checkpoints (bert-base-uncased
+and its kin) keep the original TensorFlow port's names: a ``bert.`` prefix and LayerNorm
+``gamma``/``beta`` for ``weight``/``bias``; both are read.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def bert_config(hf: dict[str, Any], *, pooler: bool = True) -> BertConfig:
 
 
 def from_bert_state(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
-    state = {k.removeprefix("bert."): v for k, v in state.items()}
+    state = {_current_name(k.removeprefix("bert.")): v for k, v in state.items()}
 
     def take(name: str) -> Tensor:
         if name not in state:
@@ -101,6 +103,14 @@ def from_bert_state(state: dict[str, Tensor], config: BertConfig) -> dict[str, T
         out["pooler.weight"] = take("pooler.dense.weight")
         out["pooler.bias"] = take("pooler.dense.bias")
     return out
+
+
+def _current_name(key: str) -> str:
+    """``LayerNorm.gamma``/``.beta``, the released checkpoints' names → ``.weight``/``.bias``."""
+    for old, new in ((".gamma", ".weight"), (".beta", ".bias")):
+        if "LayerNorm" in key and key.endswith(old):
+            return key.removesuffix(old) + new
+    return key
 
 
 def load_bert(path: str | Path) -> BertEncoder:
