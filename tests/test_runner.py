@@ -223,3 +223,27 @@ def test_old_runs_resume_exactly_as_the_old_code_did(legacy, task, how, capsys):
             if key != "elapsed_s":
                 assert new[key] == old[key], (key, new, old)
     assert json.loads((run / "run.json").read_text())["max_steps"] == 9
+
+
+def test_a_keras_run_gives_the_pytorch_twin_of_its_weights(tmp_path, capsys):
+    pytest.importorskip("keras")
+    good = ["a great fun film", "wonderful and moving", "great acting, loved it"]
+    bad = ["a dull boring mess", "awful and slow", "boring, hated it"]
+    rows = ["text,label"] + [f'"{t}",pos' for t in good * 10] + [f'"{t}",neg' for t in bad * 10]
+    (tmp_path / "r.csv").write_text("\n".join(rows) + "\n")
+    config = RunConfig(
+        task="classify",
+        data=str(tmp_path / "r.csv"),
+        max_steps=3,
+        vocab_size=60,
+        max_len=16,
+        framework="keras",
+        out=str(tmp_path / "k"),
+        **SMALL,
+    )
+    result = fit(config)
+    assert isinstance(result.model, TransformerClassifier)
+    assert (result.run_dir / "model.keras").is_file() and result.labels == ["neg", "pos"]
+    saved = glassformer.load_checkpoint(result.run_dir)
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(tensor, result.model.state_dict()[name]), name

@@ -51,7 +51,8 @@ class RunResult:
     """What ``fit`` gives back.
 
     Attributes:
-        model: the trained model, in eval mode (None on torchrun ranks other than 0).
+        model: the trained model, in eval mode (None on torchrun ranks other than 0); after
+            a Keras run, the PyTorch twin of its weights (``model.keras`` holds the Keras one).
         tokenizer: its tokenizer.
         run_dir: the run directory.
         results: the held-out figures (results.json); empty with ``no_test``.
@@ -156,6 +157,8 @@ def _fit(
         if not world.is_main:
             return RunResult(None, task.tokenizer, out, state=state, config=config)
     results = finish_run(config, task, model, state, out)
+    if config.framework == "keras":  # the result holds the PyTorch twin of the trained weights
+        model = load_checkpoint(out)
     labels_json = task.extra_files.get("labels.json")
     return RunResult(
         model,
