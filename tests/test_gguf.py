@@ -137,9 +137,10 @@ def one_line_error(path: Path, *needles: str) -> str:
     with pytest.raises(CheckpointError) as info:
         read_gguf(path)
     message = str(info.value)
-    assert "\n" not in message and message.startswith(str(path)), message
+    assert "\n" not in message and message.startswith(f"{path}: "), message
+    said = message[len(f"{path}: ") :]  # the path may hold the words looked for
     for needle in needles:
-        assert needle in message, message
+        assert needle in said, message
     return message
 
 
@@ -308,6 +309,14 @@ def test_header_sizes_past_the_end_are_refused_before_reading(tmp_path):
     tracemalloc.stop()
     assert peak < 5_000_000
 
+    # gguf.GGUFReader reads a scalar array item by item and a read past the end is empty,
+    # not an error: given a count of 2**60 it loops until a numpy view happens to fail, or
+    # for ever (the fuzz test below hangs without the header walk)
+    types = bytearray(data)
+    struct.pack_into("<Q", types, _u64_after(data, b"tokenizer.ggml.token_type", 8), 2**60)
+    bad.write_bytes(types)
+    one_line_error(bad, "tokenizer.ggml.token_type", "bytes")
+
     offset = bytearray(data)  # token_embd's offset: after rank (u32), 2 dims (u64), type (u32)
     struct.pack_into("<Q", offset, _u64_after(data, b"token_embd.weight", 4 + 16 + 4), 2**40)
     bad.write_bytes(offset)
@@ -325,32 +334,42 @@ def test_header_sizes_past_the_end_are_refused_before_reading(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_file(tmp_path_factory) -> bytes:
-    path = tmp_path_factory.mktemp("gguf") / "m.gguf"
-    return write_gguf(path, hf_tensors(), qtype=Q.Q4_1).read_bytes()
+def small_file(tmp_path_factory) -> tuple[bytes, list[int], int]:
+    """A Q4_1 file's bytes, the offsets of every u64 in its header (string lengths, array
+    counts, dims, tensor offsets: found by gguf's own reader on the intact file), and where
+    the header ends."""
+    path = write_gguf(tmp_path_factory.mktemp("gguf") / "m.gguf", hf_tensors(), qtype=Q.Q4_1)
+    reader = gguf.GGUFReader(path)
+    fields = list(reader.fields.values()) + [t.field for t in reader.tensors]
+    u64s = []
+    for field in fields:
+        at = field.offset
+        for part in field.parts:
+            if part.dtype.itemsize == 8 and part.dtype.kind == "u":
+                u64s += [at + 8 * i for i in range(part.size)]
+            at += part.nbytes
+    return path.read_bytes(), sorted(set(u64s)), reader.data_offset
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_corrupted_headers_never_crash_or_blow_up(tmp_path, small_file, data):
-    """Any truncation, any overwritten header bytes: a successful read or one
-    CheckpointError line; never another exception, never much memory (the file is ~30 kB)."""
-    blob = bytearray(small_file)
-    header_end = small_file.index(b"output.weight") + 64  # past the last tensor info
+    """Any truncation, any overwritten header bytes (a length or count field, or any byte):
+    a successful read or one CheckpointError line; never another exception, never much
+    memory (the file is ~30 kB)."""
+    original, u64s, header_end = small_file
+    blob = bytearray(original)
     if data.draw(st.booleans(), label="truncate"):
         blob = blob[: data.draw(st.integers(0, len(blob)), label="length")]
-    for _ in range(data.draw(st.integers(1, 4), label="edits")):
-        at = data.draw(st.integers(0, header_end), label="at")
-        value = data.draw(
-            st.one_of(
-                st.integers(0, 2**64 - 1).map(lambda v: struct.pack("<Q", v)),
-                st.integers(0, 2**32 - 1).map(lambda v: struct.pack("<I", v)),
-                st.binary(min_size=1, max_size=4),
-            ),
-            label="bytes",
-        )
+    for _ in range(data.draw(st.integers(1, 3), label="edits")):
+        if data.draw(st.booleans(), label="a length field"):
+            at = data.draw(st.sampled_from(u64s), label="at")
+            value = struct.pack("<Q", data.draw(st.integers(0, 2**64 - 1), label="u64"))
+        else:
+            at = data.draw(st.integers(0, header_end), label="at")
+            value = data.draw(st.binary(min_size=1, max_size=8), label="bytes")
         blob[at : at + len(value)] = value
     path = tmp_path / "fuzz.gguf"
     path.write_bytes(bytes(blob))
@@ -359,6 +378,8 @@ def test_corrupted_headers_never_crash_or_blow_up(tmp_path, small_file, data):
         read_gguf(path)
     except CheckpointError as e:
         assert "\n" not in str(e)
+        # refused by glassformer's checks, not by the fallback around gguf.GGUFReader
+        assert "not a readable GGUF file" not in str(e), str(e)
     finally:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
