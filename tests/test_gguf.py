@@ -11,7 +11,9 @@ import importlib.util
 import itertools
 import re
 import struct
+import sys
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +97,7 @@ def write_gguf(
     qtype: int = Q.F32,
     arch: str = "llama",
     pre: str = "smollm",
+    extra: Callable[[gguf.GGUFWriter], None] | None = None,
 ) -> Path:
     """A llama GGUF file of the Hugging Face ``tensors``, q/k permuted as llama.cpp does;
     2-D tensors encoded as ``qtype``, 1-D ones as F32 (llama.cpp keeps norms in F32)."""
@@ -118,6 +121,8 @@ def write_gguf(
     w.add_eos_token_id(2)
     w.add_pad_token_id(0)
     w.add_chat_template(CHAT_TEMPLATE)
+    if extra is not None:
+        extra(w)
     for name, value in tensors.items():
         if name.endswith("q_proj.weight"):
             value = llama_cpp_permute(value, H)
@@ -272,6 +277,27 @@ def test_unsupported_tensor_type_is_one_line(tmp_path):
 
 def test_unknown_pre_tokenizer_is_one_line(tmp_path):
     one_line_error(write_gguf(tmp_path / "m.gguf", hf_tensors(), pre="qwen9"), "'qwen9'")
+
+
+@pytest.mark.parametrize(
+    ("extra", "drop", "needles"),
+    [
+        (lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR), None, ["'linear'"]),
+        (lambda w: w.add_key_length(8), None, ["rotary", "8"]),
+        (None, "model.layers.0.mlp.up_proj.weight", ["up_proj", "missing"]),
+    ],
+    ids=["rope-scaling", "partial-rotary", "missing-tensor"],
+)
+def test_llama_files_glassformer_cannot_express_are_one_line(tmp_path, extra, drop, needles):
+    hf = {k: v for k, v in hf_tensors().items() if k != drop}
+    one_line_error(write_gguf(tmp_path / "m.gguf", hf, extra=extra), *needles)
+
+
+def test_without_the_gguf_package_says_how_to_install(tmp_path, monkeypatch):
+    path = write_gguf(tmp_path / "m.gguf", hf_tensors())
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf fails
+    with pytest.raises(MissingDependencyError, match=r"glassformer\[gguf\]"):
+        read_gguf(path)
 
 
 def test_not_gguf_and_empty_are_one_line(tmp_path):
