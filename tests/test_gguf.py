@@ -436,7 +436,8 @@ def test_smollm2_path_finds_the_packaged_file():
 @pytest.mark.slow
 def test_smollm2_state_dict_equals_transformers():
     """Every tensor equals what transformers' own GGUF loader gives for the same file (to
-    1e-6; it is exact here), and the config agrees with the one transformers builds."""
+    1e-6; it is exact here), the config agrees with the one transformers builds, and a
+    LlamaForCausalLM loaded from ours gives the logits of one loaded from theirs."""
     path = _smollm2()
     transformers = pytest.importorskip("transformers")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -465,6 +466,20 @@ def test_smollm2_state_dict_equals_transformers():
     ):
         assert config[key] == hf_config[key], key
     assert config["num_key_value_heads"] == 3 and config["tie_word_embeddings"] is True
+
+    # What a loader gets is enough: a LlamaForCausalLM built from our config dict and
+    # state dict gives the logits of one built from transformers' config and tensors.
+    def logits(cfg: dict, tensors: dict) -> torch.Tensor:
+        torch.manual_seed(0)
+        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
+        missing, unexpected = llama.load_state_dict(tensors, strict=False)
+        assert set(missing) <= {"lm_head.weight"} and not unexpected
+        with torch.no_grad():
+            return llama(torch.tensor([[1, 9690, 198, 19556, 905, 2]])).logits
+
+    torch.testing.assert_close(
+        logits(config, state), logits(hf_config, reference), rtol=0, atol=1e-5
+    )
 
 
 def _test_lines(n: int = 1000) -> list[str]:
