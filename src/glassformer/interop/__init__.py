@@ -1,6 +1,7 @@
 """Importers and exporters for other implementations' weights."""
 
 from glassformer.interop.bert import from_bert_state, load_bert
+from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.sentence import (
     from_sentence_transformers,
@@ -18,7 +19,9 @@ __all__ = [
     "load_gpt2",
     "load_sentence_encoder",
     "minilm_dir",
+    "read_gguf",
     "save_gpt2",
+    "smollm2_path",
     "to_gpt2_state",
     "to_torch_nn",
 ]

