@@ -16,6 +16,7 @@ from glassformer import (
     TokenEmbedding,
     padding_mask,
 )
+from glassformer.modules.norms import RMSNorm
 
 D = 16
 IDS = torch.tensor([[3, 4, 5, 6, 7], [3, 4, 5, 0, 0]])
@@ -29,6 +30,14 @@ def x(dtype=torch.float32):
 
 def memory(dtype=torch.float32):
     return torch.randn(2, 7, D, generator=torch.Generator().manual_seed(1)).to(dtype)
+
+
+def _randomised(module):
+    """Random weights for a block that starts at a constant (a norm's ones)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(1.0, 0.5)
+    return module
 
 
 # name: (factory, call(module, dtype) -> output tensor, output shape)
@@ -50,6 +59,11 @@ BLOCKS = {
     ),
     "feed-forward relu": (
         lambda: FeedForward(d_model=D, d_ff=32, dropout=0.1),
+        lambda m, dt: m(x(dt)),
+        (2, 5, D),
+    ),
+    "rms norm": (
+        lambda: _randomised(RMSNorm(D, eps=1e-5)),
         lambda m, dt: m(x(dt)),
         (2, 5, D),
     ),

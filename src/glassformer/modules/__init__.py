@@ -22,6 +22,7 @@ from glassformer.modules.masks import (
     combine_masks,
     padding_mask,
 )
+from glassformer.modules.norms import RMSNorm
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -42,6 +43,7 @@ __all__ = [
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "RMSNorm",
     "SinusoidalPositionalEncoding",
     "StackOutput",
     "TokenEmbedding",
