@@ -16,6 +16,7 @@ from glassformer import (
     TokenEmbedding,
     padding_mask,
 )
+from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
 
 D = 16
@@ -59,6 +60,11 @@ BLOCKS = {
     ),
     "feed-forward relu": (
         lambda: FeedForward(d_model=D, d_ff=32, dropout=0.1),
+        lambda m, dt: m(x(dt)),
+        (2, 5, D),
+    ),
+    "feed-forward swiglu": (
+        lambda: GatedFeedForward(d_model=D, d_ff=24, dropout=0.1, bias=True),
         lambda m, dt: m(x(dt)),
         (2, 5, D),
     ),

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from glassformer.modules.attention import MultiHeadAttention, check_dropout
 from glassformer.modules.cache import DecoderCache, KVCache
-from glassformer.modules.feedforward import FeedForward
+from glassformer.modules.feedforward import feed_forward
 
 
 class LayerOutput(NamedTuple):
@@ -111,7 +111,7 @@ class EncoderLayer(_ResidualLayer):
             out_bias=bias,
             causal=causal,
         )
-        self.feed_forward = FeedForward(
+        self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
@@ -171,7 +171,7 @@ class DecoderLayer(_ResidualLayer):
         )
         self.self_attn = MultiHeadAttention(**attention, causal=causal)
         self.cross_attn = MultiHeadAttention(**attention)
-        self.feed_forward = FeedForward(
+        self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
