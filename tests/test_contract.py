@@ -53,6 +53,11 @@ BLOCKS = {
         lambda m, dt: m(x(dt), need_weights=True).output,
         (2, 5, D),
     ),
+    "grouped-query attention": (
+        lambda: MultiHeadAttention(d_model=D, num_heads=4, num_kv_heads=2, causal=True),
+        lambda m, dt: m(x(dt), mask=MASK, need_weights=True).output,
+        (2, 5, D),
+    ),
     "cross-attention": (
         lambda: MultiHeadAttention(d_model=D, num_heads=4),
         lambda m, dt: m(x(dt), memory(dt)).output,
