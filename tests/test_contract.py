@@ -18,6 +18,7 @@ from glassformer import (
 )
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
+from glassformer.modules.rotary import RotaryEmbedding
 
 D = 16
 IDS = torch.tensor([[3, 4, 5, 6, 7], [3, 4, 5, 0, 0]])
@@ -56,6 +57,13 @@ BLOCKS = {
     "grouped-query attention": (
         lambda: MultiHeadAttention(d_model=D, num_heads=4, num_kv_heads=2, causal=True),
         lambda m, dt: m(x(dt), mask=MASK, need_weights=True).output,
+        (2, 5, D),
+    ),
+    "rotary grouped-query attention": (
+        lambda: MultiHeadAttention(
+            d_model=D, num_heads=4, num_kv_heads=1, causal=True, rotary=RotaryEmbedding(4)
+        ),
+        lambda m, dt: m(x(dt), mask=MASK).output,
         (2, 5, D),
     ),
     "cross-attention": (

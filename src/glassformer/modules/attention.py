@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from glassformer.modules.cache import KVCache
 from glassformer.modules.masks import causal_mask, check_mask
+from glassformer.modules.rotary import RotaryEmbedding
 
 
 class AttentionOutput(NamedTuple):
@@ -143,6 +144,8 @@ class MultiHeadAttention(nn.Module):
             2023); None means one per query head (H). Query head h reads key/value head
             h // (H / Hkv), as in Hugging Face's ``repeat_kv``. The k and v rows of
             ``qkv_proj`` are then Hkv·Dh each, and a cache stores only the Hkv heads.
+        rotary: rotate queries and keys by their positions (RoPE) before attending;
+            self-attention only.
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class MultiHeadAttention(nn.Module):
         out_bias: bool = True,
         causal: bool = False,
         num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
         head_dim = check_heads(d_model, num_heads, head_dim)
@@ -172,6 +176,9 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_dim
         self.dropout = dropout
         self.causal = causal
+        if rotary is not None and rotary.head_dim != head_dim:
+            raise ValueError(f"rotary head_dim={rotary.head_dim} differs from head_dim={head_dim}")
+        self.rotary = rotary
         inner = num_heads * head_dim
         kv_inner = num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
@@ -185,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> AttentionOutput:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -199,6 +207,8 @@ class MultiHeadAttention(nn.Module):
             cache: decoding state. Self-attention appends this call's keys and values
                 and attends over all of them (the queries are the newest positions);
                 cross-attention fills it from ``key`` once and then reuses it.
+            positions: with ``rotary``, each query's position (B, Tq) or (Tq,); by
+                default they follow on from the cache (0, 1, ... without one).
 
         Returns:
             ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -212,6 +222,11 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.keys, cache.values  # the memory's, computed on the first call
         else:
             q, k, v = self._project(query, key, value)  # q (B, H, T, Dh), k, v (B, Hkv, T, Dh)
+            if self.rotary is not None and key is None:
+                if positions is None:
+                    start = 0 if cache is None else len(cache)
+                    positions = torch.arange(start, start + q.size(2), device=q.device)
+                q, k = self.rotary(q, positions), self.rotary(k, positions)  # cached rotated
             if cache is not None:
                 k, v = cache.append(k, v)
         k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tk, Dh)
