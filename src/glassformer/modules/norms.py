@@ -16,6 +16,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+NORMS = ("layer", "rms")
+
+
+def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+    """The norm a config names: "layer" (``nn.LayerNorm``) or "rms" (``RMSNorm``, no bias)."""
+    if kind == "layer":
+        return nn.LayerNorm(d_model, eps=eps, bias=bias)
+    if kind == "rms":
+        return RMSNorm(d_model, eps=eps)
+    raise ValueError(f"norm must be one of {list(NORMS)}, got {kind!r}")
+
 
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation with a learned per-feature scale (no bias).
