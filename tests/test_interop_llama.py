@@ -122,3 +122,10 @@ def test_configs_glassformer_cannot_express_are_one_error(tmp_path, changes, mes
     with pytest.raises(CheckpointError, match=message) as error:
         GPT.from_pretrained(path)
     assert "\n" not in str(error.value)
+
+
+def test_a_loaded_llama_round_trips_through_glassformer_checkpoints(tmp_path):
+    _, ours, _ = _llama(tmp_path, "mha-untied")
+    again = GPT.from_pretrained(ours.save_pretrained(tmp_path / "ours"))
+    assert again.config == ours.config
+    torch.testing.assert_close(again(IDS).logits, ours(IDS).logits, atol=0, rtol=0)
