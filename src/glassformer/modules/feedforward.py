@@ -32,6 +32,15 @@ def check_activation(name: str) -> None:
         raise ValueError(f"activation must be one of {names}, got {name!r}")
 
 
+def _check(activation: str, known: dict, d_ff: int, dropout: float) -> None:
+    """A block's arguments: an activation it knows, a positive width, a dropout in [0, 1)."""
+    if activation not in known:
+        raise ValueError(f"activation must be one of {sorted(known)}, got {activation!r}")
+    check_dropout(dropout)
+    if d_ff <= 0:
+        raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
+
+
 def feed_forward(
     *, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True
 ) -> nn.Module:
@@ -64,11 +73,7 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        check_dropout(dropout)
-        if d_ff <= 0:
-            raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
+        _check(activation, ACTIVATIONS, d_ff, dropout)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -109,13 +114,7 @@ class GatedFeedForward(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        if activation not in GATED_ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(GATED_ACTIVATIONS)}, got {activation!r}"
-            )
-        check_dropout(dropout)
-        if d_ff <= 0:
-            raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
+        _check(activation, GATED_ACTIVATIONS, d_ff, dropout)
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
