@@ -129,3 +129,14 @@ def test_a_loaded_llama_round_trips_through_glassformer_checkpoints(tmp_path):
     again = GPT.from_pretrained(ours.save_pretrained(tmp_path / "ours"))
     assert again.config == ours.config
     torch.testing.assert_close(again(IDS).logits, ours(IDS).logits, atol=0, rtol=0)
+
+
+def test_left_padded_generation_equals_llama(tmp_path):
+    hf, ours, _ = _llama(tmp_path, "gqa2-theta50000")
+    ids = IDS[:, :6].clone()
+    attention_mask = torch.ones_like(ids)
+    ids[1, :2], attention_mask[1, :2] = 0, 0  # the second prompt is two tokens shorter
+    ref = hf.generate(
+        ids, attention_mask=attention_mask, max_new_tokens=12, do_sample=False, pad_token_id=0
+    )
+    assert torch.equal(ours.generate(ids, 12, attention_mask=attention_mask), ref)
