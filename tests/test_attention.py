@@ -16,6 +16,7 @@ from torch import nn
 
 from glassformer import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
 from glassformer.interop import from_torch_nn
+from glassformer.modules.cache import KVCache
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -291,3 +292,69 @@ def test_bfloat16_attention_without_weights_matches_float32(T):
         )
         assert got.weights is None and got.output.dtype == torch.bfloat16
         torch.testing.assert_close(got.output.float(), expected, atol=3e-2, rtol=3e-2)
+
+
+# Grouped-query attention: Hkv key/value heads shared by H query heads.
+
+
+def _gqa_and_its_full_twin(num_kv_heads, qkv_bias=True):
+    """A GQA module and an ordinary one whose k, v rows repeat the GQA module's heads."""
+    torch.manual_seed(0)
+    H, Dh, D = 4, 4, 16
+    gqa = MultiHeadAttention(
+        d_model=D, num_heads=H, num_kv_heads=num_kv_heads, qkv_bias=qkv_bias, causal=True
+    )
+    full = MultiHeadAttention(d_model=D, num_heads=H, qkv_bias=qkv_bias, causal=True)
+    group = H // num_kv_heads
+
+    def widen(t):  # rows [q; k; v] with Hkv heads → [q; k; v] with H heads
+        q, k, v = t.split([H * Dh, num_kv_heads * Dh, num_kv_heads * Dh])
+
+        def rep(x):
+            return (
+                x.reshape(num_kv_heads, Dh, *x.shape[1:]).repeat_interleave(group, 0).flatten(0, 1)
+            )
+
+        return torch.cat([q, rep(k), rep(v)])
+
+    with torch.no_grad():
+        full.qkv_proj.weight.copy_(widen(gqa.qkv_proj.weight))
+        if qkv_bias:
+            full.qkv_proj.bias.copy_(widen(gqa.qkv_proj.bias))
+        full.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    return gqa, full
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_grouped_query_attention_equals_repeated_heads(num_kv_heads):
+    gqa, full = _gqa_and_its_full_twin(num_kv_heads)
+    assert gqa.qkv_proj.weight.shape == ((4 + 2 * num_kv_heads) * 4, 16)
+    x = torch.randn(2, 6, 16)
+    mask = torch.tensor([[True] * 6, [False, True, True, True, True, True]])[:, None, None, :]
+    for need_weights in (True, False):
+        ours, ref = (
+            gqa(x, mask=mask, need_weights=need_weights),
+            full(x, mask=mask, need_weights=need_weights),
+        )
+        torch.testing.assert_close(ours.output, ref.output, atol=1e-6, rtol=0)
+    assert gqa(x, need_weights=True).weights.shape == (2, 4, 6, 6)
+    memory = torch.randn(2, 8, 16)
+    torch.testing.assert_close(gqa(x, memory).output, full(x, memory).output, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+def test_grouped_query_cache_stores_only_the_kv_heads(num_kv_heads):
+    gqa, _ = _gqa_and_its_full_twin(num_kv_heads, qkv_bias=False)
+    x = torch.randn(2, 7, 16)
+    whole = gqa(x).output
+    cache = KVCache()
+    steps = [gqa(x[:, :4], cache=cache).output]
+    steps += [gqa(x[:, t : t + 1], cache=cache).output for t in range(4, 7)]
+    assert cache.keys.shape == (2, num_kv_heads, 7, 4)
+    torch.testing.assert_close(torch.cat(steps, 1), whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("num_kv_heads", [0, 3, 8])
+def test_bad_num_kv_heads(num_kv_heads):
+    with pytest.raises(ValueError, match=f"num_kv_heads.*got {num_kv_heads}"):
+        MultiHeadAttention(d_model=16, num_heads=4, num_kv_heads=num_kv_heads)

@@ -120,6 +120,18 @@ def test_lm_trains_resumes_with_the_uninterrupted_losses_and_generates(
     assert "--stop 'cat' must be one token" in capsys.readouterr().err
 
 
+def test_lm_trains_the_modern_block(files, tmp_path, capsys):
+    run = tmp_path / "modern"
+    assert train("lm", files / "story.txt", run, "--preset", "llama-tiny", "--max-steps", "3") == 0
+    model = load_checkpoint(run / "checkpoint")
+    assert isinstance(model, GPT)
+    c = model.config
+    assert (c.positional, c.norm, c.activation, c.num_kv_heads) == ("rope", "rms", "swiglu", 2)
+    assert (
+        main(["generate", "--model", str(run), "--prompt", "the cat", "--max-new-tokens", "5"]) == 0
+    )
+
+
 def test_translate_trains_and_translates(files, tmp_path, capsys):
     run = tmp_path / "tr"
     assert (

@@ -16,6 +16,9 @@ from glassformer import (
     TokenEmbedding,
     padding_mask,
 )
+from glassformer.modules.feedforward import GatedFeedForward
+from glassformer.modules.norms import RMSNorm
+from glassformer.modules.rotary import RotaryEmbedding
 
 D = 16
 IDS = torch.tensor([[3, 4, 5, 6, 7], [3, 4, 5, 0, 0]])
@@ -31,6 +34,14 @@ def memory(dtype=torch.float32):
     return torch.randn(2, 7, D, generator=torch.Generator().manual_seed(1)).to(dtype)
 
 
+def _randomised(module):
+    """Random weights for a block that starts at a constant (a norm's ones)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(1.0, 0.5)
+    return module
+
+
 # name: (factory, call(module, dtype) -> output tensor, output shape)
 BLOCKS = {
     "self-attention": (
@@ -43,6 +54,18 @@ BLOCKS = {
         lambda m, dt: m(x(dt), need_weights=True).output,
         (2, 5, D),
     ),
+    "grouped-query attention": (
+        lambda: MultiHeadAttention(d_model=D, num_heads=4, num_kv_heads=2, causal=True),
+        lambda m, dt: m(x(dt), mask=MASK, need_weights=True).output,
+        (2, 5, D),
+    ),
+    "rotary grouped-query attention": (
+        lambda: MultiHeadAttention(
+            d_model=D, num_heads=4, num_kv_heads=1, causal=True, rotary=RotaryEmbedding(4)
+        ),
+        lambda m, dt: m(x(dt), mask=MASK).output,
+        (2, 5, D),
+    ),
     "cross-attention": (
         lambda: MultiHeadAttention(d_model=D, num_heads=4),
         lambda m, dt: m(x(dt), memory(dt)).output,
@@ -50,6 +73,16 @@ BLOCKS = {
     ),
     "feed-forward relu": (
         lambda: FeedForward(d_model=D, d_ff=32, dropout=0.1),
+        lambda m, dt: m(x(dt)),
+        (2, 5, D),
+    ),
+    "feed-forward swiglu": (
+        lambda: GatedFeedForward(d_model=D, d_ff=24, dropout=0.1, bias=True),
+        lambda m, dt: m(x(dt)),
+        (2, 5, D),
+    ),
+    "rms norm": (
+        lambda: _randomised(RMSNorm(D, eps=1e-5)),
         lambda m, dt: m(x(dt)),
         (2, 5, D),
     ),

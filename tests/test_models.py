@@ -618,3 +618,32 @@ def test_every_preset_builds_and_round_trips_its_config(config_cls, model_cls, r
             model = model_cls(config)
             assert model.num_parameters() == n_params(model) > 0
             assert model.config is config
+
+
+def test_modern_gpt_preset_decodes_with_a_cache_like_without():
+    torch.manual_seed(0)
+    config = GPTConfig.preset("llama-tiny", vocab_size=50, pad_id=None, num_layers=2)
+    model = GPT(config).eval()
+    names = set(model.state_dict())
+    assert "embed.position.embedding.weight" not in names  # rope: no position table
+    assert "blocks.layers.0.feed_forward.gate_proj.weight" in names
+    assert model.blocks.layers[0].self_attn.qkv_proj.weight.shape == ((4 + 2 * 2) * 32, 128)
+    ids = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        whole = model(ids).logits
+        cache = model.new_cache()
+        steps = [model(ids[:, :5], cache=cache).logits]
+        steps += [model(ids[:, t : t + 1], cache=cache).logits for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), whole, atol=1e-5, rtol=0)
+    assert GPTConfig.from_dict(config.to_dict()) == config
+
+
+def test_gpt_config_norm_eps_and_layer_norm_eps_agree():
+    assert GPTConfig(vocab_size=10, layer_norm_eps=1e-6).norm_eps == 1e-6
+    assert GPTConfig(vocab_size=10, norm_eps=1e-6).layer_norm_eps == 1e-6
+    with pytest.raises(ValueError, match="norm must be one of"):
+        GPTConfig(vocab_size=10, norm="batch")
+    with pytest.raises(ValueError, match="num_kv_heads.*got 4"):
+        GPTConfig(vocab_size=10, d_model=48, num_heads=6, num_kv_heads=4)
+    with pytest.raises(ValueError, match="positional must be one of"):
+        ClassifierConfig(vocab_size=10, num_classes=2, positional="rope")

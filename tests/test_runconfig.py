@@ -103,7 +103,11 @@ def test_frozen_and_keyword_only():
         (dict(threads=-2), "threads", "must be a positive integer, got -2"),
         (dict(batch_size=2.5), "batch_size", "must be a positive integer, got 2.5"),
         (dict(batch_size=True), "batch_size", "must be a positive integer, got True"),
-        (dict(preset="huge"), "preset", "must be one of ['tiny', 'small', 'base'], got 'huge'"),
+        (
+            dict(preset="huge"),
+            "preset",
+            "must be one of ['tiny', 'small', 'base', 'llama-tiny'], got 'huge'",
+        ),
         (dict(optimizer="sgd"), "optimizer", "must be one of ['adam', 'adamw'], got 'sgd'"),
         (dict(bf16="yes"), "bf16", "must be True or False, got 'yes'"),
         (dict(task="summarise"), "task", "must be one of ['lm', 'translate', 'classify']"),

@@ -92,6 +92,23 @@ def test_recomputed_attention_equals_every_modules_output(tok):
     assert any(s.what == "residual sum: x + cross-attention(x)" for s in steps)
 
 
+def test_modern_gpt_trace_shows_rope_gqa_rmsnorm_swiglu_and_reproduces_attention(tok):
+    torch.manual_seed(0)
+    config = GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, num_layers=2)
+    steps = trace(GPT(config).eval(), tok, TEXT, values=5)
+    whats = [s.what for s in steps]
+    assert "Q and K rotated by position (RoPE, theta=10000)" in whats
+    assert "2 K/V heads each shared by 2 query heads" in whats
+    assert any(w.startswith("norm1: RMSNorm") for w in whats)
+    assert "down_proj(gate · up): d_ff → D" in whats
+    shapes = {s.what: s.shape for s in steps if s.where == "decoder layer 1 · self-attention"}
+    assert shapes["K = x·W_k + b_k"] == (1, 11, 64)  # 2 KV heads of 32
+    outputs = steps_named(steps, "output projection")
+    assert len(outputs) == 2
+    for s in outputs:
+        assert float(re.search(r"within ([\d.e+-]+)", s.note).group(1)) < 1e-5
+
+
 def test_pre_norm_and_one_layer(tok):
     model = gpt(tok)  # GPT blocks are pre-norm
     steps = trace(model, tok, TEXT, layer=2)

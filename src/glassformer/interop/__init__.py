@@ -3,6 +3,7 @@
 from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
+from glassformer.interop.llama import from_llama_state, load_llama
 from glassformer.interop.sentence import (
     from_sentence_transformers,
     load_sentence_encoder,
@@ -13,10 +14,12 @@ from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 __all__ = [
     "from_bert_state",
     "from_gpt2_state",
+    "from_llama_state",
     "from_sentence_transformers",
     "from_torch_nn",
     "load_bert",
     "load_gpt2",
+    "load_llama",
     "load_sentence_encoder",
     "minilm_dir",
     "read_gguf",

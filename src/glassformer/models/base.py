@@ -32,8 +32,10 @@ __all__ = [
     "cross_entropy",
 ]
 
-Activation = Literal["relu", "gelu", "gelu_tanh"]  # the feed-forward's (modules.feedforward)
-Positional = Literal["sinusoidal", "learned"]  # how positions enter (modules.position)
+Activation = Literal[
+    "relu", "gelu", "gelu_tanh", "swiglu"
+]  # the feed-forward's (modules.feedforward)
+Positional = Literal["sinusoidal", "learned", "rope"]  # how positions enter (modules.position)
 Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
 
 C = TypeVar("C", bound="ConfigBase")
@@ -63,6 +65,8 @@ class ConfigBase:
     """Mixin for model configs: presets by name, checks, dict round trip."""
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Positional kinds beyond the embedding tables that this model supports ("rope").
+    EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def preset(cls: type[C], name: str, **overrides: Any) -> C:
@@ -106,8 +110,9 @@ class ConfigBase:
         check_dropout(self.attention_dropout, "attention_dropout")  # type: ignore[attr-defined]
         check_activation(self.activation)  # type: ignore[attr-defined]
         positional = self.positional  # type: ignore[attr-defined]
-        if positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {sorted(POSITIONAL)}, got {positional!r}")
+        allowed = sorted(POSITIONAL) + list(self.EXTRA_POSITIONAL)
+        if positional not in allowed:
+            raise ValueError(f"positional must be one of {allowed}, got {positional!r}")
         if positional == "sinusoidal" and self.d_model % 2:  # type: ignore[attr-defined]
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
 

@@ -9,7 +9,7 @@ from glassformer.modules.masks import (
     attention_mask_to_key_mask,
     auto_padding_mask,  # lives with the other masks; the models import it from here too
 )
-from glassformer.modules.position import TokenEmbedding, positional_encoding
+from glassformer.modules.position import ATTENTION_POSITIONAL, TokenEmbedding, positional_encoding
 
 
 class Embeddings(nn.Module):
@@ -27,7 +27,11 @@ class Embeddings(nn.Module):
     ) -> None:
         super().__init__()
         self.token = TokenEmbedding(vocab_size=vocab_size, d_model=d_model, scale=scale)
-        self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
+        self.position: nn.Module
+        if positional in ATTENTION_POSITIONAL:  # positions enter in attention (rotary)
+            self.position = ATTENTION_POSITIONAL[positional](d_model=d_model, max_len=max_len)
+        else:
+            self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:

@@ -1,10 +1,13 @@
-"""A decoder-only language model in the GPT-2 style.
+"""A decoder-only language model: the GPT-2 block by default, the modern (Llama) one by config.
 
 ids (B, T) → token + learned position embeddings → causal pre-norm blocks → final
 LayerNorm → lm_head (tied to the token embedding) → logits (B, T, V).
 
 A GPT block is an ``EncoderLayer`` with ``causal=True``: self-attention and
-feed-forward, no cross-attention.
+feed-forward, no cross-attention. The modern decoder is the same assembly with other
+parts: ``positional="rope"`` (rotary q/k, no position table), ``norm="rms"``,
+``activation="swiglu"``, ``num_kv_heads`` < ``num_heads`` (grouped-query attention),
+``bias=False`` and often ``tie_weights=False`` (the ``"llama-tiny"`` preset).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from glassformer.models.base import (
 from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.layers import Encoder
+from glassformer.modules.norms import NORMS
+from glassformer.modules.rotary import RotaryEmbedding
 
 
 @dataclass(kw_only=True)
@@ -37,6 +42,11 @@ class GPTConfig(ModelConfig):
     ``pad_id`` may be None for vocabularies without a padding token (GPT-2's).
     ``bias=False`` drops every bias, in the linear layers (q, k, v included) and the
     LayerNorms: nanoGPT's default block, a little faster; GPT-2 has them (True).
+
+    The modern decoder's fields: ``positional="rope"`` with ``rope_theta``, ``norm``
+    ("layer" or "rms"), ``activation="swiglu"``, ``num_kv_heads`` (None: one per head).
+    ``norm_eps`` is the norms' epsilon; ``layer_norm_eps`` is its older name, kept equal
+    to it (a config giving only one sets both).
     """
 
     vocab_size: int
@@ -51,7 +61,12 @@ class GPTConfig(ModelConfig):
     bias: bool = True
     tie_weights: bool = True
     layer_norm_eps: float = 1e-5
+    norm: str = "layer"
+    norm_eps: float | None = None
+    num_kv_heads: int | None = None
+    rope_theta: float = 10000.0
 
+    EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("rope",)
     PRESETS: ClassVar[dict] = {
         # nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, context 64.
         "tiny": dict(max_len=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0),
@@ -59,12 +74,45 @@ class GPTConfig(ModelConfig):
         "small": dict(max_len=256, d_model=384, num_heads=6, num_layers=6, dropout=0.2),
         # GPT-2 small's shape.
         "base": dict(max_len=1024, d_model=768, num_heads=12, num_layers=12),
+        # The modern (Llama/SmolLM2) block at the tiny size: RoPE, RMSNorm, SwiGLU, GQA.
+        "llama-tiny": dict(
+            max_len=256,
+            d_model=128,
+            num_heads=4,
+            num_kv_heads=2,
+            num_layers=4,
+            d_ff=344,
+            dropout=0.0,
+            positional="rope",
+            norm="rms",
+            norm_eps=1e-5,
+            activation="swiglu",
+            bias=False,
+            qkv_bias=False,
+            tie_weights=True,
+        ),
     }
 
     def __post_init__(self) -> None:
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
+        if self.norm_eps is None:
+            self.norm_eps = self.layer_norm_eps
+        self.layer_norm_eps = self.norm_eps
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {list(NORMS)}, got {self.norm!r}")
         self._check()
+        if self.num_kv_heads is not None and (
+            self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads
+        ):
+            raise ValueError(
+                f"num_kv_heads must be a positive divisor of num_heads={self.num_heads}, "
+                f"got {self.num_kv_heads}"
+            )
+        if self.positional == "rope" and (self.head_dim or self.d_model // self.num_heads) % 2:
+            raise ValueError("positional='rope' needs an even head width")
+        if self.rope_theta <= 0:
+            raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(
                 f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})"
@@ -87,18 +135,23 @@ class GPT(PretrainedModel):
             positional=c.positional,
             dropout=c.dropout,
         )
+        head_dim = c.head_dim or c.d_model // c.num_heads
+        rotary = RotaryEmbedding(head_dim, c.rope_theta) if c.positional == "rope" else None
         self.blocks = Encoder(
             num_layers=c.num_layers,
             **layer_options(c),
             causal=True,
             layer_norm_eps=c.layer_norm_eps,
+            norm=c.norm,
+            num_kv_heads=c.num_kv_heads,
+            rotary=rotary,
             final_norm=True,
         )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             # GPT-2: shrink the projections that write into the residual stream.
-            if name.endswith(("out_proj.weight", "linear2.weight")):
+            if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.num_layers))
         if c.tie_weights:
             self.lm_head.weight = self.embed.token.embedding.weight
@@ -146,7 +199,9 @@ class GPT(PretrainedModel):
         pad_id = self.config.pad_id if cache is None else None
         mask = key_mask(ids, pad_id, mask, attention_mask, cached=start)
         x = self.embed(ids, start, positions)  # (B, T, D)
-        x, attentions, _ = self.blocks(x, mask, need_weights=need_weights, cache=cache)
+        x, attentions, _ = self.blocks(
+            x, mask, need_weights=need_weights, cache=cache, positions=positions
+        )
         logits = self.lm_head(x)  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
         return ModelOutput(logits, loss, decoder_attentions=attentions)

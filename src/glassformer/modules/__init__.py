@@ -6,7 +6,7 @@ from glassformer.modules.attention import (
     scaled_dot_product_attention,
 )
 from glassformer.modules.cache import DecoderCache, KVCache
-from glassformer.modules.feedforward import ACTIVATIONS, FeedForward
+from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
 from glassformer.modules.layers import (
     Decoder,
     DecoderLayer,
@@ -22,12 +22,14 @@ from glassformer.modules.masks import (
     combine_masks,
     padding_mask,
 )
+from glassformer.modules.norms import RMSNorm
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
     positional_encoding,
 )
+from glassformer.modules.rotary import RotaryEmbedding
 
 __all__ = [
     "ACTIVATIONS",
@@ -38,10 +40,13 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "GatedFeedForward",
     "KVCache",
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "RMSNorm",
+    "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "StackOutput",
     "TokenEmbedding",

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from glassformer.modules.cache import KVCache
 from glassformer.modules.masks import causal_mask, check_mask
+from glassformer.modules.rotary import RotaryEmbedding
 
 
 class AttentionOutput(NamedTuple):
@@ -139,6 +140,12 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: whether the q, k, v projections have a bias.
         out_bias: whether the output projection has a bias.
         causal: each query may only attend to keys at or before its own position.
+        num_kv_heads: key/value heads Hkv for grouped-query attention (Ainslie et al.,
+            2023); None means one per query head (H). Query head h reads key/value head
+            h // (H / Hkv), as in Hugging Face's ``repeat_kv``. The k and v rows of
+            ``qkv_proj`` are then Hkv·Dh each, and a cache stores only the Hkv heads.
+        rotary: rotate queries and keys by their positions (RoPE) before attending;
+            self-attention only.
     """
 
     def __init__(
@@ -151,17 +158,30 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = True,
         out_bias: bool = True,
         causal: bool = False,
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
         head_dim = check_heads(d_model, num_heads, head_dim)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads must be a positive divisor of num_heads={num_heads}, "
+                f"got {num_kv_heads}"
+            )
         check_dropout(dropout)
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dropout = dropout
         self.causal = causal
+        if rotary is not None and rotary.head_dim != head_dim:
+            raise ValueError(f"rotary head_dim={rotary.head_dim} differs from head_dim={head_dim}")
+        self.rotary = rotary
         inner = num_heads * head_dim
-        self.qkv_proj = nn.Linear(d_model, 3 * inner, bias=qkv_bias)
+        kv_inner = num_kv_heads * head_dim
+        self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
 
     def forward(
@@ -172,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> AttentionOutput:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -186,6 +207,8 @@ class MultiHeadAttention(nn.Module):
             cache: decoding state. Self-attention appends this call's keys and values
                 and attends over all of them (the queries are the newest positions);
                 cross-attention fills it from ``key`` once and then reuses it.
+            positions: with ``rotary``, each query's position (B, Tq) or (Tq,); by
+                default they follow on from the cache (0, 1, ... without one).
 
         Returns:
             ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -198,9 +221,15 @@ class MultiHeadAttention(nn.Module):
             q = _split_heads(self._project_query(query), self.num_heads)
             k, v = cache.keys, cache.values  # the memory's, computed on the first call
         else:
-            q, k, v = self._project(query, key, value)  # each (B, H, T, Dh)
+            q, k, v = self._project(query, key, value)  # q (B, H, T, Dh), k, v (B, Hkv, T, Dh)
+            if self.rotary is not None and key is None:
+                if positions is None:
+                    start = 0 if cache is None else len(cache)
+                    positions = torch.arange(start, start + q.size(2), device=q.device)
+                q, k = self.rotary(q, positions), self.rotary(k, positions)  # cached rotated
             if cache is not None:
                 k, v = cache.append(k, v)
+        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, H, Tk, Dh)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, dropout_p, need_weights=need_weights, is_causal=self.causal
@@ -208,6 +237,11 @@ class MultiHeadAttention(nn.Module):
         B, H, Tq, Dh = out.shape
         out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H·Dh), heads side by side
         return AttentionOutput(self.out_proj(out), weights)
+
+    def _repeat_kv(self, x: Tensor) -> Tensor:
+        """(B, Hkv, T, Dh) → (B, H, T, Dh): each key/value head serves H/Hkv query heads."""
+        group = self.num_heads // self.num_kv_heads
+        return x if group == 1 else x.repeat_interleave(group, dim=1)
 
     def _project_query(self, query: Tensor) -> Tensor:
         """The q projection alone, (B, Tq, H·Dh)."""
@@ -218,34 +252,39 @@ class MultiHeadAttention(nn.Module):
     def _project(
         self, query: Tensor, key: Tensor | None, value: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The q, k, v projections, split into heads: three (B, H, T, Dh) tensors."""
-        H, Dh = self.num_heads, self.head_dim
+        """The q, k, v projections, split into heads: q (B, H, T, Dh), k and v (B, Hkv, T, Dh)."""
+        H, Hkv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         inner = H * Dh
-        W, b = self.qkv_proj.weight, self.qkv_proj.bias  # (3·H·Dh, D), (3·H·Dh,)
+        sizes = [inner, Hkv * Dh, Hkv * Dh]
+        W, b = self.qkv_proj.weight, self.qkv_proj.bias  # ((H + 2·Hkv)·Dh, D), its bias
         if key is None:
             if value is not None:
                 raise ValueError("value given without key; pass both for cross-attention")
             B, T, _ = query.shape
-            qkv = F.linear(query, W, b)  # (B, T, 3·H·Dh), one matmul for all three
-            qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
-            q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
-            return q, k, v
+            qkv = F.linear(query, W, b)  # (B, T, (H + 2·Hkv)·Dh), one matmul for all three
+            if Hkv == H:
+                qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+                q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
+                return q, k, v
+            q, k, v = qkv.split(sizes, dim=-1)  # (B, T, H·Dh), (B, T, Hkv·Dh) twice
+            return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
 
         value = key if value is None else value
-        w_q, w_k, w_v = W.split(inner)  # each (H·Dh, D)
-        b_q, b_k, b_v = b.split(inner) if b is not None else (None, None, None)
+        w_q, w_k, w_v = W.split(sizes)  # (H·Dh, D), (Hkv·Dh, D), (Hkv·Dh, D)
+        b_q, b_k, b_v = b.split(sizes) if b is not None else (None, None, None)
         q = F.linear(query, w_q, b_q)  # (B, Tq, H·Dh)
         if value is key:
             # The memory is both keys and values: one matmul for the two.
             b_kv = None if b is None else b[inner:]
-            k, v = F.linear(key, W[inner:], b_kv).chunk(2, dim=-1)  # each (B, Tk, H·Dh)
+            k, v = F.linear(key, W[inner:], b_kv).chunk(2, dim=-1)  # each (B, Tk, Hkv·Dh)
         else:
-            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # each (B, Tk, H·Dh)
-        return _split_heads(q, H), _split_heads(k, H), _split_heads(v, H)
+            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # each (B, Tk, Hkv·Dh)
+        return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
 
     def extra_repr(self) -> str:
         return (
-            f"d_model={self.d_model}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+            f"d_model={self.d_model}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
             f"dropout={self.dropout}, causal={self.causal}"
         )
 

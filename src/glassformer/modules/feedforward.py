@@ -1,6 +1,7 @@
-"""The position-wise feed-forward network: FFN(x) = act(x W1 + b1) W2 + b2.
+"""The position-wise feed-forward network: FFN(x) = act(x W1 + b1) W2 + b2,
+and its gated form (SwiGLU, Llama's MLP): down(silu(gate(x)) · up(x)).
 
-Shapes: (B, T, D) → (B, T, d_ff) → (B, T, D), the same two layers at every position.
+Shapes: (B, T, D) → (B, T, d_ff) → (B, T, D), the same layers at every position.
 """
 
 from __future__ import annotations
@@ -21,9 +22,32 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
+# Gated activations: the named function is applied to the gate branch.
+GATED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"swiglu": F.silu}
+
+
 def check_activation(name: str) -> None:
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
+    names = sorted(ACTIVATIONS) + sorted(GATED_ACTIVATIONS)
+    if name not in ACTIVATIONS and name not in GATED_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {names}, got {name!r}")
+
+
+def _check(activation: str, known: dict, d_ff: int, dropout: float) -> None:
+    """A block's arguments: an activation it knows, a positive width, a dropout in [0, 1)."""
+    if activation not in known:
+        raise ValueError(f"activation must be one of {sorted(known)}, got {activation!r}")
+    check_dropout(dropout)
+    if d_ff <= 0:
+        raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
+
+
+def feed_forward(
+    *, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True
+) -> nn.Module:
+    """The feed-forward block an activation name calls for: gated ("swiglu") or plain."""
+    check_activation(activation)
+    cls = GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward
+    return cls(d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias)
 
 
 class FeedForward(nn.Module):
@@ -49,10 +73,7 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        check_activation(activation)
-        check_dropout(dropout)
-        if d_ff <= 0:
-            raise ValueError(f"d_ff must be a positive integer, got {d_ff}")
+        _check(activation, ACTIVATIONS, d_ff, dropout)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -62,6 +83,49 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
         return self.linear2(self.dropout(self._act(self.linear1(x))))
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+class GatedFeedForward(nn.Module):
+    """The gated feed-forward of Llama and most current LLMs (SwiGLU, Shazeer 2020).
+
+        FFN(x) = down_proj(silu(gate_proj(x)) · up_proj(x))
+
+    Parameter names are Hugging Face Llama's (``gate_proj``, ``up_proj``, ``down_proj``),
+    so its ``mlp.*`` weights copy across under the same names.
+
+    Args:
+        d_model: D.
+        d_ff: the inner width (Llama's ``intermediate_size``).
+        dropout: dropout on the gated product, before ``down_proj``.
+        activation: "swiglu" (SiLU on the gate).
+        bias: whether the three linear layers have a bias (Llama's ``mlp_bias``).
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "swiglu",
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        _check(activation, GATED_ACTIVATIONS, d_ff, dropout)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+        self._act = GATED_ACTIVATIONS[activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) → (B, T, D)."""
+        hidden = self._act(self.gate_proj(x)) * self.up_proj(x)  # (B, T, d_ff)
+        return self.down_proj(self.dropout(hidden))
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"

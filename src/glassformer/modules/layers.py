@@ -24,7 +24,9 @@ from torch import Tensor, nn
 
 from glassformer.modules.attention import MultiHeadAttention, check_dropout
 from glassformer.modules.cache import DecoderCache, KVCache
-from glassformer.modules.feedforward import FeedForward
+from glassformer.modules.feedforward import feed_forward
+from glassformer.modules.norms import make_norm
+from glassformer.modules.rotary import RotaryEmbedding
 
 
 class LayerOutput(NamedTuple):
@@ -52,11 +54,11 @@ class _ResidualLayer(nn.Module):
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)  # on each sub-layer's output, before the sum
 
-    def _in(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+    def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
         """The sub-layer's input: normalised first under pre-norm."""
         return norm(x) if self.norm_first else x
 
-    def _out(self, x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
+    def _out(self, x: Tensor, y: Tensor, norm: nn.Module) -> Tensor:
         """Add the sub-layer's output ``y`` to the residual ``x``; normalise under post-norm."""
         x = x + self.dropout(y)
         return x if self.norm_first else norm(x)
@@ -82,7 +84,10 @@ class EncoderLayer(_ResidualLayer):
         bias: bias on the output projection, the feed-forward layers and the LayerNorms
             (False, with ``qkv_bias=False``, is nanoGPT's bias-free block).
         causal: forbid attending to later positions.
-        layer_norm_eps: LayerNorm epsilon.
+        layer_norm_eps: the norms' epsilon.
+        norm: "layer" (LayerNorm) or "rms" (RMSNorm, Llama's).
+        num_kv_heads: key/value heads for grouped-query attention; None for H.
+        rotary: rotary position embedding applied to q and k (shared by the layers).
     """
 
     def __init__(
@@ -100,6 +105,9 @@ class EncoderLayer(_ResidualLayer):
         bias: bool = True,
         causal: bool = False,
         layer_norm_eps: float = 1e-5,
+        norm: str = "layer",
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
         self.self_attn = MultiHeadAttention(
@@ -110,12 +118,14 @@ class EncoderLayer(_ResidualLayer):
             qkv_bias=qkv_bias,
             out_bias=bias,
             causal=causal,
+            num_kv_heads=num_kv_heads,
+            rotary=rotary,
         )
-        self.feed_forward = FeedForward(
+        self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm1 = make_norm(norm, d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = make_norm(norm, d_model, eps=layer_norm_eps, bias=bias)
 
     def forward(
         self,
@@ -124,14 +134,20 @@ class EncoderLayer(_ResidualLayer):
         *,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> LayerOutput:
         """x (B, T, D), mask broadcastable to (B, H, T, Tk) → LayerOutput.
 
         With a ``cache`` (decoding), ``x`` holds only the newest positions and
-        self-attention also sees the cached ones (Tk = cached + T).
+        self-attention also sees the cached ones (Tk = cached + T). ``positions`` (B, T)
+        reach a rotary embedding, if any.
         """
         attn = self.self_attn(
-            self._in(x, self.norm1), mask=mask, need_weights=need_weights, cache=cache
+            self._in(x, self.norm1),
+            mask=mask,
+            need_weights=need_weights,
+            cache=cache,
+            positions=positions,
         )
         x = self._out(x, attn.output, self.norm1)
         x = self._out(x, self.feed_forward(self._in(x, self.norm2)), self.norm2)
@@ -171,7 +187,7 @@ class DecoderLayer(_ResidualLayer):
         )
         self.self_attn = MultiHeadAttention(**attention, causal=causal)
         self.cross_attn = MultiHeadAttention(**attention)
-        self.feed_forward = FeedForward(
+        self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
@@ -242,16 +258,19 @@ class Encoder(nn.Module):
         *,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
     ) -> StackOutput:
         """x (B, T, D), mask broadcastable to (B, H, T, Tk) → StackOutput.
 
         ``cache`` (causal stacks, decoding): one ``KVCache`` per layer; ``x`` is then only
-        the newest positions.
+        the newest positions. ``positions`` (B, T) reach rotary embeddings, if any.
         """
         weights = []
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.self_attn[i]
-            x, w, _ = layer(x, mask, need_weights=need_weights, cache=layer_cache)
+            x, w, _ = layer(
+                x, mask, need_weights=need_weights, cache=layer_cache, positions=positions
+            )
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
@@ -307,12 +326,13 @@ class Decoder(nn.Module):
         return StackOutput(x, tuple(self_weights), tuple(cross_weights))
 
 
-def _final_norm(final_norm: bool | None, layer_kwargs: dict) -> nn.LayerNorm | None:
+def _final_norm(final_norm: bool | None, layer_kwargs: dict) -> nn.Module | None:
     if final_norm is None:
         final_norm = layer_kwargs.get("norm_first", False)
     if not final_norm:
         return None
-    return nn.LayerNorm(
+    return make_norm(
+        layer_kwargs.get("norm", "layer"),
         layer_kwargs["d_model"],
         eps=layer_kwargs.get("layer_norm_eps", 1e-5),
         bias=layer_kwargs.get("bias", True),

@@ -117,7 +117,26 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.embedding(positions)  # (T, D) broadcasts over B
 
 
+class NoPositionTable(nn.Module):
+    """Adds nothing: positions enter inside attention instead (rotary embedding, see
+    ``modules.rotary``). It still refuses sequences past ``max_len``."""
+
+    def __init__(self, *, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+
+    def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """(B, T, D) → the same tensor, after checking the positions fit."""
+        if positions is not None:
+            check_positions(positions, x, self.max_len)
+        else:
+            check_length(start + x.size(1), self.max_len)
+        return x
+
+
 POSITIONAL = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEmbedding}
+# Positional kinds only a model whose attention rotates q and k (GPT) may name.
+ATTENTION_POSITIONAL = {"rope": NoPositionTable}
 
 
 def positional_encoding(kind: str, *, d_model: int, max_len: int) -> nn.Module:

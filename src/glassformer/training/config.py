@@ -104,7 +104,9 @@ class RunConfig:
     label_column: str | int = _opt("label", "data", "classify: label column")
     max_examples: int | None = _opt(None, "data", "use at most this many training examples")
     # ---- model
-    preset: Literal["tiny", "small", "base"] = _opt("small", "model", "the model's size")
+    preset: Literal["tiny", "small", "base", "llama-tiny"] = _opt(
+        "small", "model", "the model's size; lm also takes llama-tiny (the modern block)"
+    )
     block_size: int = _opt(256, "model", "lm: context length")
     max_len: int | None = _opt(
         None, "model", "translate/classify: longest sequence in tokens (task default: 128 / 256)"
@@ -313,7 +315,7 @@ def _check_values(c: RunConfig) -> None:
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "tokenizer": ("char", "bpe", "wordpiece"),
-    "preset": ("tiny", "small", "base"),
+    "preset": ("tiny", "small", "base", "llama-tiny"),
     "framework": ("torch", "keras"),
     "optimizer": ("adam", "adamw"),
     "schedule": ("noam", "cosine", "constant"),

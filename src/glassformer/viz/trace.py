@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.feedforward import FeedForward
+from glassformer.modules.feedforward import FeedForward, GatedFeedForward
 from glassformer.modules.layers import DecoderLayer, EncoderLayer
+from glassformer.modules.norms import RMSNorm
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -150,20 +151,32 @@ def _hook_for(name, module, where, layer, rec: _Recorder):
             rec.add(f"{where} · feed-forward", "linear2: d_ff → D", out)
 
         return ff
-    if isinstance(module, nn.LayerNorm):
+    if isinstance(module, GatedFeedForward):
+
+        def gated(m, a, k, out):
+            x, at = a[0], f"{where} · gated feed-forward"
+            rec.add(at, "input", x)
+            rec.add(at, f"gate_proj: D → d_ff, then {m.activation} (SiLU)", m._act(m.gate_proj(x)))
+            rec.add(at, "up_proj: D → d_ff", m.up_proj(x))
+            rec.add(at, "down_proj(gate · up): d_ff → D", out)
+
+        return gated
+    if isinstance(module, (nn.LayerNorm, RMSNorm)):
+        kind = "RMSNorm" if isinstance(module, RMSNorm) else "LayerNorm"
         if layer is not None and part in _SUBLAYERS:
             subs = _SUBLAYERS[part]
             sub = subs[1] if isinstance(layer, DecoderLayer) else subs[0]
 
             def norm(m, a, k, out, part=part, sub=sub):
                 if layer.norm_first:
-                    rec.add(where, f"{part}: LayerNorm of the stream, before {sub} (pre-norm)", out)
+                    rec.add(where, f"{part}: {kind} of the stream, before {sub} (pre-norm)", out)
                 else:
                     rec.add(where, f"residual sum: x + {sub}(x)", a[0])
-                    rec.add(where, f"{part}: LayerNorm (mean 0, variance 1 per position)", out)
+                    scale = "root mean square 1" if kind == "RMSNorm" else "mean 0, variance 1"
+                    rec.add(where, f"{part}: {kind} ({scale} per position)", out)
 
             return norm
-        what = "embedding LayerNorm" if "embed" in name else "final LayerNorm"
+        what = f"embedding {kind}" if "embed" in name else f"final {kind}"
         return lambda m, a, k, out: rec.add("embedding" if "embed" in name else "output", what, out)
     if isinstance(module, (EncoderLayer, DecoderLayer)):
         style = "pre-norm" if module.norm_first else "post-norm"
@@ -188,13 +201,14 @@ def _explain_attention(m: MultiHeadAttention, args, kwargs, output, where: str, 
     key = kwargs.get("key", args[1] if len(args) > 1 else None)
     mask = kwargs.get("mask", args[3] if len(args) > 3 else None)
     memory = query if key is None else key
-    H, Dh = m.num_heads, m.head_dim
+    H, Hkv, Dh = m.num_heads, m.num_kv_heads, m.head_dim
     inner = H * Dh
-    W, b = m.qkv_proj.weight, m.qkv_proj.bias
-    bias = (lambda i: None) if b is None else (lambda i: b[i * inner : (i + 1) * inner])
-    q = torch.nn.functional.linear(query, W[:inner], bias(0))
-    k = torch.nn.functional.linear(memory, W[inner : 2 * inner], bias(1))
-    v = torch.nn.functional.linear(memory, W[2 * inner :], bias(2))
+    sizes = [inner, Hkv * Dh, Hkv * Dh]
+    Ws = m.qkv_proj.weight.split(sizes)
+    bs = (None,) * 3 if m.qkv_proj.bias is None else m.qkv_proj.bias.split(sizes)
+    q = torch.nn.functional.linear(query, Ws[0], bs[0])
+    k = torch.nn.functional.linear(memory, Ws[1], bs[1])
+    v = torch.nn.functional.linear(memory, Ws[2], bs[2])
     rec.add(where, "input (queries)", query)
     if key is not None:
         rec.add(where, "memory (keys and values come from here)", memory)
@@ -202,8 +216,18 @@ def _explain_attention(m: MultiHeadAttention, args, kwargs, output, where: str, 
     rec.add(where, "K = x·W_k + b_k", k)
     rec.add(where, "V = x·W_v + b_v", v)
     B, Tq, Tk = q.size(0), q.size(1), k.size(1)
-    q, k, v = (t.view(B, -1, H, Dh).transpose(1, 2) for t in (q, k, v))  # (B, H, T, Dh)
+    q = q.view(B, -1, H, Dh).transpose(1, 2)  # (B, H, Tq, Dh)
+    k, v = (t.view(B, -1, Hkv, Dh).transpose(1, 2) for t in (k, v))  # (B, Hkv, Tk, Dh)
     rec.add(where, f"Q split into {H} heads of {Dh}", q)
+    if m.rotary is not None and key is None:
+        positions = kwargs.get("positions")
+        if positions is None:
+            positions = torch.arange(Tq, device=q.device)
+        q, k = m.rotary(q, positions), m.rotary(k, positions)
+        rec.add(where, f"Q and K rotated by position (RoPE, theta={m.rotary.theta:g})", q)
+    if Hkv != H:
+        k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Tk, Dh)
+        rec.add(where, f"{Hkv} K/V heads each shared by {H // Hkv} query heads", k)
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     rec.add(where, "scores Q·Kᵀ", scores)
     scores = scores / math.sqrt(Dh)

@@ -1,0 +1,139 @@
+"""Hugging Face Llama checkpoints (Llama, SmolLM2, TinyLlama, ...) read into ``GPT``.
+
+A Llama directory holds ``config.json`` (``model_type`` "llama") and ``model.safetensors``
+or shards listed in ``model.safetensors.index.json``. Llama is glassformer's GPT with the
+modern parts: rotary positions, RMSNorm, the SwiGLU MLP, grouped-query attention, no
+biases, usually an untied head.
+
+    Llama (LlamaForCausalLM)                       glassformer GPT
+    model.embed_tokens                             embed.token.embedding
+    model.layers.N.input_layernorm                 blocks.layers.N.norm1
+    model.layers.N.self_attn.q/k/v_proj            blocks.layers.N.self_attn.qkv_proj (stacked)
+    model.layers.N.self_attn.o_proj                blocks.layers.N.self_attn.out_proj
+    model.layers.N.post_attention_layernorm        blocks.layers.N.norm2
+    model.layers.N.mlp.gate_proj/up_proj/down_proj blocks.layers.N.feed_forward.(same names)
+    model.norm                                     blocks.norm
+    lm_head (or tied to embed_tokens)              lm_head
+
+Hugging Face's q/k projections are already in the ``rotate_half`` layout that
+``modules.rotary`` uses, so no rows are permuted (GGUF files differ; their reader undoes
+llama.cpp's permutation before calling ``from_llama_state``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.models.gpt import GPT, GPTConfig
+
+# glassformer name inside a block → Llama's, for the weights that are simply renamed.
+_BLOCK = (
+    ("norm1.weight", "input_layernorm.weight"),
+    ("norm2.weight", "post_attention_layernorm.weight"),
+    ("self_attn.out_proj.weight", "self_attn.o_proj.weight"),
+    ("self_attn.out_proj.bias", "self_attn.o_proj.bias"),
+    ("feed_forward.gate_proj.weight", "mlp.gate_proj.weight"),
+    ("feed_forward.gate_proj.bias", "mlp.gate_proj.bias"),
+    ("feed_forward.up_proj.weight", "mlp.up_proj.weight"),
+    ("feed_forward.up_proj.bias", "mlp.up_proj.bias"),
+    ("feed_forward.down_proj.weight", "mlp.down_proj.weight"),
+    ("feed_forward.down_proj.bias", "mlp.down_proj.bias"),
+)
+
+
+def _rope_theta(hf: dict[str, Any]) -> float:
+    """``rope_theta``, refusing any rope scaling (transformers 4's and 5's spellings)."""
+    params = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling")
+    rope_type = params.get("rope_type", "default")
+    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
+        raise CheckpointError(f"Llama rope_scaling={scaling!r} is not supported (only None)")
+    if rope_type != "default":
+        raise CheckpointError(f"Llama rope_parameters rope_type={rope_type!r} is not supported")
+    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def llama_config(hf: dict[str, Any]) -> GPTConfig:
+    """A ``GPTConfig`` equal to a Llama ``config.json``; refuses what GPT cannot express."""
+    if hf.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"Llama hidden_act={hf['hidden_act']!r} is not supported (silu)")
+    attention_bias, mlp_bias = hf.get("attention_bias", False), hf.get("mlp_bias", False)
+    if attention_bias != mlp_bias:
+        raise CheckpointError(
+            f"Llama attention_bias={attention_bias} with mlp_bias={mlp_bias} is not "
+            "supported (glassformer's bias covers both)"
+        )
+    if hf.get("pretraining_tp", 1) != 1:
+        raise CheckpointError(f"Llama pretraining_tp={hf['pretraining_tp']} is not supported")
+    d_model, num_heads = hf["hidden_size"], hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or d_model // num_heads
+    return GPTConfig(
+        vocab_size=hf["vocab_size"],
+        max_len=hf.get("max_position_embeddings", 2048),
+        d_model=d_model,
+        num_heads=num_heads,
+        num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+        head_dim=None if head_dim * num_heads == d_model else head_dim,
+        num_layers=hf["num_hidden_layers"],
+        d_ff=hf["intermediate_size"],
+        dropout=0.0,
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        activation="swiglu",
+        positional="rope",
+        rope_theta=_rope_theta(hf),
+        norm="rms",
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        bias=bool(attention_bias),
+        qkv_bias=bool(attention_bias),
+        tie_weights=hf.get("tie_word_embeddings", False),
+        pad_id=None,
+    )
+
+
+def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+    """Llama weights under Hugging Face's names (``model.`` prefix optional) → a GPT state dict."""
+    state = {k.removeprefix("model."): v for k, v in state.items()}
+
+    def take(theirs: str) -> Tensor:
+        if theirs not in state:
+            raise CheckpointError(f"Llama weights have no {theirs!r}")
+        return state[theirs]
+
+    out = {"embed.token.embedding.weight": take("embed_tokens.weight")}
+    out["blocks.norm.weight"] = take("norm.weight")
+    for i in range(config.num_layers):
+        theirs, ours = f"layers.{i}.", f"blocks.layers.{i}."
+        for name, their_name in _BLOCK:
+            if name.endswith(".bias") and not config.bias:
+                continue
+            out[ours + name] = take(theirs + their_name)
+        qkv = ("q_proj", "k_proj", "v_proj")  # rows [q; k; v]: qkv_proj's layout
+        out[ours + "self_attn.qkv_proj.weight"] = torch.cat(
+            [take(f"{theirs}self_attn.{p}.weight") for p in qkv]
+        )
+        if config.qkv_bias:
+            out[ours + "self_attn.qkv_proj.bias"] = torch.cat(
+                [take(f"{theirs}self_attn.{p}.bias") for p in qkv]
+            )
+    if config.tie_weights:
+        out["lm_head.weight"] = out["embed.token.embedding.weight"]
+    else:
+        out["lm_head.weight"] = take("lm_head.weight")
+    return out
+
+
+def load_llama(path: str | Path) -> GPT:
+    """A ``GPT`` with the weights of the Hugging Face Llama directory ``path``, in eval mode."""
+    path = Path(path)
+    hf = read_config(path, "llama")
+    config = build_config(llama_config, hf, path)
+    return load_weights(GPT(config), from_llama_state(read_weights(path), config))
+
+
+register_format("llama", "gpt", load_llama)

@@ -1,0 +1,61 @@
+"""Rotary position embedding (RoPE, Su et al. 2021), as Llama applies it.
+
+Shapes: B batch, H heads, T positions, Dh head width (even).
+
+Instead of adding a position vector to the token embedding, RoPE turns each query and
+key inside attention: the pair of features (i, i + Dh/2) of a vector at position p is
+rotated by the angle p · θ_i, where θ_i = rope_theta^(-2i/Dh). A dot product between a
+query at p and a key at p' then depends on p − p' only.
+
+The pairing (i, i + Dh/2) is Hugging Face Llama's ``rotate_half`` convention, so its
+q/k projection weights load without any permutation of rows.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(..., Dh) → (..., Dh): [x1, x2] ↦ [−x2, x1], the halves being Dh/2 wide."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries and keys by their positions. No parameters.
+
+    Args:
+        head_dim: Dh, the width of one head (even).
+        theta: the base ``rope_theta`` (10000 in the paper and Llama 2; larger values
+            stretch the wavelengths for longer contexts).
+    """
+
+    inv_freq: Tensor
+
+    def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim <= 0 or head_dim % 2 != 0:
+            raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
+        if theta <= 0:
+            raise ValueError(f"rope_theta must be positive, got {theta}")
+        self.head_dim = head_dim
+        self.theta = theta
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        # Not saved in the state dict: it follows from the config.
+        self.register_buffer("inv_freq", 1.0 / theta**exponents, persistent=False)  # (Dh/2,)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate ``x`` (B, H, T, Dh) by ``positions`` (B, T) or (T,); same shape back."""
+        if positions.dim() == 1:
+            positions = positions.unsqueeze(0)  # (1, T)
+        # Angles in float32 whatever x's dtype, as Hugging Face does.
+        angles = positions.float()[..., None] * self.inv_freq.float()  # (B, T, Dh/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (B, T, Dh): pair i with i + Dh/2
+        cos = angles.cos().to(x.dtype).unsqueeze(1)  # (B, 1, T, Dh), broadcast over heads
+        sin = angles.sin().to(x.dtype).unsqueeze(1)
+        return x * cos + rotate_half(x) * sin
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, theta={self.theta}"

@@ -1,0 +1,142 @@
+"""Hugging Face Llama directories read into GPT: the same numbers as LlamaForCausalLM.
+
+Random small Llama models (GQA with 1, 2 and 4 KV heads of 4, a non-default rope_theta,
+tied and untied heads, one sharded) are saved by transformers and loaded with
+``GPT.from_pretrained``; weights are drawn with std 0.1 so small slips show.
+"""
+
+import json
+
+import pytest
+import torch
+
+from glassformer import GPT
+from glassformer.checkpoint import CheckpointError
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 97
+CASES = {
+    "mha-untied": dict(num_key_value_heads=4, tie_word_embeddings=False),
+    "gqa2-theta50000": dict(num_key_value_heads=2, rope_theta=50000.0),
+    "mqa-tied": dict(num_key_value_heads=1, tie_word_embeddings=True),
+}
+
+
+def _llama(tmp_path, name, *, shard=False):
+    overrides = dict(CASES[name])
+    theta = overrides.pop("rope_theta", 10000.0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        initializer_range=0.1,
+        bos_token_id=None,
+        eos_token_id=None,  # no early stop: 20 tokens on both sides
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        **overrides,
+    )
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # the norms start at ones: make them matter too
+        for n, p in hf.named_parameters():
+            if "norm" in n:
+                p.normal_(1.0, 0.2)
+    path = tmp_path / name
+    hf.save_pretrained(path, **({"max_shard_size": "20KB"} if shard else {}))
+    return hf, GPT.from_pretrained(path), path
+
+
+IDS = torch.tensor([[5, 17, 3, 88, 42, 9, 60, 1], [7, 7, 30, 2, 96, 11, 4, 8]])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_logits_equal_llama(tmp_path, name):
+    hf, ours, _ = _llama(tmp_path, name)
+    with torch.no_grad():
+        expected = hf(IDS).logits
+    assert expected.abs().max() > 1.0  # the weights are not negligible
+    torch.testing.assert_close(ours(IDS).logits, expected, atol=1e-4, rtol=0)
+
+
+def test_sharded_directory_loads(tmp_path):
+    hf, ours, path = _llama(tmp_path, "gqa2-theta50000", shard=True)
+    assert (path / "model.safetensors.index.json").is_file()
+    assert ours.config.rope_theta == 50000.0 and ours.config.num_kv_heads == 2
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_greedy_continuations_equal_and_cached_equals_uncached(tmp_path, name):
+    hf, ours, _ = _llama(tmp_path, name)
+    prompt = IDS[:, :4]
+    ref = hf.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    cached = ours.generate(prompt, 20)
+    uncached = ours.generate(prompt, 20, use_cache=False)
+    assert torch.equal(cached, ref)
+    assert torch.equal(uncached, ref)
+
+
+def test_left_padded_batch_matches_llama_on_real_positions(tmp_path):
+    hf, ours, _ = _llama(tmp_path, "gqa2-theta50000")
+    ids = IDS.clone()
+    ids[1, :3] = 0
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, :3] = 0
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=attention_mask, position_ids=positions).logits
+    got = ours(ids, attention_mask=attention_mask, positions=positions).logits
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-4, rtol=0)
+    # and the padded row's real tokens equal that row alone
+    alone = ours(ids[1:, 3:]).logits
+    torch.testing.assert_close(got[1, 3:], alone[0], atol=1e-4, rtol=0)
+
+
+def _with_config(path, **changes):
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
+        (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}), "rope_type='llama3'"),
+        (dict(attention_bias=True, mlp_bias=False), "attention_bias=True with mlp_bias=False"),
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (dict(pretraining_tp=2), "pretraining_tp=2"),
+        (dict(num_key_value_heads=3), "num_kv_heads"),
+    ],
+)
+def test_configs_glassformer_cannot_express_are_one_error(tmp_path, changes, message):
+    _, _, path = _llama(tmp_path, "mqa-tied")
+    _with_config(path, **changes)
+    with pytest.raises(CheckpointError, match=message) as error:
+        GPT.from_pretrained(path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_loaded_llama_round_trips_through_glassformer_checkpoints(tmp_path):
+    _, ours, _ = _llama(tmp_path, "mha-untied")
+    again = GPT.from_pretrained(ours.save_pretrained(tmp_path / "ours"))
+    assert again.config == ours.config
+    torch.testing.assert_close(again(IDS).logits, ours(IDS).logits, atol=0, rtol=0)
+
+
+def test_left_padded_generation_equals_llama(tmp_path):
+    hf, ours, _ = _llama(tmp_path, "gqa2-theta50000")
+    ids = IDS[:, :6].clone()
+    attention_mask = torch.ones_like(ids)
+    ids[1, :2], attention_mask[1, :2] = 0, 0  # the second prompt is two tokens shorter
+    ref = hf.generate(
+        ids, attention_mask=attention_mask, max_new_tokens=12, do_sample=False, pad_token_id=0
+    )
+    assert torch.equal(ours.generate(ids, 12, attention_mask=attention_mask), ref)
