@@ -33,7 +33,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from glassformer.training.config import RESUMABLE, RunConfig, RunConfigError
+from glassformer.training.config import RunConfig, RunConfigError
 
 HELP = "train a GPT (lm), a translator (translate) or a classifier (classify)"
 
@@ -103,4 +103,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["RESUMABLE", "add_arguments", "config_from_args", "run"]
+__all__ = ["add_arguments", "config_from_args", "run"]

@@ -21,11 +21,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from glassformer.errors import RunConfigError
 
 Task = Literal["lm", "translate", "classify"]
+T = TypeVar("T")
 TASKS: tuple[Task, ...] = ("lm", "translate", "classify")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
 PROCESSES_KEY = "processes"  # beside the fields in run.json: how many processes trained it
@@ -244,29 +245,46 @@ class RunConfig:
     def from_json(cls, text: str, *, source: str = "run.json") -> RunConfig:
         """The config a run's JSON file holds (``to_json``'s output, or the run.json of a
         run trained before RunConfig existed)."""
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{source} is not valid JSON ({e}); it cannot be resumed") from None
-        if not isinstance(values, dict) or "task" not in values:
-            raise ValueError(f"{source} does not describe a training run; it cannot be resumed")
-        return cls.from_dict(values)
+        return cls.from_dict(_run_values(text, source))
 
     @classmethod
     def from_run(cls, run_dir: str | Path) -> RunConfig:
         """The config of the run in ``run_dir`` (its run.json)."""
-        file = Path(run_dir) / RUN_FILE
-        if not file.is_file():
-            raise ValueError(f"{run_dir} is not a training run: no {RUN_FILE} in it")
-        try:
-            text = file.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{file} is not valid JSON ({e}); it cannot be resumed") from None
-        return cls.from_json(text, source=str(file))
+        return read_run(run_dir)[0]
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` (checked again, and task defaults filled again)."""
         return dataclasses.replace(self, **changes)
+
+
+def read_run(run_dir: str | Path) -> tuple[RunConfig, int]:
+    """The run in ``run_dir``: its config and how many processes trained it (run.json)."""
+    file = Path(run_dir) / RUN_FILE
+    if not file.is_file():
+        raise ValueError(f"{run_dir} is not a training run: no {RUN_FILE} in it")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{file} is not valid JSON ({e}); it cannot be resumed") from None
+    values = _run_values(text, str(file))
+    return RunConfig.from_dict(values), int(values.get(PROCESSES_KEY, 1))
+
+
+def _run_values(text: str, source: str) -> dict[str, Any]:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source} is not valid JSON ({e}); it cannot be resumed") from None
+    if not isinstance(values, dict) or "task" not in values:
+        raise ValueError(f"{source} does not describe a training run; it cannot be resumed")
+    return values
+
+
+def filled(value: T | None) -> T:
+    """A field the config fills when it is built (a task default): never None after that."""
+    if value is None:
+        raise ValueError("a RunConfig field that is filled when the config is built is None")
+    return value
 
 
 # ---- checks -------------------------------------------------------------------------------

@@ -36,8 +36,9 @@ import torch
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
+from glassformer.inference import LABELS_FILE, read_labels
 from glassformer.training import distributed
-from glassformer.training.config import PROCESSES_KEY, RESUMABLE, RUN_FILE, RunConfig
+from glassformer.training.config import RESUMABLE, RunConfig, filled, read_run
 from glassformer.training.distributed import Distributed
 from glassformer.training.loop import Hook, TrainState
 from glassformer.training.memory import keep_freed_memory
@@ -123,8 +124,8 @@ def _fit(
     tokenizer = labels = None
     if resume_dir is not None:
         tokenizer = load_tokenizer(resume_dir / "checkpoint")
-        labels_file = resume_dir / "checkpoint" / "labels.json"
-        labels = json.loads(labels_file.read_text()) if labels_file.is_file() else None
+        if (resume_dir / "checkpoint" / LABELS_FILE).is_file():
+            labels = read_labels(resume_dir)
     _say(world, f"preparing data for {config.task} ...")
     task = _build_task_on_all_ranks(config, tokenizer, labels, world)
     model: Any = task.model
@@ -145,7 +146,7 @@ def _fit(
             loop_config,
             out,
             seed=config.seed,
-            lr=config.lr or 1e-3,
+            lr=filled(config.lr),
             weight_decay=config.weight_decay,
             clip_norm=config.clip_norm,
             hooks=hooks,
@@ -189,7 +190,7 @@ def _model_line(config: RunConfig, task: Task, model: Any, world: Distributed) -
         f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"
     )
     if world.enabled:
-        global_batch = (config.batch_size or 1) * world.world_size * config.accumulation
+        global_batch = filled(config.batch_size) * world.world_size * config.accumulation
         line += f"; {world.world_size} processes, global batch {global_batch}"
     return line + (", Keras twin" if config.framework == "keras" else "")
 
@@ -200,7 +201,7 @@ def _model_line(config: RunConfig, task: Task, model: Any, world: Distributed) -
 def _resumed_config(config: RunConfig, resume_dir: Path, world: Distributed) -> RunConfig:
     """The config to continue ``resume_dir`` with: the run's own, with ``config``'s budget
     and running options, and the batch rescaled to this number of processes."""
-    saved = RunConfig.from_run(resume_dir)
+    saved, processes = read_run(resume_dir)
     if saved.framework != "torch":
         raise ValueError(f"{resume_dir} was trained with Keras; only PyTorch runs resume")
     changed = [
@@ -218,12 +219,7 @@ def _resumed_config(config: RunConfig, resume_dir: Path, world: Distributed) -> 
             f"(only {', '.join(RESUMABLE)} may change)"
         )
     config = config.replace(out=str(resume_dir))
-    return _rescale_batch(config, _saved_processes(resume_dir), world)
-
-
-def _saved_processes(run_dir: Path) -> int:
-    values = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    return int(values.get(PROCESSES_KEY, 1))
+    return _rescale_batch(config, processes, world)
 
 
 def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConfig:
@@ -231,7 +227,7 @@ def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConf
     takes global / processes examples (or windows) per micro-batch."""
     if saved == world.world_size:
         return config
-    global_batch = (config.batch_size or 1) * saved
+    global_batch = filled(config.batch_size) * saved
     if global_batch % world.world_size:
         raise ValueError(
             f"the run's global batch of {global_batch} ({saved} processes × "

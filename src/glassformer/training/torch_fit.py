@@ -13,7 +13,7 @@ from torch import nn
 
 from glassformer.errors import NonFiniteLossError
 from glassformer.training import distributed
-from glassformer.training.config import RunConfig
+from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
 from glassformer.training.loop import Hook, TrainConfig, TrainState, train
 from glassformer.training.optim import make_optimizer
@@ -24,12 +24,12 @@ from glassformer.training.tasks import Task
 
 def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainConfig]:
     """The learning-rate schedule and the loop's configuration, from a run's config."""
-    lr = config.lr or 1e-3
+    lr = filled(config.lr)
     # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
     schedule = Schedule(
-        config.schedule or "cosine",
+        filled(config.schedule),
         lr=lr,
-        warmup=config.warmup or 0,
+        warmup=filled(config.warmup),
         total_steps=config.max_steps or 1,
         min_lr=lr / 10,
         d_model=model.config.d_model,
@@ -66,7 +66,7 @@ def train_torch(
     stepped: Any = distributed.wrap(model, world, config.strategy)
     stepped = torch.compile(stepped) if config.compile else stepped
     optimizer = make_optimizer(
-        model, config.optimizer or "adamw", lr=config.lr or 1e-3, weight_decay=config.weight_decay
+        model, filled(config.optimizer), lr=filled(config.lr), weight_decay=config.weight_decay
     )
     if config.bf16 and cpu_without_bf16(model) and world.is_main:
         print(

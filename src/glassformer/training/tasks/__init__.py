@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from glassformer.data.tokenizers import Tokenizer
-from glassformer.training.config import RunConfig
+from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
 from glassformer.training.tasks.classify import classify_task
 from glassformer.training.tasks.common import (
@@ -49,7 +49,7 @@ def data_options(config: RunConfig) -> DataOptions:
         corpus=config.corpus,
         data=config.data,
         tokenizer=config.tokenizer,
-        vocab_size=config.vocab_size or 8000,
+        vocab_size=filled(config.vocab_size),
         lowercase=bool(config.lowercase),
         src_column=config.src_column,
         tgt_column=config.tgt_column,
@@ -100,7 +100,7 @@ def build_task(
             overrides["num_encoder_layers"] = overrides["num_decoder_layers"] = config.num_layers
         return translate_task(
             data,
-            max_len=config.max_len or 128,
+            max_len=filled(config.max_len),
             model_overrides=overrides,
             label_smoothing=config.label_smoothing,
             **common,
@@ -108,5 +108,5 @@ def build_task(
     if config.num_layers:
         overrides["num_layers"] = config.num_layers
     return classify_task(
-        data, max_len=config.max_len or 256, model_overrides=overrides, labels=labels, **common
+        data, max_len=filled(config.max_len), model_overrides=overrides, labels=labels, **common
     )

@@ -21,10 +21,11 @@ from torch import nn
 
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.models import PretrainedModel
+from glassformer.training.config import TASK_DEFAULTS, TASKS
 
-TASKS = ("lm", "translate", "classify")
-DEFAULT_CORPUS = {"lm": "austen", "translate": "bible-en-es", "classify": "imdb"}
-DEFAULT_TOKENIZER = {"lm": "char", "translate": "bpe", "classify": "wordpiece"}
+# the task defaults RunConfig fills in, for DataOptions built without one
+DEFAULT_CORPUS: dict[str, str] = {task: TASK_DEFAULTS[task]["corpus"] for task in TASKS}
+DEFAULT_TOKENIZER: dict[str, str] = {task: TASK_DEFAULTS[task]["tokenizer"] for task in TASKS}
 
 
 @runtime_checkable
