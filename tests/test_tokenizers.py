@@ -221,3 +221,131 @@ def test_the_char_file_is_readable_json(tmp_path):
         "version": 1,
         "chars": ["a", "b"],
     }
+
+
+# --- tokenizer_config.json: special tokens chosen by a model, and its chat template ---------
+
+CHATML = (
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_tokenizer_config_beside_tokenizer_json_sets_specials_and_chat_template(chat_bpe, tmp_path):
+    folder = chat_bpe(tmp_path)
+    plain = load_tokenizer(folder)
+    assert (plain.bos_id, plain.eos_id, plain.chat_template) == (0, 0, None)  # by name
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": {"content": "<|im_start|>", "special": True},  # either form
+                "eos_token": "<|im_end|>",
+                "pad_token": None,  # unset: keeps the one by name
+                "chat_template": [{"name": "default", "template": CHATML}],
+            }
+        )
+    )
+    tok = load_tokenizer(folder)
+    assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 0)
+    assert tok.chat_template == CHATML
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.encode(text)[0] == 1 and tok.decode(tok.encode(text), skip_special=False) == text
+
+
+def test_a_chat_template_jinja_file_is_read_too(chat_bpe, tmp_path):
+    folder = chat_bpe(tmp_path)
+    (folder / "chat_template.jinja").write_text(CHATML)
+    assert load_tokenizer(folder).chat_template == CHATML
+
+
+def test_save_keeps_specials_and_template_and_a_plain_save_drops_a_stale_config(chat_bpe, tmp_path):
+    tok = load_tokenizer(chat_bpe(tmp_path / "hf"))
+    tok.bos_id, tok.eos_id, tok.chat_template = 1, 2, CHATML
+    tok.save(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "tokenizer_config.json").read_text())
+    assert config == {
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "chat_template": CHATML,
+    }
+    again = load_tokenizer(tmp_path / "run")
+    assert (again.bos_id, again.eos_id, again.pad_id, again.chat_template) == (1, 2, 0, CHATML)
+    load_tokenizer(chat_bpe(tmp_path / "plain")).save(tmp_path / "run")  # nothing to keep
+    assert not (tmp_path / "run" / "tokenizer_config.json").exists()
+    assert load_tokenizer(tmp_path / "run").eos_id == 0
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"eos_token": "<|nope|>"}, "eos_token '<|nope|>' is not in the vocabulary"),
+        ({"chat_template": 3}, "chat_template must be a string"),
+    ],
+)
+def test_a_bad_tokenizer_config_is_one_line(chat_bpe, tmp_path, config, message):
+    folder = chat_bpe(tmp_path)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        load_tokenizer(folder)
+    (folder / "tokenizer_config.json").write_text("{oops")
+    with pytest.raises(ValueError, match="tokenizer_config.json is not valid JSON"):
+        load_tokenizer(folder)
+
+
+def test_chat_without_a_template_or_with_bad_messages_is_one_line(trained):
+    with pytest.raises(ValueError, match="no chat template"):
+        trained["bpe"].apply_chat_template([{"role": "user", "content": "hi"}])
+    from glassformer.data.tokenizers.chat import render_chat
+
+    with pytest.raises(ValueError, match="message 0 must have a role"):
+        render_chat(CHATML, [{"role": "robot", "content": "hi"}])
+    with pytest.raises(ValueError, match="message 1 must have a string content"):
+        render_chat(CHATML, [{"role": "user", "content": "a"}, {"role": "user", "content": 1}])
+    raising = "{{ raise_exception('only user and assistant roles are supported') }}"
+    with pytest.raises(ValueError, match="does not render: only user and assistant"):
+        render_chat(raising, [])
+
+
+def test_a_chat_template_cannot_reach_python():
+    """Templates come from downloaded files: the sandbox refuses attribute tricks."""
+    from glassformer.data.tokenizers.chat import render_chat
+
+    escape = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ValueError, match="does not render"):
+        render_chat(escape, [])
+
+
+def test_chat_rendering_equals_transformers_apply_chat_template(chat_bpe, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    tok = load_tokenizer(chat_bpe(tmp_path))
+    tok.chat_template = (  # a template that uses the special tokens and loop state
+        "{{ bos_token }}{% for m in messages %}{% if loop.first and m['role'] != 'system' %}"
+        "{{ '<|im_start|>system\\nBe kind.<|im_end|>\\n' }}{% endif %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+        "{{ eos_token if not add_generation_prompt }}"
+    )
+    tok.bos_id, tok.eos_id = 1, 2
+    reference = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok.backend, bos_token="<|im_start|>", eos_token="<|im_end|>"
+    )
+    conversations = [
+        [{"role": "user", "content": "  Hi there  "}],
+        [
+            {"role": "system", "content": "Short answers."},
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "héllo 😀\n\tagain"},
+        ],
+    ]
+    for messages in conversations:
+        for prompt in (True, False):
+            theirs = reference.apply_chat_template(
+                messages,
+                chat_template=tok.chat_template,
+                tokenize=False,
+                add_generation_prompt=prompt,
+            )
+            assert tok.apply_chat_template(messages, add_generation_prompt=prompt) == theirs

@@ -102,7 +102,7 @@ def test_modern_gpt_trace_shows_rope_gqa_rmsnorm_swiglu_and_reproduces_attention
     assert any(w.startswith("norm1: RMSNorm") for w in whats)
     assert "down_proj(gate · up): d_ff → D" in whats
     shapes = {s.what: s.shape for s in steps if s.where == "decoder layer 1 · self-attention"}
-    assert shapes["K = x·W_k + b_k"] == (1, 11, 64)  # 2 KV heads of 32
+    assert shapes["K = x·W_k"] == (1, 11, 64)  # 2 KV heads of 32, and no bias
     outputs = steps_named(steps, "output projection")
     assert len(outputs) == 2
     for s in outputs:

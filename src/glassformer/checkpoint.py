@@ -62,6 +62,8 @@ MODEL_KINDS: dict[str, Any] = {}
 FOREIGN_FORMATS: dict[str, dict[str, Callable[..., Any]]] = {}
 #   packaged model name ("all-MiniLM-L6-v2") -> (kind, loader(**options)).
 NAMED_MODELS: dict[str, tuple[str, Callable[..., Any]]] = {}
+#   packaged model name -> tokenizer(model): the tokenizer that goes with it.
+NAMED_TOKENIZERS: dict[str, Callable[[Any], Any]] = {}
 
 
 def register_format(model_type: str, kind: str, reader: Callable[[Path], Any]) -> None:
@@ -71,9 +73,18 @@ def register_format(model_type: str, kind: str, reader: Callable[[Path], Any]) -
     FOREIGN_FORMATS.setdefault(model_type, {})[kind] = reader
 
 
-def register_named(name: str, kind: str, loader: Callable[..., Any]) -> None:
-    """Let ``load_checkpoint(name)`` (and ``from_pretrained(name)``) load a packaged model."""
+def register_named(
+    name: str,
+    kind: str,
+    loader: Callable[..., Any],
+    *,
+    tokenizer: Callable[[Any], Any] | None = None,
+) -> None:
+    """Let ``load_checkpoint(name)`` (and ``from_pretrained(name)``) load a packaged model;
+    ``tokenizer(model)`` gives its tokenizer (for ``load_run(name)`` and the CLI)."""
     NAMED_MODELS[name] = (kind, loader)
+    if tokenizer is not None:
+        NAMED_TOKENIZERS[name] = tokenizer
 
 
 def save_checkpoint(

@@ -13,7 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from glassformer.checkpoint import load_checkpoint, resolve_checkpoint_dir
+from glassformer.checkpoint import (
+    NAMED_MODELS,
+    NAMED_TOKENIZERS,
+    load_checkpoint,
+    resolve_checkpoint_dir,
+)
 from glassformer.data.batching import pad_batch
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
 from glassformer.generation import GenerationConfig
@@ -21,15 +26,24 @@ from glassformer.generation import GenerationConfig
 LABELS_FILE = "labels.json"
 
 
-def load_run(path: str | Path, *, kind: str | None = None) -> tuple[Any, Tokenizer]:
-    """(model, tokenizer) of a run directory (or the checkpoint directory in one).
+def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Tokenizer]:
+    """(model, tokenizer) of a run directory (or the checkpoint directory in one), or of a
+    packaged model by name (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``).
 
     Args:
-        path: what ``glassformer train`` / ``glassformer.fit`` wrote (``--out``), or its
-            ``checkpoint/``.
+        path: what ``glassformer train`` / ``glassformer.fit`` wrote (``--out``), its
+            ``checkpoint/``, or a packaged model's name.
         kind: the model kind expected ("gpt", "seq2seq", "classifier", ...); another is
             an error.
+        options: for a packaged model, its loader's (``dtype=torch.bfloat16`` for SmolLM2).
     """
+    if str(path) in NAMED_MODELS:
+        model = load_checkpoint(str(path), kind=kind, **options)
+        if str(path) not in NAMED_TOKENIZERS:
+            raise ValueError(f"the packaged model {path!r} comes without a tokenizer")
+        return model, NAMED_TOKENIZERS[str(path)](model)
+    if options:
+        raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
     model = load_checkpoint(path, kind=kind)
     ckpt = resolve_checkpoint_dir(path)
     if not (ckpt / "tokenizer.json").is_file():

@@ -14,6 +14,7 @@ from glassformer._version import __version__
 from glassformer.cli import (
     attention,
     bench,
+    chat,
     classify,
     demo,
     embed,
@@ -27,6 +28,7 @@ from glassformer.cli import (
 SUBCOMMANDS = {
     "train": train,
     "generate": generate,
+    "chat": chat,
     "translate": translate,
     "classify": classify,
     "embed": embed,

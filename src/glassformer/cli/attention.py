@@ -6,9 +6,10 @@ row per layer and a column per head, or the one map --layer/--head choose (count
 from 1). A translator attends from --target, or else from its own greedy translation.
 
 --model takes a run directory from `glassformer train`, a checkpoint directory, a
-Hugging Face GPT-2 or BERT directory (with its tokenizer), a sentence-transformers
-directory, or all-MiniLM-L6-v2. With several kinds, --out attention.png becomes
-attention-encoder.png, attention-decoder.png, attention-cross.png.
+Hugging Face GPT-2, BERT or Llama directory (with its tokenizer), a sentence-transformers
+directory, or a packaged model by name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct). With
+several kinds, --out attention.png becomes attention-encoder.png, attention-decoder.png,
+attention-cross.png.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_model_and_tokenizer(path: str):
-    """(model, tokenizer) for any model directory glassformer reads, or all-MiniLM-L6-v2."""
-    from glassformer.checkpoint import load_checkpoint, resolve_checkpoint_dir
+    """(model, tokenizer) for any model directory glassformer reads, or a packaged model by
+    name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct)."""
+    from glassformer.checkpoint import NAMED_MODELS, load_checkpoint, resolve_checkpoint_dir
     from glassformer.data.tokenizers import load_tokenizer
-    from glassformer.interop.sentence import MINILM_NAME
+    from glassformer.inference import load_run
     from glassformer.models.sentence import SentenceEncoder
 
-    if path == MINILM_NAME or (Path(path) / "modules.json").is_file():
+    if path in NAMED_MODELS:
+        return load_run(path)
+    if (Path(path) / "modules.json").is_file():
         model = SentenceEncoder.from_pretrained(path)
         return model, model.tokenizer
     model = load_checkpoint(path)

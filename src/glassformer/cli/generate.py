@@ -1,4 +1,5 @@
-"""Continue a prompt with a trained GPT (a run directory from `glassformer train lm`)."""
+"""Continue a prompt with a trained GPT (a run directory from `glassformer train lm`), a
+Hugging Face GPT-2 or Llama directory, or SmolLM2-135M-Instruct."""
 
 from __future__ import annotations
 
@@ -8,16 +9,30 @@ from dataclasses import replace
 
 import torch
 
-from glassformer.cli._common import load_model_dir
 from glassformer.generation import GenerationConfig
+from glassformer.inference import load_run
 
 HELP = "continue a prompt with a trained language model"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="runs/lm", help="run or checkpoint directory")
+    p.add_argument(
+        "--model", default="runs/lm", help="run or checkpoint directory, or SmolLM2-135M-Instruct"
+    )
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=300)
+    add_sampling_arguments(p)
+    p.add_argument("--stop", action="append", default=[], help="stop at this token (repeatable)")
+    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="print the text when it is finished instead of token by token",
+    )
+
+
+def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of sampling (shared with `glassformer chat`)."""
     p.add_argument("--greedy", action="store_true", help="arg-max instead of sampling")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens")
@@ -30,27 +45,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="> 1 makes tokens already in the text less likely (1.0: off)",
     )
-    p.add_argument("--stop", action="append", default=[], help="stop at this token (repeatable)")
-    p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument(
         "--no-cache",
         action="store_true",
         help="rerun the whole context every step (the slow reference path)",
     )
-    p.add_argument(
-        "--no-stream",
-        action="store_true",
-        help="print the text when it is finished instead of token by token",
-    )
 
 
-def run(args: argparse.Namespace) -> int:
+def sampling_config(args: argparse.Namespace) -> tuple[GenerationConfig, torch.Generator | None]:
+    """The GenerationConfig and random generator the sampling options ask for (checked
+    before any model is read)."""
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
-    if args.num_samples <= 0:
-        raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
-    config = GenerationConfig(  # checked here, before the model is read
+    config = GenerationConfig(
         do_sample=not args.greedy,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -58,16 +66,23 @@ def run(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty,
         use_cache=not args.no_cache,
     )
-    model, tok, _ = load_model_dir(args.model, "gpt")
+    g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    return config, g
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.num_samples <= 0:
+        raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
+    config, g = sampling_config(args)
+    model, tok = load_run(args.model, kind="gpt")
     ids = tok.encode(args.prompt)
     if not ids:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
     stops = [_stop_id(tok, text) for text in args.stop]
     config = replace(config, eos_id=tuple(stops) or None)  # the stop tokens need the tokenizer
-    g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     prompt = torch.tensor([ids] * args.num_samples)
     stream = args.num_samples == 1 and not args.no_stream
-    streamer = _Printer(tok, ids) if stream else None
+    streamer = Printer(tok, ids) if stream else None
     out = model.generate(
         prompt, args.max_new_tokens, generation_config=config, generator=g, streamer=streamer
     )
@@ -92,16 +107,18 @@ def _stop_id(tok, text: str) -> int:
     return ids[0]
 
 
-class _Printer:
-    """Prints the text as it grows. Decoding the whole sequence each time (not token by
-    token) keeps characters that span several byte-level tokens whole."""
+class Printer:
+    """Prints the text as it grows (the prompt too, when ``echo``). Decoding the whole
+    sequence each time (not token by token) keeps characters that span several byte-level
+    tokens whole."""
 
-    def __init__(self, tok, prompt_ids: list[int]) -> None:
+    def __init__(self, tok, prompt_ids: list[int], *, echo: bool = True) -> None:
         self.tok = tok
         self.ids = list(prompt_ids)
         self.shown = tok.decode(self.ids)
-        sys.stdout.write(self.shown)
-        sys.stdout.flush()
+        if echo:
+            sys.stdout.write(self.shown)
+            sys.stdout.flush()
 
     def __call__(self, new_ids: torch.Tensor) -> None:
         self.ids.append(int(new_ids[0]))

@@ -199,5 +199,10 @@ def _read_json(file: Path, *, missing_ok: bool = False) -> Any:
         raise CheckpointError(f"{file} is not readable JSON: {e}") from None
 
 
-register_named(MINILM_NAME, "sentence", lambda **options: load_sentence_encoder(None, **options))
+register_named(
+    MINILM_NAME,
+    "sentence",
+    lambda **options: load_sentence_encoder(None, **options),
+    tokenizer=lambda model: model.tokenizer,
+)
 register_format("bert", "sentence", _from_foreign_dir)

@@ -11,7 +11,7 @@ import torch
 
 from glassformer.checkpoint import register_named
 from glassformer.interop._hf import load_weights
-from glassformer.interop.gguf import read_gguf, smollm2_path
+from glassformer.interop.gguf import GGUFTokenizer, read_gguf, read_gguf_tokenizer, smollm2_path
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.models.gpt import GPT
 
@@ -25,4 +25,10 @@ def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
     return load_weights(GPT(config).to(dtype), from_llama_state(state, config))
 
 
-register_named(SMOLLM2_NAME, "gpt", load_smollm2)
+def smollm2_tokenizer(model: GPT | None = None) -> GGUFTokenizer:
+    """SmolLM2's tokenizer, from the same file (``model`` is not needed; the registry
+    passes it)."""
+    return read_gguf_tokenizer(smollm2_path())
+
+
+register_named(SMOLLM2_NAME, "gpt", load_smollm2, tokenizer=smollm2_tokenizer)

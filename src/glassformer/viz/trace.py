@@ -212,9 +212,9 @@ def _explain_attention(m: MultiHeadAttention, args, kwargs, output, where: str, 
     rec.add(where, "input (queries)", query)
     if key is not None:
         rec.add(where, "memory (keys and values come from here)", memory)
-    rec.add(where, "Q = x·W_q + b_q", q)
-    rec.add(where, "K = x·W_k + b_k", k)
-    rec.add(where, "V = x·W_v + b_v", v)
+    for name, value in (("Q", q), ("K", k), ("V", v)):
+        bias = "" if bs[0] is None else f" + b_{name.lower()}"  # modern blocks have none
+        rec.add(where, f"{name} = x·W_{name.lower()}{bias}", value)
     B, Tq, Tk = q.size(0), q.size(1), k.size(1)
     q = q.view(B, -1, H, Dh).transpose(1, 2)  # (B, H, Tq, Dh)
     k, v = (t.view(B, -1, Hkv, Dh).transpose(1, 2) for t in (k, v))  # (B, Hkv, Tk, Dh)

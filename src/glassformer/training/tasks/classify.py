@@ -21,7 +21,7 @@ from glassformer.training.tasks.common import (
     MappedBatches,
     Task,
     load_splits,
-    tokenizer_bytes,
+    tokenizer_files,
 )
 
 
@@ -119,7 +119,7 @@ def classify_task(
         return "\n".join(lines)
 
     extra = {
-        "tokenizer.json": tokenizer_bytes(tok),
+        **tokenizer_files(tok),
         "labels.json": (json.dumps(labels, indent=1) + "\n").encode(),
     }
     return Task(

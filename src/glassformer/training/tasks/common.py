@@ -121,12 +121,12 @@ def load_splits(opts: DataOptions):
     return rows[n_val:], rows[:n_val], [], f"{path}: {len(rows):,} rows"
 
 
-def tokenizer_bytes(tokenizer: Tokenizer) -> bytes:
-    """The tokenizer's tokenizer.json, as saved in a checkpoint."""
+def tokenizer_files(tokenizer: Tokenizer) -> dict[str, bytes]:
+    """The files a checkpoint keeps the tokenizer in: tokenizer.json, and the
+    tokenizer_config.json of one whose special tokens or chat template it does not hold."""
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "tokenizer.json"
-        tokenizer.save(path)
-        return path.read_bytes()
+        tokenizer.save(d)
+        return {f.name: f.read_bytes() for f in sorted(Path(d).iterdir())}
 
 
 class MappedBatches:

@@ -16,7 +16,7 @@ from glassformer.inference import device_of
 from glassformer.models import GPT, GPTConfig
 from glassformer.training.evaluation import mean_loss
 from glassformer.training.losses import loss_for
-from glassformer.training.tasks.common import DataOptions, Task, load_splits, tokenizer_bytes
+from glassformer.training.tasks.common import DataOptions, Task, load_splits, tokenizer_files
 
 
 def lm_task(
@@ -95,7 +95,7 @@ def lm_task(
         evaluate=evaluate,
         show=show,
         unit="tok",
-        extra_files={"tokenizer.json": tokenizer_bytes(tok)},
+        extra_files=tokenizer_files(tok),
         description=description,
         test=test,
     )

