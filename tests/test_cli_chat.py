@@ -154,3 +154,35 @@ def test_generate_attention_and_trace_take_smollm2_by_name(
 def test_a_reply_budget_larger_than_the_context_is_one_line(tiny_chat_run, monkeypatch, capsys):
     code, _, err = chat(monkeypatch, capsys, "hi\n", "--model", str(tiny_chat_run))
     assert code == 2 and "--max-new-tokens 256 leaves no room in the model's 256-token" in err
+
+
+def test_ctrl_c_stops_a_reply_keeps_what_was_written_and_the_chat_goes_on(
+    tiny_chat_run, monkeypatch, capsys
+):
+    tok = load_tokenizer(tiny_chat_run)
+    prompts = []
+
+    def interrupted(self, ids, n, *, streamer, **kwargs):
+        prompts.append(tok.decode(ids[0], skip_special=False))
+        for token in tok.encode("Hel"):
+            streamer(torch.tensor([token]))
+        raise KeyboardInterrupt
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    typed = ["hi", "again"]
+
+    def type_line(prompt):
+        if not typed:
+            raise EOFError  # Ctrl-D
+        return typed.pop(0)
+
+    monkeypatch.setattr(GPT, "generate", interrupted)
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", type_line)
+    assert main(["chat", "--model", str(tiny_chat_run), "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "Hel (stopped)" in out and "/reset starts again" in out
+    assert "<|im_start|>assistant\nHel<|im_end|>\n<|im_start|>user\nagain" in prompts[1]

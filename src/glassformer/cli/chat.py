@@ -2,9 +2,9 @@
 
 Each message you type joins the conversation, which the model's chat template turns into
 its prompt; the reply streams as it is written and joins the conversation too. The oldest
-turns are dropped when the conversation outgrows the model's context. Type /reset to
-start again, /exit (or Ctrl-D) to leave. With standard input from a pipe or file, each
-line is one message and only the replies are printed, one paragraph each.
+turns are dropped when the conversation outgrows the model's context. Ctrl-C stops a
+reply; type /reset to start again, /exit (or Ctrl-D) to leave. With standard input from a
+pipe or file, each line is one message and only the replies are printed, a paragraph each.
 
 --model takes SmolLM2-135M-Instruct, a Hugging Face Llama directory whose tokenizer has a
 chat template, or a glassformer run whose tokenizer_config.json holds one.
@@ -66,15 +66,21 @@ def run(args: argparse.Namespace) -> int:
             messages.pop()
             print(f"(that message does not fit in {budget} tokens; say it shorter)")
             continue
-        out = model.generate(
-            torch.tensor([ids]),
-            args.max_new_tokens,
-            generation_config=config,
-            generator=g,
-            streamer=Printer(tok, ids, echo=False),
-        )
-        reply = tok.decode(out[0, len(ids) :]).strip()
+        printer = Printer(tok, ids, echo=False)
+        try:
+            model.generate(
+                torch.tensor([ids]),
+                args.max_new_tokens,
+                generation_config=config,
+                generator=g,
+                streamer=printer,
+            )
+        except KeyboardInterrupt:  # Ctrl-C stops this reply, not the chat
+            if not interactive:
+                raise
+            print(" (stopped)", end="")
         print("\n")
+        reply = tok.decode(printer.ids[len(ids) :]).strip()
         messages.append({"role": "assistant", "content": reply})
     return 0
 
