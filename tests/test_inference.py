@@ -95,3 +95,13 @@ def test_translate_texts_keeps_the_input_order():
     forward = translate_texts(model, tok, texts)
     backward = translate_texts(model, tok, texts[::-1])  # batched in the same length order
     assert forward == backward[::-1] and len(set(forward)) == 3
+
+
+def test_a_translation_does_not_depend_on_what_else_is_in_its_batch():
+    """Each sentence gets its own new-token budget (1.5 × its length + 10), so a short one
+    batched with a long one comes out as it does alone."""
+    model, tok = load_run(LEGACY / "translate")
+    short, long = "one", " ".join(["one two three cat dog"] * 6)
+    alone = translate_texts(model, tok, [short])
+    together = translate_texts(model, tok, [short, long], batch_size=2)
+    assert together[0] == alone[0]

@@ -109,13 +109,21 @@ def translate_texts(
     model.eval()
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        src = pad_batch([encoded[i][:limit] or [tokenizer.unk_id] for i in idx], tokenizer.pad_id)
-        src = src.to(device)
-        new_tokens = min(limit, int(src.size(1) * 1.5) + 10)
-        ys = model.generate(src, new_tokens, generation_config=generation_config, **generate_kwargs)
-        for i, row in zip(idx, ys.tolist(), strict=True):
-            out[i] = tokenizer.decode(row[1:])
+        sources = [encoded[i][:limit] or [tokenizer.unk_id] for i in idx]
+        src = pad_batch(sources, tokenizer.pad_id).to(device)
+        # Each sentence may take 1.5 times its own length + 10 tokens, whatever its batch
+        # holds: the batch runs for the longest budget, and each row is cut to its own.
+        budgets = [min(limit, int(len(ids) * 1.5) + 10) for ids in sources]
+        ys = model.generate(
+            src, max(budgets), generation_config=generation_config, **generate_kwargs
+        )
+        for i, row, budget in zip(idx, ys.tolist(), budgets, strict=True):
+            out[i] = tokenizer.decode(_until_eos(row[1 : 1 + budget], tokenizer.eos_id))
     return out
+
+
+def _until_eos(ids: list[int], eos_id: int) -> list[int]:
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
 def classify_texts(
