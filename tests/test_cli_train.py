@@ -3,10 +3,12 @@
 import json
 
 import pytest
+import torch
 
 import glassformer.training.runner as runner
-from glassformer import GPT, load_checkpoint
+from glassformer import GPT, load_checkpoint, load_run
 from glassformer.cli import main
+from glassformer.inference import fill_mask
 
 FAST = ["--preset", "tiny", "--eval-every", "4", "--checkpoint-every", "4", "--threads", "1"]
 
@@ -35,6 +37,17 @@ def metrics(run):
     return [{k: v for k, v in r.items() if k not in ("elapsed_s", "tokens_per_s")} for r in rows]
 
 
+def interrupt_after(step: int, monkeypatch) -> None:
+    """Make the next `fit` stop as Ctrl-C would after ``step`` (its checkpoint saved)."""
+
+    def ctrl_c(event, state, _):
+        if event == "step" and state.step == step:
+            raise KeyboardInterrupt
+
+    fit = runner.fit
+    monkeypatch.setattr(runner, "fit", lambda *a, **kw: fit(*a, **kw, hooks=(ctrl_c,)))
+
+
 def test_lm_trains_resumes_with_the_uninterrupted_losses_and_generates(
     files, tmp_path, capsys, monkeypatch
 ):
@@ -56,13 +69,8 @@ def test_lm_trains_resumes_with_the_uninterrupted_losses_and_generates(
     assert [r["step"] for r in metrics(run) if r["event"] == "eval"] == [4, 8, 12]
 
     # the same run, stopped by Ctrl-C after step 6 (its checkpoint is saved as it stops)...
-    def ctrl_c_after_step_6(event, state, _):
-        if event == "step" and state.step == 6:
-            raise KeyboardInterrupt
-
-    fit = runner.fit
-    monkeypatch.setattr(runner, "fit", lambda *a, **kw: fit(*a, **kw, hooks=(ctrl_c_after_step_6,)))
     cut = tmp_path / "cut"
+    interrupt_after(6, monkeypatch)
     assert train("lm", files / "story.txt", cut, *lm) == 130
     monkeypatch.undo()
     assert [r["step"] for r in metrics(cut) if r["event"] == "step"] == list(range(1, 7))
@@ -132,6 +140,35 @@ def test_lm_trains_the_modern_block(files, tmp_path, capsys):
     )
 
 
+def test_mlm_pretrains_resumes_exactly_and_fills_masks(files, tmp_path, capsys, monkeypatch):
+    """`train mlm` on a text file: held-out masked-token accuracy in results.json, a resumed
+    run logs the uninterrupted one's rows exactly (the same windows and the same masks), and
+    `fill-mask` shows the guesses of the trained model."""
+    mlm = ("--max-steps", "8", "--max-len", "16", "--vocab-size", "60", "--log-every", "1")
+    run = tmp_path / "mlm"
+    assert train("mlm", files / "story.txt", run, *mlm, "--whole-word-mask") == 0
+    results = json.loads((run / "results.json").read_text())
+    assert 0.0 <= results["val_masked_accuracy_full"] <= 1.0  # a file has no test split
+    assert "[MASK] = " in capsys.readouterr().out
+
+    cut = tmp_path / "cut"
+    interrupt_after(3, monkeypatch)
+    assert train("mlm", files / "story.txt", cut, *mlm, "--whole-word-mask") == 130
+    monkeypatch.undo()
+    assert main(["train", "mlm", "--resume", str(cut)]) == 0
+    assert metrics(cut) == metrics(run)
+    capsys.readouterr()
+    assert (
+        main(["fill-mask", "--model", str(run), "the cat [MASK] on the mat.", "--top-k", "3"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[MASK] 1:" and len(out) == 5 and out[-1].startswith("the cat ")
+    model, tokenizer = load_run(run)
+    guesses = fill_mask(model, tokenizer, "the cat [MASK] on the mat.", top_k=3)[0]
+    assert [line.split()[1] for line in out[1:4]] == [token for token, _ in guesses]
+    assert sum(p for _, p in guesses) <= 1.0 and guesses[0][1] >= guesses[1][1]
+
+
 def test_translate_trains_and_translates(files, tmp_path, capsys):
     run = tmp_path / "tr"
     assert (
@@ -192,6 +229,11 @@ def test_classify_learns_the_reviews(files, tmp_path, capsys):
         (["train", "lm", "--corpus", "austen", "--data", "x.txt"], "give --corpus or --data"),
         (["train", "lm", "--resume", "."], "is not a training run"),
         (["generate", "--model", "nowhere"], "nowhere does not exist"),
+        (
+            ["train", "mlm", "--data", "README.md", "--tokenizer", "bpe", "--max-steps", "1"],
+            "needs a tokenizer with a [MASK] token (wordpiece), not 'bpe'",
+        ),
+        (["train", "mlm", "--mask-prob", "0", "--max-steps", "1"], "--mask-prob must be in (0, 1)"),
     ],
 )
 def test_user_errors_are_one_line(argv, message, capsys):
@@ -233,3 +275,103 @@ def test_a_compiled_run_saves_the_plain_models_keys(files, tmp_path):
     model = load_checkpoint(run)
     assert not any("_orig_mod" in k for k in model.state_dict())
     assert isinstance(model, GPT)
+
+
+@pytest.fixture(scope="module")
+def mlm_run(files, tmp_path_factory):
+    """A tiny masked-LM pretrained on the story, its tokenizer WordPiece."""
+    run = tmp_path_factory.mktemp("pretrained") / "mlm"
+    extra = ("--max-steps", "4", "--max-len", "32", "--vocab-size", "80", "--no-test")
+    assert train("mlm", files / "story.txt", run, *extra) == 0
+    return run
+
+
+def encoder_state(model):
+    return {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("head.")}
+
+
+def test_classify_init_starts_from_exactly_the_pretrained_encoder(files, mlm_run):
+    from glassformer import RunConfig
+    from glassformer.training.tasks import build_task
+
+    source, source_tok = load_run(mlm_run)
+    config = RunConfig(task="classify", data=str(files / "reviews.csv"), init=str(mlm_run),
+                       max_len=32, max_steps=1)  # fmt: skip
+    task = build_task(config)
+    mine = encoder_state(task.model)
+    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith("lm_head.")}
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert task.tokenizer.to_json() == source_tok.to_json()
+    assert task.model.head.out_features == 2
+
+
+@pytest.mark.parametrize(
+    "options, encoder_moves",
+    [
+        ((), True),
+        (("--linear-probe",), False),
+        (("--freeze-encoder-steps", "6"), False),  # frozen for the whole (6-step) run
+        (("--encoder-lr", "1e-4"), True),
+    ],
+)
+def test_classify_init_fine_tunes_or_freezes_the_encoder(files, mlm_run, tmp_path, options,
+                                                         encoder_moves):  # fmt: skip
+    run = tmp_path / "clf"
+    argv = ("--init", str(mlm_run), "--max-len", "32", "--max-steps", "6", "--no-test")
+    assert train("classify", files / "reviews.csv", run, *argv, *options) == 0
+    before = encoder_state(build_task_model(files, mlm_run))
+    after = encoder_state(load_checkpoint(run))
+    moved = any(not torch.equal(before[k], after[k]) for k in before)
+    assert moved == encoder_moves
+    assert main(["classify", "--model", str(run), "a great fun film"]) == 0
+
+
+def build_task_model(files, mlm_run):
+    from glassformer import RunConfig
+    from glassformer.training.tasks import build_task
+
+    config = RunConfig(task="classify", data=str(files / "reviews.csv"), init=str(mlm_run),
+                       max_len=32, max_steps=1)  # fmt: skip
+    return build_task(config).model
+
+
+def test_the_encoders_rate_is_its_own_and_zero_while_frozen():
+    from glassformer.training.optim import group_lr, make_optimizer
+
+    model = torch.nn.ModuleDict({"encoder": torch.nn.Linear(3, 3), "head": torch.nn.Linear(3, 2)})
+    parts = {"encoder.": {"lr_scale": 0.1, "frozen_until": 5}}
+    optimizer = make_optimizer(model, lr=1e-3, parts=parts)
+    rates = {
+        (id(p), step): group_lr(g, 1e-3, step)
+        for g in optimizer.param_groups
+        for p in g["params"]
+        for step in (4, 5)
+    }
+    enc, head = model["encoder"].weight, model["head"].weight
+    assert rates[(id(enc), 4)] == 0.0 and rates[(id(enc), 5)] == pytest.approx(1e-4)
+    assert rates[(id(head), 4)] == rates[(id(head), 5)] == 1e-3
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == 4
+
+
+def test_init_errors_are_one_line(files, mlm_run, tmp_path, capsys):
+    lm = tmp_path / "lm"
+    train("lm", files / "story.txt", lm, "--max-steps", "1", "--block-size", "16", "--no-test")
+    reviews = ["train", "classify", "--data", str(files / "reviews.csv"), "--max-steps", "1"]
+    cases = [
+        (["--init", str(lm)], "holds a 'gpt' model; a classifier starts from an encoder"),
+        (
+            ["--init", str(mlm_run), "--d-model", "64"],
+            "gives the model's shape; leave out --d-model",
+        ),
+        (["--init", str(mlm_run), "--max-len", "64"], "--max-len 64 is longer than --init"),
+        (["--linear-probe"], "--linear-probe is for fine-tuning a pretrained encoder: give --init"),
+        (["--init", str(mlm_run), "--framework", "keras"], "--init cannot be used with"),
+    ]
+    capsys.readouterr()
+    for extra, message in cases:
+        assert main([*reviews, *extra]) == 2, extra
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and message in errors[0], errors
+    assert main(["train", "lm", "--init", str(mlm_run), "--max-steps", "1"]) == 2
+    assert "--init starts a classifier (classify), not 'lm'" in capsys.readouterr().err

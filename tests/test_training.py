@@ -192,3 +192,23 @@ def test_bf16_autocast_trains_and_evaluates(tmp_path):
 def test_bad_train_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
+
+
+def test_mlm_loss_scores_only_the_masked_positions():
+    """The masked-LM loss is the cross-entropy of the full model's logits at the masked
+    positions, summed; the logits it computes are those rows only (labelled_only)."""
+    from glassformer import EncoderLM, EncoderLMConfig
+    from glassformer.data.masking import mask_tokens
+
+    torch.manual_seed(0)
+    model = EncoderLM(EncoderLMConfig.preset("tiny", vocab_size=50, max_len=24, dropout=0.0))
+    ids = torch.randint(5, 50, (3, 24))
+    inputs, labels = mask_tokens(ids, mask_id=4, vocab_size=50, special_ids=[0, 1, 2, 3])
+    loss, count = loss_for("mlm")(model, (inputs, labels))
+    full = model(inputs).logits  # (B, T, V)
+    scored = labels != -100
+    expected = torch.nn.functional.cross_entropy(full[scored], labels[scored], reduction="sum")
+    assert count == int(scored.sum()) and 0 < count < ids.numel()
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-5)
+    rows = model(inputs, labels=labels, labelled_only=True).logits
+    torch.testing.assert_close(rows, full[scored], rtol=1e-6, atol=1e-6)

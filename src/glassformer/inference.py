@@ -1,5 +1,5 @@
 """Using a trained model: load a run, and (for the CLI and evaluation alike) translate or
-classify texts with it.
+classify texts with it, or fill in a masked word.
 
     >>> model, tokenizer = glassformer.load_run("runs/lm")              # doctest: +SKIP
 """
@@ -148,4 +148,35 @@ def classify_texts(
             probs = model(ids).logits.float().softmax(-1)
             p, k = probs.max(-1)
             out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]
+    return out
+
+
+@torch.no_grad()
+def fill_mask(
+    model: Any, tokenizer: Any, text: str, *, top_k: int = 5
+) -> list[list[tuple[str, float]]]:
+    """The ``top_k`` (token, probability) guesses for each ``[MASK]`` in ``text``, in order.
+
+    Raises:
+        ValueError: the text has no [MASK], or the tokenizer has none.
+    """
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if mask_id is None:
+        raise ValueError("the tokenizer has no [MASK] token")
+    ids = tokenizer.encode(text)
+    positions = [i for i, t in enumerate(ids) if t == mask_id]
+    if not positions:
+        raise ValueError(f"{text!r} has no [MASK] to fill")
+    limit = model.config.max_len
+    if len(ids) > limit:
+        raise ValueError(f"the text is {len(ids)} tokens; the model reads at most {limit}")
+    was_training = model.training
+    model.eval()
+    logits = model(torch.tensor([ids], device=device_of(model))).logits[0]  # (T, V)
+    model.train(was_training)
+    out = []
+    for position in positions:
+        probs = logits[position].float().softmax(-1)
+        p, k = probs.topk(min(top_k, probs.numel()))
+        out.append([(tokenizer.id_to_token(int(i)), float(q)) for q, i in zip(p, k, strict=True)])
     return out

@@ -78,12 +78,16 @@ class EncoderLM(PretrainedModel):
         mask: Tensor | None = None,
         attention_mask: Tensor | None = None,
         need_weights: bool = False,
+        labelled_only: bool = False,
     ) -> ModelOutput:
         """Vocabulary logits at every position.
 
         Args:
             ids: token ids (B, T), possibly with some replaced by a mask token.
             labels: (B, T) target ids; -100 marks positions not to score.
+            labelled_only: with ``labels``, the logits of the scored positions only, as
+                (N, V) in row-major order: masked-LM training scores 15% of the tokens, so
+                this spares 85% of the vocabulary head's work.
             mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
                 (and no ``attention_mask`` is given).
             attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
@@ -93,6 +97,13 @@ class EncoderLM(PretrainedModel):
         mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed(ids)  # (B, T, D)
         x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
-        logits = self.lm_head(x)  # (B, T, V)
+        if labelled_only:
+            if labels is None:
+                raise ValueError("labelled_only needs labels")
+            scored = labels != -100  # (B, T)
+            logits = self.lm_head(x[scored])  # (N, V)
+            labels = labels[scored]  # (N,)
+        else:
+            logits = self.lm_head(x)  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, encoder_attentions=attentions)

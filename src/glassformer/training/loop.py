@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from glassformer.errors import NonFiniteLossError
 from glassformer.training.distributed import Distributed, is_sharded, no_gradient_sync
+from glassformer.training.optim import group_lr
 from glassformer.training.schedules import Schedule
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int]]
@@ -188,7 +189,7 @@ def train(
             skips_in_a_row = 0
             lr = schedule.lr_at(state.step, _time_progress(state, config))
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = group_lr(group, lr, state.step)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             seconds = world.max(time.perf_counter() - started)  # ranks agree when to stop

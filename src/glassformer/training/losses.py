@@ -66,6 +66,14 @@ def classify_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, label_smoot
     return token_cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
 
+def mlm_loss(model: nn.Module, batch: tuple[Tensor, Tensor], *, label_smoothing: float = 0.0):
+    """Masked-LM loss: batch = (inputs (B, T), labels (B, T), -100 where not masked); only
+    the masked positions are scored, and only their logits are computed."""
+    inputs, labels = batch
+    logits = model(inputs, labels=labels, labelled_only=True).logits  # (N, V)
+    return token_cross_entropy(logits, labels[labels != -100], label_smoothing=label_smoothing)
+
+
 def _config(model: nn.Module):
     """The model's config, through a ``DistributedDataParallel`` wrapper."""
     return getattr(model, "module", model).config
@@ -75,11 +83,12 @@ LOSSES: dict[str, Callable[..., tuple[Tensor, int]]] = {
     "lm": lm_loss,
     "translate": seq2seq_loss,
     "classify": classify_loss,
+    "mlm": mlm_loss,
 }
 
 
 def loss_for(task: str, label_smoothing: float = 0.0):
-    """The loss function of a task ("lm", "translate", "classify")."""
+    """The loss function of a task ("lm", "translate", "classify", "mlm")."""
     if task not in LOSSES:
         raise ValueError(f"task must be one of {sorted(LOSSES)}, got {task!r}")
     if not 0.0 <= label_smoothing < 1.0:

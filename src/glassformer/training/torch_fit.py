@@ -20,6 +20,7 @@ from glassformer.training.optim import make_optimizer
 from glassformer.training.run import Checkpointer, MetricsLog, ProgressBar, restore, start_run_dir
 from glassformer.training.schedules import Schedule
 from glassformer.training.tasks import Task
+from glassformer.training.tasks.classify import ENCODER_PARTS
 
 
 def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainConfig]:
@@ -46,6 +47,17 @@ def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainC
     return schedule, loop_config
 
 
+def encoder_parts(config: RunConfig) -> dict[str, dict[str, float]] | None:
+    """A fine-tuned classifier's pretrained parts: their own rate and freezing."""
+    if config.init is None:
+        return None
+    options = {
+        "lr_scale": (config.encoder_lr or filled(config.lr)) / filled(config.lr),
+        "frozen_until": config.freeze_encoder_steps,
+    }
+    return {f"{part}.": options for part in ENCODER_PARTS}
+
+
 def train_torch(
     config: RunConfig,
     task: Task,
@@ -66,7 +78,11 @@ def train_torch(
     stepped: Any = distributed.wrap(model, world, config.strategy)
     stepped = torch.compile(stepped) if config.compile else stepped
     optimizer = make_optimizer(
-        model, filled(config.optimizer), lr=filled(config.lr), weight_decay=config.weight_decay
+        model,
+        filled(config.optimizer),
+        lr=filled(config.lr),
+        weight_decay=config.weight_decay,
+        parts=encoder_parts(config),
     )
     if config.bf16 and cpu_without_bf16(model) and world.is_main:
         print(

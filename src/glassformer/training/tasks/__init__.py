@@ -1,6 +1,6 @@
-"""The training tasks, one module each: ``lm`` (a GPT), ``translate`` (an encoder-decoder)
-and ``classify`` (an encoder classifier). ``build_task`` makes the one a ``RunConfig``
-asks for."""
+"""The training tasks, one module each: ``lm`` (a GPT), ``translate`` (an encoder-decoder),
+``classify`` (an encoder classifier) and ``mlm`` (an encoder pretrained by filling in
+masked words). ``build_task`` makes the one a ``RunConfig`` asks for."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from glassformer.training.tasks.common import (
     tokenizer_files,
 )
 from glassformer.training.tasks.lm import lm_task
+from glassformer.training.tasks.mlm import mlm_task
 from glassformer.training.tasks.translate import translate_task
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "data_options",
     "load_splits",
     "lm_task",
+    "mlm_task",
     "tokenizer_files",
     "translate_task",
 ]
@@ -107,6 +109,21 @@ def build_task(
         )
     if config.num_layers:
         overrides["num_layers"] = config.num_layers
+    if config.task == "mlm":
+        return mlm_task(
+            data,
+            max_len=filled(config.max_len),
+            model_overrides=overrides,
+            mask_prob=config.mask_prob,
+            whole_word_mask=config.whole_word_mask,
+            **common,
+        )
     return classify_task(
-        data, max_len=filled(config.max_len), model_overrides=overrides, labels=labels, **common
+        data,
+        max_len=filled(config.max_len),
+        model_overrides=overrides,
+        labels=labels,
+        init=config.init,
+        linear_probe=config.linear_probe,
+        **common,
     )

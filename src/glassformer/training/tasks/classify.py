@@ -7,6 +7,7 @@ accuracy on the test split; the show is a few validation texts with their verdic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from torch import nn
 
 from glassformer.inference import classify_texts, truncate
 from glassformer.models import ClassifierConfig, TransformerClassifier
+from glassformer.models.base import ModelConfig
 from glassformer.training.evaluation import score
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import (
@@ -37,11 +39,19 @@ def classify_task(
     max_len: int = 256,
     tokenizer=None,
     labels: list[str] | None = None,
+    init: str | None = None,
+    linear_probe: bool = False,
     show_count: int = 6,
 ) -> Task:
     from glassformer.data.batching import BucketBatches, collate_labelled
     from glassformer.data.tokenizers import train_tokenizer
 
+    source = None
+    if init is not None:  # the encoder, and its tokenizer, come from a pretrained model
+        source, init_tokenizer = load_pretrained_encoder(init, max_len, model_overrides)
+        if tokenizer is not None and tokenizer.to_json() != init_tokenizer.to_json():
+            raise ValueError(f"the run's tokenizer is not the one of --init {init}")
+        tokenizer = init_tokenizer
     train_rows, val_rows, test_rows, description = load_splits(opts)
     if opts.max_examples:
         train_rows = train_rows[: opts.max_examples]
@@ -66,17 +76,20 @@ def classify_task(
         ]
 
     train_ex, val_ex = encode(train_rows), encode(val_rows)
-    config = ClassifierConfig.preset(
-        preset,
-        **{
-            "vocab_size": tok.vocab_size,
-            "num_classes": len(labels),
-            "max_len": max_len,
-            "pad_id": tok.pad_id,
-            **model_overrides,
-        },
-    )
-    model = TransformerClassifier(config)
+    if source is not None:
+        model = classifier_from_encoder(source, len(labels), linear_probe=linear_probe)
+    else:
+        config = ClassifierConfig.preset(
+            preset,
+            **{
+                "vocab_size": tok.vocab_size,
+                "num_classes": len(labels),
+                "max_len": max_len,
+                "pad_id": tok.pad_id,
+                **model_overrides,
+            },
+        )
+        model = TransformerClassifier(config)
 
     def collate(examples):
         return collate_labelled([i for i, _ in examples], [y for _, y in examples], tok.pad_id)
@@ -135,6 +148,54 @@ def classify_task(
         description=description,
         test=test,
     )
+
+
+# The parts of a model that a classifier's encoder is (the same modules, the same names).
+ENCODER_PARTS = ("embed", "encoder")
+
+
+def load_pretrained_encoder(
+    init: str, max_len: int, model_overrides: dict[str, Any]
+) -> tuple[Any, Any]:
+    """(model, tokenizer) of what ``--init`` names, checked to be an encoder a classifier can
+    start from: a ``glassformer train mlm`` run (or its checkpoint directory)."""
+    from glassformer.inference import load_run
+
+    if model_overrides:
+        raise ValueError(
+            f"--init {init} gives the model's shape; leave out "
+            f"{', '.join('--' + k.replace('_', '-') for k in sorted(model_overrides))}"
+        )
+    model, tokenizer = load_run(init)
+    if getattr(model, "kind", None) != "encoder_lm":
+        raise ValueError(
+            f"--init {init} holds a {getattr(model, 'kind', type(model).__name__)!r} model; "
+            "a classifier starts from an encoder: an mlm run (glassformer train mlm)"
+        )
+    if max_len > model.config.max_len:
+        raise ValueError(
+            f"--max-len {max_len} is longer than --init {init} reads ({model.config.max_len})"
+        )
+    return model, tokenizer
+
+
+def classifier_from_encoder(
+    source: Any, num_classes: int, *, linear_probe: bool = False
+) -> TransformerClassifier:
+    """A classifier whose embeddings and encoder are ``source``'s (copied; its head is new):
+    the shared ``ModelConfig`` fields are the source's. ``linear_probe`` freezes them."""
+    shared = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(ModelConfig)}
+    config = ClassifierConfig(
+        vocab_size=source.config.vocab_size,
+        num_classes=num_classes,
+        num_layers=source.config.num_layers,
+        **shared,
+    )
+    model = TransformerClassifier(config)
+    for part in ENCODER_PARTS:
+        getattr(model, part).load_state_dict(getattr(source, part).state_dict())
+        getattr(model, part).requires_grad_(not linear_probe)
+    return model
 
 
 def _check_labels(

@@ -1,4 +1,4 @@
-"""What the three tasks share: where the text comes from, the ``Task`` they build, and
+"""What the tasks share: where the text comes from, the ``Task`` they build, and
 the resumable batch stream.
 
 A task turns a ``RunConfig``'s data and model options (a corpus name or the user's file,
@@ -99,11 +99,12 @@ def load_splits(opts: DataOptions):
     """(train, validation, test) for the task, from the bundled corpus or the user's file."""
     from glassformer.data import corpora, files
 
+    task = "lm" if opts.task == "mlm" else opts.task  # both read plain text
     if opts.corpus:
-        s = corpora.load_corpus(opts.corpus, opts.task)
+        s = corpora.load_corpus(opts.corpus, task)
         return s.train, s.validation, s.test, s.description
     path = str(opts.data)  # DataOptions holds a corpus or a file
-    if opts.task == "lm":
+    if task == "lm":
         text = files.read_text(path)
         cut = int(len(text) * (1 - opts.validation_fraction))
         return text[:cut], text[cut:], "", f"{path}: {len(text):,} characters"
