@@ -375,3 +375,60 @@ def test_init_errors_are_one_line(files, mlm_run, tmp_path, capsys):
         assert len(errors) == 1 and message in errors[0], errors
     assert main(["train", "lm", "--init", str(mlm_run), "--max-steps", "1"]) == 2
     assert "--init starts a classifier (classify), not 'lm'" in capsys.readouterr().err
+
+
+def test_classify_init_from_minilm_reads_minilms_own_features(files):
+    """--init all-MiniLM-L6-v2: a BertClassifier whose pooled features (the head's input)
+    are MiniLM's sentence embeddings before normalisation, from the same framed ids."""
+    from glassformer import BertClassifier, RunConfig, SentenceEncoder
+    from glassformer.data.batching import pad_batch
+    from glassformer.inference import classifier_inputs
+    from glassformer.training.tasks import build_task
+
+    config = RunConfig(task="classify", data=str(files / "reviews.csv"), init="all-MiniLM-L6-v2",
+                       max_len=32, max_steps=1)  # fmt: skip
+    task = build_task(config)
+    model, tok = task.model.eval(), task.tokenizer
+    assert isinstance(model, BertClassifier) and model.config.num_layers == 6
+    minilm = SentenceEncoder.from_pretrained("all-MiniLM-L6-v2")
+    texts = ["a great fun film, I loved every minute", "awful and slow"]
+    rows = classifier_inputs(model, tok, texts, 32)
+    assert rows == minilm.tokenize(texts)  # [CLS] ... [SEP]
+    seen = []
+    model.head.register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        model(pad_batch(rows, tok.pad_id))
+    features = torch.nn.functional.normalize(seen[0], dim=-1)
+    torch.testing.assert_close(features, minilm.encode(texts), rtol=0, atol=1e-5)
+
+
+def test_classify_init_from_minilm_trains_saves_and_classifies(files, tmp_path, capsys):
+    run = tmp_path / "minilm-clf"
+    argv = ("--init", "all-MiniLM-L6-v2", "--max-len", "32", "--max-steps", "3")
+    assert train("classify", files / "reviews.csv", run, *argv, "--encoder-lr", "5e-5") == 0
+    capsys.readouterr()
+    assert main(["classify", "--model", str(run), "a great fun film"]) == 0
+    label, p, text = capsys.readouterr().out.strip().split("\t")
+    assert label in ("pos", "neg") and 0.5 <= float(p) <= 1.0 and text == "a great fun film"
+    assert load_checkpoint(run).kind == "bert_classifier"
+
+
+def test_classify_init_from_a_hugging_face_bert_directory(files, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    words = "a great fun film wonderful and moving acting , loved it dull boring mess awful slow"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(words.split()))]
+    bert = tmp_path / "bert"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=40)  # fmt: skip
+    transformers.BertModel(config).save_pretrained(bert)
+    (bert / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    run = tmp_path / "clf"
+    assert train("classify", files / "reviews.csv", run, "--init", str(bert), "--max-len", "32",
+                 "--max-steps", "2") == 0  # fmt: skip
+    model = load_checkpoint(run)
+    assert model.kind == "bert_classifier" and model.config.num_layers == 2
+    capsys.readouterr()
+    assert main(["classify", "--model", str(run), "a great fun film"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in ("pos", "neg")

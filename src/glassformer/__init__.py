@@ -7,6 +7,8 @@ from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 from glassformer.models import (
     GPT,
+    BertClassifier,
+    BertClassifierConfig,
     BertConfig,
     BertEncoder,
     ClassifierConfig,
@@ -43,6 +45,8 @@ from glassformer.training import RunConfig, RunResult, fit
 __all__ = [
     "__version__",
     "GPT",
+    "BertClassifier",
+    "BertClassifierConfig",
     "BertConfig",
     "BertEncoder",
     "ClassifierConfig",

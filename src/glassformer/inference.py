@@ -46,7 +46,7 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
         raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
     model = load_checkpoint(path, kind=kind)
     ckpt = resolve_checkpoint_dir(path)
-    if not (ckpt / "tokenizer.json").is_file():
+    if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         raise ValueError(f"{ckpt} has no tokenizer.json; was it written by `glassformer train`?")
     tokenizer = load_tokenizer(ckpt)
     vocab = getattr(model.config, "vocab_size", None) or model.config.tgt_vocab_size
@@ -126,6 +126,21 @@ def _until_eos(ids: list[int], eos_id: int) -> list[int]:
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
+def classifier_inputs(
+    model: Any, tokenizer: Any, texts: list[str], max_len: int
+) -> list[list[int]]:
+    """The ids a classifier reads for each text, at most ``max_len`` (head and tail kept).
+    A BERT-style one (fine-tuned from all-MiniLM-L6-v2 or BERT) reads them framed by
+    ``[CLS]`` and ``[SEP]``, as it was pretrained."""
+    framed = getattr(model, "kind", None) == "bert_classifier"
+    limit = max_len - 2 if framed else max_len
+    out = []
+    for ids in tokenizer.encode_batch(texts):
+        ids = truncate(ids, limit) or ([] if framed else [tokenizer.unk_id])
+        out.append([tokenizer.bos_id, *ids, tokenizer.eos_id] if framed else ids)
+    return out
+
+
 def classify_texts(
     model,
     tokenizer,
@@ -136,8 +151,7 @@ def classify_texts(
     batch_size: int = 64,
 ) -> list[tuple[str, float]]:
     """(label, probability) for each text."""
-    limit = max_len or model.config.max_len
-    encoded = [truncate(i, limit) or [tokenizer.unk_id] for i in tokenizer.encode_batch(texts)]
+    encoded = classifier_inputs(model, tokenizer, texts, max_len or model.config.max_len)
     out: list[tuple[str, float]] = []
     device = device_of(model)
     model.eval()

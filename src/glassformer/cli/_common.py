@@ -10,7 +10,7 @@ from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
 
 
-def load_model_dir(path: str, kind: str) -> tuple[Any, Any, Path]:
+def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:
     """(model, tokenizer, checkpoint dir) from a run directory or a checkpoint directory."""
     model, tokenizer = load_run(path, kind=kind)
     return model, tokenizer, resolve_checkpoint_dir(path)

@@ -12,6 +12,8 @@ from glassformer.cli._common import inputs, load_model_dir
 from glassformer.inference import classify_texts, read_labels
 
 HELP = "classify texts with a trained classifier"
+# trained from scratch, or fine-tuned from a BERT-style encoder (train classify --init)
+CLASSIFIER_KINDS = ("classifier", "bert_classifier")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tok, ckpt = load_model_dir(args.model, "classifier")
+    model, tok, ckpt = load_model_dir(args.model, None)
+    if model.kind not in CLASSIFIER_KINDS:
+        raise ValueError(f"{ckpt} holds a {model.kind!r} model, expected 'classifier'")
     labels = read_labels(ckpt)
     if len(labels) != model.config.num_classes:
         raise ValueError(

@@ -1,7 +1,13 @@
 """Whole models assembled from the building blocks, each built from a dataclass config."""
 
 from glassformer.models.base import MODEL_KINDS, ModelOutput, PretrainedModel
-from glassformer.models.bert import BertConfig, BertEncoder, BertOutput
+from glassformer.models.bert import (
+    BertClassifier,
+    BertClassifierConfig,
+    BertConfig,
+    BertEncoder,
+    BertOutput,
+)
 from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
 from glassformer.models.gpt import GPT, GPTConfig
@@ -11,6 +17,8 @@ from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 __all__ = [
     "GPT",
     "MODEL_KINDS",
+    "BertClassifier",
+    "BertClassifierConfig",
     "BertConfig",
     "BertEncoder",
     "BertOutput",

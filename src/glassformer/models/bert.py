@@ -16,8 +16,16 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import Activation, ModelConfig, Positional, PretrainedModel
-from glassformer.models.common import key_mask, layer_options
+from glassformer.models.base import (
+    Activation,
+    ModelConfig,
+    ModelOutput,
+    Pooling,
+    Positional,
+    PretrainedModel,
+    cross_entropy,
+)
+from glassformer.models.common import key_mask, layer_options, pool
 from glassformer.modules.layers import Encoder
 from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
@@ -126,3 +134,54 @@ class BertEncoder(PretrainedModel):
         hidden, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))
         return BertOutput(hidden, pooled, attentions)
+
+
+@dataclass(kw_only=True)
+class BertClassifierConfig(BertConfig):
+    """Configuration of ``BertClassifier``: a BERT-style encoder and a classification head
+    on its pooled states (``pooling``: "mean" over real tokens, as all-MiniLM-L6-v2 pools,
+    "cls" or "max"). No pooler by default."""
+
+    num_classes: int = 2
+    pooling: Pooling = "mean"
+    pooler: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
+
+
+class BertClassifier(BertEncoder):
+    """A BERT-style encoder (pretrained: all-MiniLM-L6-v2, a BERT directory) fine-tuned to
+    classify: ids (B, T) → hidden (B, T, D) → pooled (B, D) → dropout → Linear → (B, C)."""
+
+    kind = "bert_classifier"
+    config_class = BertClassifierConfig
+    config: BertClassifierConfig
+
+    def __init__(self, config: BertClassifierConfig) -> None:
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.d_model, config.num_classes)
+        self._init_weights(self.head)
+
+    def forward(  # type: ignore[override]
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Class logits (B, C), and their cross-entropy with ``labels`` (B,) when given; the
+        other arguments are ``BertEncoder.forward``'s."""
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
+        hidden, _, attentions = super().forward(
+            ids, token_type_ids=token_type_ids, mask=mask, need_weights=need_weights
+        )
+        logits = self.head(self.dropout(pool(hidden, mask, self.config.pooling)))  # (B, C)
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        return ModelOutput(logits, loss, encoder_attentions=attentions)

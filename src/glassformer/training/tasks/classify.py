@@ -13,8 +13,14 @@ from typing import Any
 
 from torch import nn
 
-from glassformer.inference import classify_texts, truncate
-from glassformer.models import ClassifierConfig, TransformerClassifier
+from glassformer.inference import classifier_inputs, classify_texts
+from glassformer.models import (
+    BertClassifier,
+    BertClassifierConfig,
+    BertConfig,
+    ClassifierConfig,
+    TransformerClassifier,
+)
 from glassformer.models.base import ModelConfig
 from glassformer.training.evaluation import score
 from glassformer.training.losses import loss_for
@@ -68,14 +74,6 @@ def classify_task(
         lowercase=opts.lowercase,
     )
 
-    def encode(rows):
-        ids = tok.encode_batch([t for t, _ in rows])
-        return [
-            (truncate(i, max_len) or [tok.unk_id], label_id[y])
-            for i, (_, y) in zip(ids, rows, strict=True)
-        ]
-
-    train_ex, val_ex = encode(train_rows), encode(val_rows)
     if source is not None:
         model = classifier_from_encoder(source, len(labels), linear_probe=linear_probe)
     else:
@@ -90,6 +88,12 @@ def classify_task(
             },
         )
         model = TransformerClassifier(config)
+
+    def encode(rows):
+        ids = classifier_inputs(model, tok, [t for t, _ in rows], max_len)
+        return [(i, label_id[y]) for i, (_, y) in zip(ids, rows, strict=True)]
+
+    train_ex, val_ex = encode(train_rows), encode(val_rows)
 
     def collate(examples):
         return collate_labelled([i for i, _ in examples], [y for _, y in examples], tok.pad_id)
@@ -150,27 +154,38 @@ def classify_task(
     )
 
 
-# The parts of a model that a classifier's encoder is (the same modules, the same names).
+# The parts of a model that a classifier's encoder is (the same modules, the same names),
+# and the kinds of model that have them.
 ENCODER_PARTS = ("embed", "encoder")
+ENCODER_KINDS = ("encoder_lm", "bert", "sentence")
 
 
 def load_pretrained_encoder(
     init: str, max_len: int, model_overrides: dict[str, Any]
 ) -> tuple[Any, Any]:
     """(model, tokenizer) of what ``--init`` names, checked to be an encoder a classifier can
-    start from: a ``glassformer train mlm`` run (or its checkpoint directory)."""
+    start from: a ``glassformer train mlm`` run (or its checkpoint directory),
+    all-MiniLM-L6-v2, a sentence-transformers directory or a Hugging Face BERT directory."""
+    from pathlib import Path
+
     from glassformer.inference import load_run
+    from glassformer.models.sentence import SentenceEncoder
 
     if model_overrides:
         raise ValueError(
             f"--init {init} gives the model's shape; leave out "
             f"{', '.join('--' + k.replace('_', '-') for k in sorted(model_overrides))}"
         )
-    model, tokenizer = load_run(init)
-    if getattr(model, "kind", None) != "encoder_lm":
+    if (Path(init) / "modules.json").is_file():
+        model = SentenceEncoder.from_pretrained(init)
+        tokenizer = model.tokenizer
+    else:
+        model, tokenizer = load_run(init)
+    kind = getattr(model, "kind", type(model).__name__)
+    if kind not in ENCODER_KINDS:
         raise ValueError(
-            f"--init {init} holds a {getattr(model, 'kind', type(model).__name__)!r} model; "
-            "a classifier starts from an encoder: an mlm run (glassformer train mlm)"
+            f"--init {init} holds a {kind!r} model; a classifier starts from an encoder: an mlm "
+            "run (glassformer train mlm), all-MiniLM-L6-v2, or a BERT directory"
         )
     if max_len > model.config.max_len:
         raise ValueError(
@@ -179,19 +194,24 @@ def load_pretrained_encoder(
     return model, tokenizer
 
 
-def classifier_from_encoder(
-    source: Any, num_classes: int, *, linear_probe: bool = False
-) -> TransformerClassifier:
+def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool = False) -> Any:
     """A classifier whose embeddings and encoder are ``source``'s (copied; its head is new):
-    the shared ``ModelConfig`` fields are the source's. ``linear_probe`` freezes them."""
-    shared = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(ModelConfig)}
-    config = ClassifierConfig(
-        vocab_size=source.config.vocab_size,
-        num_classes=num_classes,
-        num_layers=source.config.num_layers,
-        **shared,
-    )
-    model = TransformerClassifier(config)
+    a ``TransformerClassifier`` for glassformer's encoder LM, a ``BertClassifier`` (mean
+    pooling) for a BERT-style encoder. ``linear_probe`` freezes what was copied."""
+    model: Any
+    if source.kind == "encoder_lm":
+        shared = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(ModelConfig)}
+        config = ClassifierConfig(
+            vocab_size=source.config.vocab_size,
+            num_classes=num_classes,
+            num_layers=source.config.num_layers,
+            **shared,
+        )
+        model = TransformerClassifier(config)
+    else:  # bert, sentence: BertConfig's fields are the encoder's shape
+        bert = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(BertConfig)}
+        bert.pop("pooler")
+        model = BertClassifier(BertClassifierConfig(**bert, num_classes=num_classes))
     for part in ENCODER_PARTS:
         getattr(model, part).load_state_dict(getattr(source, part).state_dict())
         getattr(model, part).requires_grad_(not linear_probe)
