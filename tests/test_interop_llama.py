@@ -140,3 +140,28 @@ def test_left_padded_generation_equals_llama(tmp_path):
         ids, attention_mask=attention_mask, max_new_tokens=12, do_sample=False, pad_token_id=0
     )
     assert torch.equal(ours.generate(ids, 12, attention_mask=attention_mask), ref)
+
+
+def test_a_llama_is_built_around_the_weights_read_not_a_copy_of_them():
+    """model_holding builds on the meta device and takes the tensors themselves: no random
+    initial weights, no second copy; the rotary frequencies and the tie are made again, and
+    the model computes what one built the ordinary way computes."""
+    from glassformer import GPT, GPTConfig
+    from glassformer.interop._hf import model_holding
+
+    torch.manual_seed(0)
+    config = GPTConfig.preset("llama-tiny", vocab_size=64, rope_theta=50000.0)
+    reference = GPT(config).eval()
+    state = {k: v.clone() for k, v in reference.state_dict().items()}
+    model = model_holding(GPT, config, state)
+    name = "blocks.layers.1.feed_forward.gate_proj.weight"
+    assert model.get_parameter(name).data_ptr() == state[name].data_ptr()  # not copied
+    assert model.lm_head.weight is model.embed.token.embedding.weight  # tied again
+    rotary = model.blocks.layers[0].self_attn.rotary
+    assert not rotary.inv_freq.is_meta
+    torch.testing.assert_close(
+        rotary.inv_freq, reference.blocks.layers[0].self_attn.rotary.inv_freq
+    )
+    ids = torch.randint(0, 64, (2, 12))
+    torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    assert not model.training

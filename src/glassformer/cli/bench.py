@@ -12,6 +12,8 @@ several repeats, and prints medians and ratios:
                  (its fast path)
   generate       KV-cache decoding vs Hugging Face generate
   embed          SentenceEncoder (all-MiniLM-L6-v2) vs sentence-transformers
+  smollm2        SmolLM2-135M-Instruct's GGUF: load time and peak memory, and greedy
+                 tokens/s at batch 1 and 8, vs transformers (needs accelerate)
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
   bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
                  side by side and the speed-up (slow; needs a CPU with native bf16)
@@ -37,6 +39,7 @@ SCRIPTS = {
     "classifier": "classifier.py",
     "generate": "generate.py",
     "embed": "embed.py",
+    "smollm2": "smollm2.py",
     "nanogpt-lm": "nanogpt_lm.py",
     "bf16-curve": "bf16_curve.py",
     "malloc": "malloc.py",
@@ -50,6 +53,7 @@ REPEATABLE = {
     "generate",
     "embed",
     "malloc",
+    "smollm2",
 }
 
 

@@ -53,6 +53,35 @@ def load_weights(model: M, state: dict[str, Tensor]) -> M:
     return model.eval()
 
 
+def model_holding(cls: Callable[[Any], M], config: Any, state: dict[str, Tensor]) -> M:
+    """A model of ``config`` whose parameters are ``state``'s tensors themselves, in eval
+    mode: built on the meta device, so no random initial weights are ever allocated (or
+    computed), and the peak memory of a load is the weights once, not twice.
+
+    Buffers that follow from the config (rotary frequencies, sinusoidal tables) are
+    computed again; tied weights are tied again.
+    """
+    with torch.device("meta"):
+        model = cls(config)
+    expected = model.state_dict()
+    for name, value in state.items():
+        if name in expected and value.shape != expected[name].shape:
+            raise CheckpointError(
+                f"the weight for {name} has shape {tuple(value.shape)}, the config "
+                f"asks for {tuple(expected[name].shape)}"
+            )
+    try:
+        model.load_state_dict(state, assign=True)
+    except RuntimeError as e:  # missing or unexpected names
+        raise CheckpointError(f"the weights do not fit the config: {e}") from None
+    for module in model.modules():  # the modules with such buffers have reset_buffers
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            module.reset_buffers()  # type: ignore[operator]
+    if getattr(config, "tie_weights", False):
+        model.tie_weights()  # type: ignore[operator]
+    return model.eval()
+
+
 def read_weights(path: Path) -> dict[str, Tensor]:
     """The tensors of a Hugging Face directory: safetensors (one file or shards) or a
     ``pytorch_model.bin`` unpickled with ``weights_only=True`` (no code runs)."""

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.interop._hf import build_config, model_holding, read_config, read_weights
 from glassformer.models.gpt import GPT, GPTConfig
 
 # glassformer name inside a block → Llama's, for the weights that are simply renamed.
@@ -133,7 +133,7 @@ def load_llama(path: str | Path) -> GPT:
     path = Path(path)
     hf = read_config(path, "llama")
     config = build_config(llama_config, hf, path)
-    return load_weights(GPT(config), from_llama_state(read_weights(path), config))
+    return model_holding(GPT, config, from_llama_state(read_weights(path), config))
 
 
 register_format("llama", "gpt", load_llama)

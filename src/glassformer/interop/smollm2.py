@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from glassformer.checkpoint import register_named
-from glassformer.interop._hf import load_weights
+from glassformer.interop._hf import model_holding
 from glassformer.interop.gguf import GGUFTokenizer, read_gguf, read_gguf_tokenizer, smollm2_path
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.models.gpt import GPT
@@ -22,7 +22,7 @@ def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
     """SmolLM2-135M-Instruct on glassformer's blocks, in eval mode, its weights in ``dtype``."""
     hf, state, _ = read_gguf(smollm2_path(), dtype=dtype)
     config = llama_config(hf)
-    return load_weights(GPT(config).to(dtype), from_llama_state(state, config))
+    return model_holding(GPT, config, from_llama_state(state, config))
 
 
 def smollm2_tokenizer(model: GPT | None = None) -> GGUFTokenizer:

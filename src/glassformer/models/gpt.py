@@ -154,7 +154,11 @@ class GPT(PretrainedModel):
             if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.num_layers))
         if c.tie_weights:
-            self.lm_head.weight = self.embed.token.embedding.weight
+            self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """The output head reads the token embedding (one Parameter for both)."""
+        self.lm_head.weight = self.embed.token.embedding.weight
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -67,8 +67,13 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
         if max_len <= 0:
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
-        self.max_len = max_len
+        self.max_len, self.d_model = max_len, d_model
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def reset_buffers(self) -> None:
+        """Compute the table again (on the CPU): for a model built on the meta device and
+        given its weights afterwards, which do not hold it."""
+        self.pe = sinusoidal_table(self.max_len, self.d_model)
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""

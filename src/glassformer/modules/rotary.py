@@ -42,9 +42,17 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rope_theta must be positive, got {theta}")
         self.head_dim = head_dim
         self.theta = theta
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
         # Not saved in the state dict: it follows from the config.
-        self.register_buffer("inv_freq", 1.0 / theta**exponents, persistent=False)  # (Dh/2,)
+        self.register_buffer("inv_freq", self._frequencies(), persistent=False)  # (Dh/2,)
+
+    def _frequencies(self) -> Tensor:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
+        return 1.0 / self.theta**exponents  # (Dh/2,)
+
+    def reset_buffers(self) -> None:
+        """Compute the frequencies again (on the CPU): for a model built on the meta device
+        and given its weights afterwards, which do not hold them."""
+        self.inv_freq = self._frequencies()
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x`` (B, H, T, Dh) by ``positions`` (B, T) or (T,); same shape back."""
