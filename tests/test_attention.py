@@ -358,3 +358,29 @@ def test_grouped_query_cache_stores_only_the_kv_heads(num_kv_heads):
 def test_bad_num_kv_heads(num_kv_heads):
     with pytest.raises(ValueError, match=f"num_kv_heads.*got {num_kv_heads}"):
         MultiHeadAttention(d_model=16, num_heads=4, num_kv_heads=num_kv_heads)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+def test_grouped_query_fused_path_shares_kv_heads_in_the_kernel_and_equals_the_readable(
+    num_kv_heads, monkeypatch
+):
+    """Without weights, the fused kernel gets the Hkv key/value heads as they are
+    (enable_gqa=True, nothing repeated); outputs and gradients equal the readable path's."""
+    gqa, _ = _gqa_and_its_full_twin(num_kv_heads)
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    mask = torch.tensor([[True] * 6, [False, True, True, True, True, True]])[:, None, None, :]
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        calls.append((q.size(1), k.size(1), kwargs.get("enable_gqa")))
+        return real(q, k, v, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    fused = gqa(x, mask=mask).output
+    (g_fused,) = torch.autograd.grad(fused.square().sum(), x)
+    assert calls == [(4, num_kv_heads, True)]
+    readable = gqa(x, mask=mask, need_weights=True).output
+    (g_readable,) = torch.autograd.grad(readable.square().sum(), x)
+    torch.testing.assert_close(fused, readable, atol=1e-6, rtol=0)
+    torch.testing.assert_close(g_fused, g_readable, atol=1e-6, rtol=0)

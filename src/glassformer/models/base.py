@@ -26,6 +26,7 @@ __all__ = [
     "ConfigBase",
     "ModelConfig",
     "ModelOutput",
+    "Norm",
     "Pooling",
     "Positional",
     "PretrainedModel",
@@ -36,6 +37,7 @@ Activation = Literal[
     "relu", "gelu", "gelu_tanh", "swiglu"
 ]  # the feed-forward's (modules.feedforward)
 Positional = Literal["sinusoidal", "learned", "rope"]  # how positions enter (modules.position)
+Norm = Literal["layer", "rms"]  # LayerNorm, or RMSNorm (modules.norms)
 Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
 
 C = TypeVar("C", bound="ConfigBase")

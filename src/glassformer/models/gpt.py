@@ -24,6 +24,7 @@ from glassformer.models.base import (
     Activation,
     ModelConfig,
     ModelOutput,
+    Norm,
     Positional,
     PretrainedModel,
     cross_entropy,
@@ -61,7 +62,7 @@ class GPTConfig(ModelConfig):
     bias: bool = True
     tie_weights: bool = True
     layer_norm_eps: float = 1e-5
-    norm: str = "layer"
+    norm: Norm = "layer"
     norm_eps: float | None = None
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
