@@ -17,6 +17,8 @@ several repeats, and prints medians and ratios:
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
   bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
                  side by side and the speed-up (slow; needs a CPU with native bf16)
+  modern-block   the modern (Llama) block against GPT-2's at equal parameters, trained on
+                 austen for the same minutes: validation losses (slow)
   malloc         GPT training steps with glibc's default malloc and with freed memory
                  kept, as `glassformer train` runs (separate processes, alternating)
 
@@ -43,6 +45,7 @@ SCRIPTS = {
     "nanogpt-lm": "nanogpt_lm.py",
     "bf16-curve": "bf16_curve.py",
     "malloc": "malloc.py",
+    "modern-block": "modern_block.py",
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {

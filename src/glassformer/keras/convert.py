@@ -24,6 +24,7 @@ from glassformer.keras.classifier import TransformerClassifier
 from glassformer.keras.encoder_lm import EncoderLM
 from glassformer.models import EncoderLM as TorchEncoderLM
 from glassformer.models import TransformerClassifier as TorchClassifier
+from glassformer.modules.norms import LayerNorm
 
 # model kind → (Keras twin, PyTorch model)
 TWINS: dict[str, tuple[type, type]] = {
@@ -40,6 +41,7 @@ _LEAVES: dict[type, tuple[type, list[tuple[str, str, bool]]]] = {
     ),
     nn.Embedding: (keras.layers.Embedding, [("weight", "embeddings", False)]),
 }
+_LEAVES[LayerNorm] = _LEAVES[nn.LayerNorm]  # glassformer's: nn.LayerNorm with a hook point
 
 
 def from_torch(model: nn.Module) -> keras.Model:

@@ -8,6 +8,8 @@ subclasses register themselves so a checkpoint can be loaded without knowing its
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -18,6 +20,14 @@ from torch import Tensor, nn
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
+from glassformer.modules.hooks import (
+    OPT_IN,
+    ActivationCache,
+    HookFn,
+    Names,
+    attach_hooks,
+    hook_points,
+)
 from glassformer.modules.position import POSITIONAL
 
 __all__ = [
@@ -177,6 +187,44 @@ class PretrainedModel(nn.Module):
 
     def load_extra_files(self, directory: Path) -> None:
         """Read what a checkpoint holds beside the weights (a tokenizer, ...); nothing here."""
+
+    # ---- looking inside: hook points (glassformer.modules.hooks) ----------------------
+
+    def hook_names(self) -> list[str]:
+        """Every hook point of this model, in the order a forward pass meets them."""
+        return list(hook_points(self))
+
+    def hooks(self, hooks: Sequence[tuple[Names, HookFn]]) -> AbstractContextManager[None]:
+        """``with model.hooks([(name, fn), ...]): ...``: while the block runs, ``fn(value,
+        name)`` sees each value at ``name`` (a name, a list, a glob pattern such as
+        ``"*.hook_pattern"`` or a predicate) and may return a replacement."""
+        return attach_hooks(self, hooks)
+
+    def run_with_hooks(
+        self, *inputs: Any, hooks: Sequence[tuple[Names, HookFn]], **kwargs: Any
+    ) -> Any:
+        """``self(*inputs, **kwargs)`` with ``hooks`` attached (see ``hooks``)."""
+        with self.hooks(hooks):
+            return self(*inputs, **kwargs)
+
+    def run_with_cache(
+        self, *inputs: Any, names: Names = None, detach: bool = True, **kwargs: Any
+    ) -> tuple[Any, ActivationCache]:
+        """``(self(*inputs, **kwargs), cache)``: the cache holds the value at every hook
+        point ``names`` picks (a list, a glob pattern or a predicate; by default all but
+        the per-head results, ``hook_result``, which are H times the attention output: ask
+        for them by name), detached unless ``detach=False``. Attention's scores and weights
+        are computed on the readable path when they are asked for, and only then."""
+        if names is None:
+            names = [n for n in self.hook_names() if not n.endswith(OPT_IN)]
+        values: dict[str, Tensor] = {}
+
+        def keep(value: Tensor, name: str) -> None:
+            values[name] = value.detach() if detach else value
+
+        with self.hooks([(names, keep)]):
+            output = self(*inputs, **kwargs)
+        return output, ActivationCache(values)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters, frozen ones included (tied weights counted once)."""

@@ -26,7 +26,9 @@ from glassformer.models.base import (
     cross_entropy,
 )
 from glassformer.models.common import key_mask, layer_options, pool
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Encoder
+from glassformer.modules.norms import make_norm
 from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
 
@@ -76,13 +78,14 @@ class BertEmbeddings(nn.Module):
         self.token = TokenEmbedding(vocab_size=c.vocab_size, d_model=c.d_model)
         self.position = LearnedPositionalEmbedding(max_len=c.max_len, d_model=c.d_model)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model)
-        self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm = make_norm("layer", c.d_model, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.dropout)
+        self.hook_embed = HookPoint()  # the token embeddings, (B, T, D)
 
     def forward(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(ids)
-        x = self.position(self.token(ids)) + self.token_type(token_type_ids)  # (B, T, D)
+        x = self.position(self.hook_embed(self.token(ids))) + self.token_type(token_type_ids)
         return self.dropout(self.norm(x))
 
 
@@ -165,6 +168,7 @@ class BertClassifier(BertEncoder):
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, config.num_classes)
         self._init_weights(self.head)
+        self.hook_logits = HookPoint()  # (B, C)
 
     def forward(  # type: ignore[override]
         self,
@@ -182,6 +186,6 @@ class BertClassifier(BertEncoder):
         hidden, _, attentions = super().forward(
             ids, token_type_ids=token_type_ids, mask=mask, need_weights=need_weights
         )
-        logits = self.head(self.dropout(pool(hidden, mask, self.config.pooling)))  # (B, C)
+        logits = self.hook_logits(self.head(self.dropout(pool(hidden, mask, self.config.pooling))))
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, encoder_attentions=attentions)

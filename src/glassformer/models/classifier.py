@@ -25,6 +25,7 @@ from glassformer.models.common import (
     layer_options,
     pool,
 )
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Encoder
 
 
@@ -93,6 +94,7 @@ class TransformerClassifier(PretrainedModel):
             **layer_options(c),
         )
         self.head = nn.Linear(c.d_model, c.num_classes)
+        self.hook_logits = HookPoint()  # (B, C)
 
     def forward(
         self,
@@ -118,7 +120,7 @@ class TransformerClassifier(PretrainedModel):
         x = self.embed(ids)  # (B, T, D)
         x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
         pooled = self.pool(x, mask)  # (B, D)
-        logits = self.head(pooled)  # (B, C)
+        logits = self.hook_logits(self.head(pooled))  # (B, C)
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, encoder_attentions=attentions)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import (
     attention_mask_to_key_mask,
     auto_padding_mask,  # lives with the other masks; the models import it from here too
@@ -33,10 +34,12 @@ class Embeddings(nn.Module):
         else:
             self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
         self.dropout = nn.Dropout(dropout)
+        self.hook_embed = HookPoint()  # the token embeddings, (B, T, D)
 
     def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """ids (B, T) at positions ``start..start+T-1`` (or ``positions`` (B, T)) → (B, T, D)."""
-        return self.dropout(self.position(self.token(ids), start, positions))  # (B, T, D)
+        tokens = self.hook_embed(self.token(ids))
+        return self.dropout(self.position(tokens, start, positions))  # (B, T, D)
 
 
 def layer_options(c) -> dict:

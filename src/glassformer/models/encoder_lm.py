@@ -19,6 +19,7 @@ from glassformer.models.base import (
     cross_entropy,
 )
 from glassformer.models.common import Embeddings, key_mask, layer_options
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Encoder
 
 
@@ -67,6 +68,7 @@ class EncoderLM(PretrainedModel):
             **layer_options(c),
         )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size)
+        self.hook_logits = HookPoint()  # (B, T, V)
         if c.tie_weights:
             self.lm_head.weight = self.embed.token.embedding.weight
 
@@ -101,9 +103,9 @@ class EncoderLM(PretrainedModel):
             if labels is None:
                 raise ValueError("labelled_only needs labels")
             scored = labels != -100  # (B, T)
-            logits = self.lm_head(x[scored])  # (N, V)
+            logits = self.hook_logits(self.lm_head(x[scored]))  # (N, V)
             labels = labels[scored]  # (N,)
         else:
-            logits = self.lm_head(x)  # (B, T, V)
+            logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, encoder_attentions=attentions)

@@ -31,6 +31,7 @@ from glassformer.models.base import (
 )
 from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Encoder
 from glassformer.modules.norms import NORMS
 from glassformer.modules.rotary import RotaryEmbedding
@@ -149,6 +150,7 @@ class GPT(PretrainedModel):
             final_norm=True,
         )
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.hook_logits = HookPoint()  # (B, T, V)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             # GPT-2: shrink the projections that write into the residual stream.
@@ -207,7 +209,7 @@ class GPT(PretrainedModel):
         x, attentions, _ = self.blocks(
             x, mask, need_weights=need_weights, cache=cache, positions=positions
         )
-        logits = self.lm_head(x)  # (B, T, V)
+        logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
         return ModelOutput(logits, loss, decoder_attentions=attentions)
 

@@ -19,6 +19,7 @@ from glassformer.generation import GenerationConfig, seq2seq_generate
 from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
 from glassformer.models.common import Embeddings, key_mask, layer_options
 from glassformer.modules.cache import DecoderCache
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Decoder, Encoder
 
 
@@ -85,6 +86,7 @@ class Seq2SeqTransformer(PretrainedModel):
         self.encoder = Encoder(num_layers=c.num_encoder_layers, **layer)
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer)
         self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size)
+        self.hook_logits = HookPoint()  # (B, T, V)
         self._init_weights()
         if c.share_embeddings:
             self.tgt_embed.token.embedding.weight = self.src_embed.token.embedding.weight
@@ -164,7 +166,7 @@ class Seq2SeqTransformer(PretrainedModel):
         hidden, dec_w, cross_w = self.decode(
             tgt, memory, src_mask, tgt_mask, need_weights=need_weights
         )
-        logits = self.output_proj(hidden)  # (B, T, V)
+        logits = self.hook_logits(self.output_proj(hidden))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, pad)
         return ModelOutput(logits, loss, enc_w, dec_w, cross_w)
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.modules.cache import KVCache
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import causal_mask, check_mask
 from glassformer.modules.rotary import RotaryEmbedding
 
@@ -40,6 +41,7 @@ def scaled_dot_product_attention(
     *,
     need_weights: bool = True,
     is_causal: bool = False,
+    hooks: tuple[HookPoint, HookPoint] | None = None,
 ) -> AttentionOutput:
     """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
 
@@ -60,6 +62,8 @@ def scaled_dot_product_attention(
         need_weights: return the attention weights (readable path) or not (fused path).
         is_causal: also forbid each query from seeing later keys. Queries align to the
             end of the keys, so a block of Tq new queries after Tk - Tq cached keys works.
+        hooks: the readable path's hook points for the scaled and masked scores and for
+            the weights (``MultiHeadAttention.hook_attn_scores``, ``.hook_pattern``).
 
     Returns:
         ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None)``.
@@ -94,12 +98,17 @@ def scaled_dot_product_attention(
         mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
     if group > 1:  # spelled out: each key/value head repeated for the query heads it serves
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out, weights = _attend(q, k, v, mask, dropout_p)
+    out, weights = _attend(q, k, v, mask, dropout_p, hooks)
     return AttentionOutput(out, weights if need_weights else None)
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    hooks: tuple[HookPoint, HookPoint] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The readable path, step by step: (output (B, H, Tq, Dv), weights (B, H, Tq, Tk))."""
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
@@ -107,10 +116,14 @@ def _attend(
     if mask is not None:
         # The most negative finite value, not -inf (NaN for empty rows) nor -1e9 (overflows fp16).
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    if hooks is not None:
+        scores = hooks[0](scores)
     weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk), each row sums to 1
     if mask is not None:
         # A row with no allowed key came out uniform; make it all zeros instead.
         weights = weights.masked_fill(~mask, 0.0)
+    if hooks is not None:
+        weights = hooks[1](weights)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = weights @ v  # (B, H, Tq, Dv)
@@ -203,6 +216,17 @@ class MultiHeadAttention(nn.Module):
         kv_inner = num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
+        # What a look inside can read or replace (B batch, T positions, H heads):
+        self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)
+        self.hook_k = HookPoint()  # (B, Tk, Hkv, Dh); this call's keys, not the cached ones
+        self.hook_v = HookPoint()  # (B, Tk, Hkv, Dh)
+        self.hook_rot_q = HookPoint()  # (B, Tq, H, Dh), rotated by position (rotary only)
+        self.hook_rot_k = HookPoint()  # (B, Tk, Hkv, Dh)
+        self.hook_attn_scores = HookPoint()  # (B, H, Tq, Tk), scaled, masked to the lowest float
+        self.hook_pattern = HookPoint()  # (B, H, Tq, Tk), the weights
+        self.hook_z = HookPoint()  # (B, Tq, H, Dh), each head's weighted sum of values
+        self.hook_result = HookPoint()  # (B, Tq, H, D), each head's share of the output;
+        # computed only when hooked (it is H times the output)
 
     def forward(
         self,
@@ -239,23 +263,48 @@ class MultiHeadAttention(nn.Module):
             )
         if cache is not None and key is not None and len(cache) > 0:
             q = _split_heads(self._project_query(query), self.num_heads)
+            q = _by_position(self.hook_q, q)
             k, v = cache.keys, cache.values  # the memory's, computed on the first call
         else:
             q, k, v = self._project(query, key, value)  # q (B, H, T, Dh), k, v (B, Hkv, T, Dh)
+            q, k = _by_position(self.hook_q, q), _by_position(self.hook_k, k)
+            v = _by_position(self.hook_v, v)
             if self.rotary is not None and key is None:
                 if positions is None:
                     start = 0 if cache is None else len(cache)
                     positions = torch.arange(start, start + q.size(2), device=q.device)
                 q, k = self.rotary(q, positions), self.rotary(k, positions)  # cached rotated
+                q, k = _by_position(self.hook_rot_q, q), _by_position(self.hook_rot_k, k)
             if cache is not None:
                 k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
+        # The scores and weights exist on the readable path only: a hook on them takes it.
+        looking = self.hook_attn_scores.active or self.hook_pattern.active
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, dropout_p, need_weights=need_weights, is_causal=self.causal
+            q,
+            k,
+            v,
+            mask,
+            dropout_p,
+            need_weights=need_weights or looking,
+            is_causal=self.causal,
+            hooks=(self.hook_attn_scores, self.hook_pattern),
         )
-        B, H, Tq, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H·Dh), heads side by side
-        return AttentionOutput(self.out_proj(out), weights)
+        z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
+        B, Tq, H, Dh = z.shape
+        if self.hook_result.active:
+            return AttentionOutput(self._from_heads(z), weights if need_weights else None)
+        out = self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
+        return AttentionOutput(out, weights if need_weights else None)
+
+    def _from_heads(self, z: Tensor) -> Tensor:
+        """The output as the sum of each head's share (``hook_result``), plus the bias:
+        z (B, Tq, H, Dh) → (B, Tq, D)."""
+        H, Dh = self.num_heads, self.head_dim
+        W = self.out_proj.weight.view(self.d_model, H, Dh)  # (D, H, Dh): head h's columns
+        result = self.hook_result(torch.einsum("bthd,mhd->bthm", z, W))  # (B, Tq, H, D)
+        out = result.sum(dim=2)
+        return out if self.out_proj.bias is None else out + self.out_proj.bias
 
     def _project_query(self, query: Tensor) -> Tensor:
         """The q projection alone, (B, Tq, H·Dh)."""
@@ -301,6 +350,13 @@ class MultiHeadAttention(nn.Module):
             f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
             f"dropout={self.dropout}, causal={self.causal}"
         )
+
+
+def _by_position(point: HookPoint, x: Tensor) -> Tensor:
+    """A hook point on per-head values, which it sees as (B, T, H, Dh); x is (B, H, T, Dh)."""
+    if not point.active:
+        return x
+    return point(x.transpose(1, 2)).transpose(1, 2)
 
 
 def _split_heads(x: Tensor, num_heads: int) -> Tensor:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.modules.attention import check_dropout
+from glassformer.modules.hooks import HookPoint
 
 # Activations by the name a config uses. "gelu_tanh" is GPT-2's approximation.
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -79,10 +80,13 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.activation = activation
         self._act = ACTIVATIONS[activation]
+        self.hook_pre = HookPoint()  # linear1's output, (B, T, d_ff)
+        self.hook_post = HookPoint()  # after the activation, (B, T, d_ff)
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
-        return self.linear2(self.dropout(self._act(self.linear1(x))))
+        pre = self.hook_pre(self.linear1(x))  # (B, T, d_ff), before the activation
+        return self.linear2(self.dropout(self.hook_post(self._act(pre))))
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -121,10 +125,14 @@ class GatedFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.activation = activation
         self._act = GATED_ACTIVATIONS[activation]
+        self.hook_pre = HookPoint()  # gate_proj's output, (B, T, d_ff)
+        self.hook_pre_linear = HookPoint()  # up_proj's output, (B, T, d_ff)
+        self.hook_post = HookPoint()  # the gated product, (B, T, d_ff)
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
-        hidden = self._act(self.gate_proj(x)) * self.up_proj(x)  # (B, T, d_ff)
+        gate = self.hook_pre(self.gate_proj(x))  # (B, T, d_ff), before the activation
+        hidden = self.hook_post(self._act(gate) * self.hook_pre_linear(self.up_proj(x)))
         return self.down_proj(self.dropout(hidden))
 
     def extra_repr(self) -> str:

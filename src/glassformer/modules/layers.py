@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from glassformer.modules.attention import MultiHeadAttention, check_dropout
 from glassformer.modules.cache import DecoderCache, KVCache
 from glassformer.modules.feedforward import feed_forward
+from glassformer.modules.hooks import HookPoint
 from glassformer.modules.norms import make_norm
 from glassformer.modules.rotary import RotaryEmbedding
 
@@ -46,13 +47,19 @@ class StackOutput(NamedTuple):
 
 
 class _ResidualLayer(nn.Module):
-    """What encoder and decoder layers share: the residual + LayerNorm wiring."""
+    """What encoder and decoder layers share: the residual + LayerNorm wiring, and the hook
+    points on the residual stream and on each sub-layer's output (all (B, T, D))."""
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
         check_dropout(dropout)
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)  # on each sub-layer's output, before the sum
+        self.hook_resid_pre = HookPoint()  # the layer's input
+        self.hook_attn_out = HookPoint()  # self-attention's output, before the sum
+        self.hook_resid_mid = HookPoint()  # after self-attention's residual sum (and norm)
+        self.hook_mlp_out = HookPoint()  # the feed-forward's output, before the sum
+        self.hook_resid_post = HookPoint()  # the layer's output
 
     def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
         """The sub-layer's input: normalised first under pre-norm."""
@@ -142,6 +149,7 @@ class EncoderLayer(_ResidualLayer):
         self-attention also sees the cached ones (Tk = cached + T). ``positions`` (B, T)
         reach a rotary embedding, if any.
         """
+        x = self.hook_resid_pre(x)
         attn = self.self_attn(
             self._in(x, self.norm1),
             mask=mask,
@@ -149,8 +157,9 @@ class EncoderLayer(_ResidualLayer):
             cache=cache,
             positions=positions,
         )
-        x = self._out(x, attn.output, self.norm1)
-        x = self._out(x, self.feed_forward(self._in(x, self.norm2)), self.norm2)
+        x = self.hook_resid_mid(self._out(x, self.hook_attn_out(attn.output), self.norm1))
+        mlp = self.hook_mlp_out(self.feed_forward(self._in(x, self.norm2)))
+        x = self.hook_resid_post(self._out(x, mlp, self.norm2))
         return LayerOutput(x, attn.weights)
 
 
@@ -190,9 +199,11 @@ class DecoderLayer(_ResidualLayer):
         self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm1 = make_norm("layer", d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = make_norm("layer", d_model, eps=layer_norm_eps, bias=bias)
+        self.norm3 = make_norm("layer", d_model, eps=layer_norm_eps, bias=bias)
+        self.hook_cross_attn_out = HookPoint()  # cross-attention's output, before the sum
+        self.hook_resid_mid_cross = HookPoint()  # after cross-attention's residual sum
 
     def forward(
         self,
@@ -219,10 +230,11 @@ class DecoderLayer(_ResidualLayer):
                 holds only the new positions.
             memory_cache: the memory's keys/values, filled on the first call.
         """
+        x = self.hook_resid_pre(x)
         self_attn = self.self_attn(
             self._in(x, self.norm1), mask=mask, need_weights=need_weights, cache=cache
         )
-        x = self._out(x, self_attn.output, self.norm1)
+        x = self.hook_resid_mid(self._out(x, self.hook_attn_out(self_attn.output), self.norm1))
         cross = self.cross_attn(
             self._in(x, self.norm2),
             memory,
@@ -230,8 +242,10 @@ class DecoderLayer(_ResidualLayer):
             need_weights=need_weights,
             cache=memory_cache,
         )
-        x = self._out(x, cross.output, self.norm2)
-        x = self._out(x, self.feed_forward(self._in(x, self.norm3)), self.norm3)
+        x = self._out(x, self.hook_cross_attn_out(cross.output), self.norm2)
+        x = self.hook_resid_mid_cross(x)
+        mlp = self.hook_mlp_out(self.feed_forward(self._in(x, self.norm3)))
+        x = self.hook_resid_post(self._out(x, mlp, self.norm3))
         return LayerOutput(x, self_attn.weights, cross.weights)
 
 

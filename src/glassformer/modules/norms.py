@@ -1,4 +1,5 @@
-"""Normalisation layers: LayerNorm (torch's) and RMSNorm (Llama's).
+"""Normalisation layers: LayerNorm (torch's) and RMSNorm (Llama's), each with its output
+on a hook point, ``hook_normalized``.
 
 Shapes: (B, T, D) → (B, T, D); each position is normalised over its D features.
 
@@ -16,16 +17,31 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from glassformer.modules.hooks import HookPoint
+
 NORMS = ("layer", "rms")
 
 
 def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """The norm a config names: "layer" (``nn.LayerNorm``) or "rms" (``RMSNorm``, no bias)."""
+    """The norm a config names: "layer" (``LayerNorm``) or "rms" (``RMSNorm``, no bias)."""
     if kind == "layer":
-        return nn.LayerNorm(d_model, eps=eps, bias=bias)
+        return LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "rms":
         return RMSNorm(d_model, eps=eps)
     raise ValueError(f"norm must be one of {list(NORMS)}, got {kind!r}")
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` (the same parameters and numbers) whose output passes a hook point,
+    ``hook_normalized``."""
+
+    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__(d_model, eps=eps, bias=bias)
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) → (B, T, D)."""
+        return self.hook_normalized(super().forward(x))
 
 
 class RMSNorm(nn.Module):
@@ -44,6 +60,7 @@ class RMSNorm(nn.Module):
             raise ValueError(f"eps must be non-negative, got {eps}")
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
+        self.hook_normalized = HookPoint()  # the output
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
@@ -51,7 +68,7 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         mean_square = x32.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
         normalised = x32 * torch.rsqrt(mean_square + self.eps)  # (B, T, D)
-        return self.weight * normalised.to(dtype)
+        return self.hook_normalized(self.weight * normalised.to(dtype))
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"

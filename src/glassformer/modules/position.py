@@ -16,6 +16,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from glassformer.modules.hooks import HookPoint
+
 
 class TokenEmbedding(nn.Module):
     """Token ids → vectors, optionally scaled by √D as in the paper (section 3.4).
@@ -69,6 +71,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
         self.max_len, self.d_model = max_len, d_model
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        self.hook_pos_embed = HookPoint()  # the rows added, (T, D) or (B, T, D)
 
     def reset_buffers(self) -> None:
         """Compute the table again (on the CPU): for a model built on the meta device and
@@ -79,10 +82,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
         if positions is not None:
             check_positions(positions, x, self.max_len)
-            return x + self.pe[positions].to(x.dtype)  # (B, T, D)
+            return x + self.hook_pos_embed(self.pe[positions].to(x.dtype))  # (B, T, D)
         T = x.size(1)
         check_length(start + T, self.max_len)
-        return x + self.pe[start : start + T].to(x.dtype)  # (T, D) broadcasts over B
+        return x + self.hook_pos_embed(self.pe[start : start + T].to(x.dtype))  # (T, D)
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -110,16 +113,17 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
+        self.hook_pos_embed = HookPoint()  # the rows added, (T, D) or (B, T, D)
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
         if positions is not None:
             check_positions(positions, x, self.max_len)
-            return x + self.embedding(positions)  # (B, T, D)
+            return x + self.hook_pos_embed(self.embedding(positions))  # (B, T, D)
         T = x.size(1)
         check_length(start + T, self.max_len)
         positions = torch.arange(start, start + T, device=x.device)  # (T,)
-        return x + self.embedding(positions)  # (T, D) broadcasts over B
+        return x + self.hook_pos_embed(self.embedding(positions))  # (T, D) broadcasts over B
 
 
 class NoPositionTable(nn.Module):

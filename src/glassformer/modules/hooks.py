@@ -1,0 +1,164 @@
+"""Hook points: named places in a model where an intermediate value can be read or replaced.
+
+Every module places a ``HookPoint`` on each value worth looking at (``hook_q``,
+``hook_pattern``, ``hook_resid_mid``, ...). A hook point is an identity, and an unused one
+costs one attribute test: it skips ``nn.Module``'s call machinery. With functions attached,
+each gets ``(value, name)`` and may return a replacement (None keeps the value). A hook
+point's name is its path in the module tree (``blocks.layers.3.self_attn.hook_pattern``).
+
+    with attach_hooks(model, [("blocks.layers.0.self_attn.hook_pattern", print_shape)]):
+        model(ids)
+
+``ActivationCache`` is what ``run_with_cache`` gives back: the values by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+HookFn = Callable[[Tensor, str], Tensor | None]
+# Hook points a cache of "everything" leaves out: each is many times its layer's output.
+OPT_IN = ("hook_result",)
+# Which hook points: a list of names, a glob pattern ("*.hook_pattern"), or a predicate.
+Names = Sequence[str] | str | Callable[[str], bool] | None
+
+
+class HookPoint(nn.Module):
+    """An identity with a name, until functions are attached: then each one sees the value
+    (and the name) and may return a replacement."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""  # set by hook_points(): its path in the model
+        self.fns: list[HookFn] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.fns)
+
+    def __call__(self, value: Tensor) -> Tensor:
+        if not self.fns:  # the common case, kept to one test
+            return value
+        for fn in self.fns:
+            out = fn(value, self.name)
+            if out is not None:
+                value = out
+        return value
+
+    def forward(self, value: Tensor) -> Tensor:
+        return self(value)
+
+    def extra_repr(self) -> str:
+        return f"{len(self.fns)} hook(s)" if self.fns else ""
+
+
+def hook_points(model: nn.Module) -> dict[str, HookPoint]:
+    """The model's hook points by name (names set on the points as they are found)."""
+    points = {}
+    for name, module in model.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = name
+            points[name] = module
+    return points
+
+
+def select(points: Mapping[str, HookPoint], names: Names) -> list[str]:
+    """The names ``names`` picks among ``points`` (all of them for None).
+
+    Raises:
+        ValueError: a listed name the model does not have (with the closest it has), or a
+            pattern that matches nothing.
+    """
+    if names is None:
+        return list(points)
+    if callable(names):
+        return [n for n in points if names(n)]
+    if isinstance(names, str):
+        picked = [n for n in points if fnmatch.fnmatchcase(n, names)]
+        if not picked:
+            raise ValueError(f"no hook point matches {names!r}{_close(names, points)}")
+        return picked
+    for name in names:
+        if name not in points:
+            raise ValueError(f"the model has no hook point {name!r}{_close(name, points)}")
+    return list(names)
+
+
+def _close(name: str, points: Mapping[str, HookPoint]) -> str:
+    match = difflib.get_close_matches(name, list(points), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else f" ({len(points)} exist: hook_names())"
+
+
+@contextlib.contextmanager
+def attach_hooks(model: nn.Module, hooks: Sequence[tuple[Names, HookFn]]) -> Iterator[None]:
+    """Attach ``(names, fn)`` pairs for the duration of the block; they are removed after
+    it, whatever happens in it."""
+    points = hook_points(model)
+    attached: list[tuple[HookPoint, HookFn]] = []
+    try:
+        for names, fn in hooks:
+            for name in select(points, names):
+                points[name].fns.append(fn)
+                attached.append((points[name], fn))
+        yield
+    finally:
+        for point, fn in attached:
+            point.fns.remove(fn)
+
+
+class ActivationCache(Mapping[str, Tensor]):
+    """The values a run went through, by hook-point name (a read-only mapping).
+
+    ``stack("blocks.layers.*.hook_resid_post")`` stacks one name over the layers (the
+    ``*`` is the layer index) into (L, ...); ``to(device or dtype)`` moves every value.
+    """
+
+    def __init__(self, values: Mapping[str, Tensor]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name not in self._values:
+            match = difflib.get_close_matches(name, list(self._values), n=1, cutoff=0.5)
+            hint = f"; did you mean {match[0]!r}?" if match else ""
+            raise KeyError(f"{name!r} is not in the cache{hint}")
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def stack(self, pattern: str) -> Tensor:
+        """The values of ``pattern`` with its ``*`` standing for the layer index, stacked in
+        layer order: (L, ...)."""
+        if pattern.count("*") != 1:
+            raise ValueError(f"the pattern needs one * for the layer index, got {pattern!r}")
+        regex = re.compile(re.escape(pattern).replace(r"\*", r"(\d+)") + "$")
+        found = sorted((int(m.group(1)), name) for name in self._values if (m := regex.match(name)))
+        if not found:
+            raise KeyError(f"nothing in the cache matches {pattern!r}")
+        return torch.stack([self._values[name] for _, name in found])
+
+    def to(self, *args: Any, **kwargs: Any) -> ActivationCache:
+        """Every value moved or cast, as ``Tensor.to`` takes it."""
+        return ActivationCache({k: v.to(*args, **kwargs) for k, v in self._values.items()})
+
+    def nbytes(self) -> int:
+        """The bytes the values hold."""
+        return sum(v.numel() * v.element_size() for v in self._values.values())
+
+    def __repr__(self) -> str:
+        lines = [f"ActivationCache({len(self)} values, {self.nbytes() / 2**20:.1f} MiB)"]
+        lines += [f"  {name}: {tuple(v.shape)}" for name, v in list(self._values.items())[:12]]
+        if len(self) > 12:
+            lines.append(f"  ... and {len(self) - 12} more")
+        return "\n".join(lines)

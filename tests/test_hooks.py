@@ -1,0 +1,315 @@
+"""Hook points, run_with_cache and run_with_hooks: every cached value equals a recomputation
+from the weights, identity hooks change nothing (bit for bit), a hook can replace a value,
+and the fused attention kernel stays in use unless scores or weights are asked for."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from glassformer import (
+    GPT,
+    BertConfig,
+    BertEncoder,
+    ClassifierConfig,
+    EncoderLM,
+    EncoderLMConfig,
+    GPTConfig,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
+from glassformer.modules.hooks import ActivationCache
+
+V = 40
+
+
+def gpt(modern: bool = False) -> GPT:
+    torch.manual_seed(0)
+    if modern:
+        config = GPTConfig.preset("llama-tiny", vocab_size=V, max_len=32, d_model=32, d_ff=48)
+    else:
+        config = GPTConfig(vocab_size=V, max_len=32, d_model=32, num_heads=4, num_layers=2,
+                           dropout=0.0, pad_id=None)  # fmt: skip
+    return GPT(config).eval()
+
+
+def models() -> dict:
+    """One small model of every kind, with the inputs its forward takes."""
+    torch.manual_seed(0)
+    ids = torch.randint(1, V, (2, 9))
+    ids[1, -2:] = 0  # padding in the second row (pad_id 0 for the encoders)
+    shape = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+    seq2seq = Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=32, d_model=32, num_heads=4,
+                      num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.0)
+    )  # fmt: skip
+    return {
+        "gpt": (gpt(), (ids.clamp(min=1),)),
+        "modern gpt": (gpt(modern=True), (ids.clamp(min=1),)),
+        "classifier": (
+            TransformerClassifier(
+                ClassifierConfig(vocab_size=V, num_classes=3, max_len=32, **shape)
+            ),
+            (ids,),
+        ),
+        "encoder lm": (EncoderLM(EncoderLMConfig(vocab_size=V, max_len=32, **shape)), (ids,)),
+        "bert": (BertEncoder(BertConfig(vocab_size=V, max_len=32, **shape)), (ids,)),
+        "translator": (seq2seq, (ids, torch.randint(1, V, (2, 7)))),
+    }
+
+
+def first(output):
+    """The main tensor of any model's output."""
+    return output.logits if hasattr(output, "logits") else output.hidden
+
+
+@pytest.mark.parametrize("kind", list(models()))
+def test_identity_hooks_on_every_point_change_no_bit(kind):
+    """Hooks that return what they get change nothing, bit for bit: on the fused path when
+    no score or weight is asked for, on the readable path (as need_weights takes it) when
+    they are. Per-head results make the output a sum over heads: equal to rounding."""
+    model, inputs = models()[kind]
+    model.eval()
+    plain = first(model(*inputs))
+    fused = lambda n: not n.endswith(("hook_attn_scores", "hook_pattern", "hook_result"))  # noqa: E731
+    hooked = first(model.run_with_hooks(*inputs, hooks=[(fused, lambda v, n: v)]))
+    assert torch.equal(hooked, plain)
+    readable = first(model(*inputs, need_weights=True))
+    no_result = lambda n: not n.endswith("hook_result")  # noqa: E731
+    all_points = first(model.run_with_hooks(*inputs, hooks=[(no_result, lambda v, n: v.clone())]))
+    assert torch.equal(all_points, readable)
+    with_results = first(model.run_with_hooks(*inputs, hooks=[(None, lambda v, n: v)]))
+    torch.testing.assert_close(with_results, plain, atol=1e-5, rtol=0)
+
+
+def test_every_kind_has_the_same_suffixes():
+    suffixes = {}
+    for kind, (model, _) in models().items():
+        suffixes[kind] = {name.rsplit(".", 1)[-1] for name in model.hook_names()}
+    core = {
+        *("hook_embed", "hook_pos_embed", "hook_normalized", "hook_logits"),
+        *("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out"),
+        *("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"),
+        *("hook_result", "hook_pre", "hook_post"),
+    }
+    for kind, found in suffixes.items():
+        # rotary positions are not added to the stream; a bare encoder has no logits
+        absent = {"modern gpt": {"hook_pos_embed"}, "bert": {"hook_logits"}}.get(kind, set())
+        missing = core - found - absent
+        assert not missing, (kind, missing)
+    assert {"hook_cross_attn_out", "hook_resid_mid_cross"} <= suffixes["translator"]
+    assert {"hook_rot_q", "hook_rot_k", "hook_pre_linear"} <= suffixes["modern gpt"]
+
+
+@pytest.mark.parametrize("modern", [False, True])
+def test_cached_values_equal_a_recomputation_from_the_weights(modern):
+    """Layer by layer, from the embeddings to the logits, with the weights alone."""
+    model = gpt(modern)
+    c = model.config
+    ids = torch.randint(1, V, (2, 10))  # no padding (the modern preset pads with 0)
+    out, cache = model.run_with_cache(ids)
+    H, Hkv, Dh, T = c.num_heads, c.num_kv_heads or c.num_heads, c.d_model // c.num_heads, 10
+
+    def norm(module, x):
+        if modern:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.eps) * module.weight
+        return F.layer_norm(x, (c.d_model,), module.weight, module.bias, module.eps)
+
+    x = model.embed.token.embedding.weight[ids]
+    torch.testing.assert_close(cache["embed.hook_embed"], x, rtol=0, atol=0)
+    if not modern:
+        pos = model.embed.position.embedding.weight[:T]
+        torch.testing.assert_close(cache["embed.position.hook_pos_embed"], pos)
+        x = x + pos
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i, layer in enumerate(model.blocks.layers):
+        at = f"blocks.layers.{i}."
+        torch.testing.assert_close(cache[at + "hook_resid_pre"], x, atol=1e-6, rtol=0)
+        h = norm(layer.norm1, x)
+        torch.testing.assert_close(cache[at + "norm1.hook_normalized"], h, atol=1e-5, rtol=0)
+        attn = layer.self_attn
+        W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+        qkv = F.linear(h, W, b)
+        q, k, v = qkv.split([H * Dh, Hkv * Dh, Hkv * Dh], dim=-1)
+        q, k, v = q.view(2, T, H, Dh), k.view(2, T, Hkv, Dh), v.view(2, T, Hkv, Dh)
+        for name, value in (("q", q), ("k", k), ("v", v)):
+            torch.testing.assert_close(
+                cache[at + f"self_attn.hook_{name}"], value, atol=1e-5, rtol=0
+            )
+        if modern:  # rotate pairs (i, i + Dh/2) by position × frequency
+            inv = 1.0 / c.rope_theta ** (torch.arange(0, Dh, 2).float() / Dh)
+            angle = torch.arange(T).float()[:, None] * inv  # (T, Dh/2)
+            cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+
+            def rotate(t, cos=cos, sin=sin):
+                half = torch.cat([-t[..., Dh // 2 :], t[..., : Dh // 2]], -1)
+                return t * cos[:, None] + half * sin[:, None]
+
+            q, k = rotate(q), rotate(k)
+            torch.testing.assert_close(cache[at + "self_attn.hook_rot_q"], q, atol=1e-5, rtol=0)
+        k, v = k.repeat_interleave(H // Hkv, 2), v.repeat_interleave(H // Hkv, 2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
+        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+        torch.testing.assert_close(
+            cache[at + "self_attn.hook_attn_scores"], scores, atol=1e-5, rtol=0
+        )
+        pattern = scores.softmax(-1)
+        torch.testing.assert_close(cache[at + "self_attn.hook_pattern"], pattern, atol=1e-6, rtol=0)
+        z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+        torch.testing.assert_close(cache[at + "self_attn.hook_z"], z, atol=1e-5, rtol=0)
+        attn_out = F.linear(z.reshape(2, T, H * Dh), attn.out_proj.weight, attn.out_proj.bias)
+        torch.testing.assert_close(cache[at + "hook_attn_out"], attn_out, atol=1e-5, rtol=0)
+        x = x + attn_out
+        torch.testing.assert_close(cache[at + "hook_resid_mid"], x, atol=1e-5, rtol=0)
+        h = norm(layer.norm2, x)
+        ff = layer.feed_forward
+        if modern:
+            pre = F.linear(h, ff.gate_proj.weight)
+            post = F.silu(pre) * F.linear(h, ff.up_proj.weight)
+            mlp = F.linear(post, ff.down_proj.weight)
+        else:
+            pre = F.linear(h, ff.linear1.weight, ff.linear1.bias)
+            post = F.gelu(pre)
+            mlp = F.linear(post, ff.linear2.weight, ff.linear2.bias)
+        torch.testing.assert_close(cache[at + "feed_forward.hook_pre"], pre, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[at + "feed_forward.hook_post"], post, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[at + "hook_mlp_out"], mlp, atol=1e-5, rtol=0)
+        x = x + mlp
+        torch.testing.assert_close(cache[at + "hook_resid_post"], x, atol=1e-5, rtol=0)
+    final = norm(model.blocks.norm, x)
+    torch.testing.assert_close(cache["blocks.norm.hook_normalized"], final, atol=1e-5, rtol=0)
+    logits = final @ model.lm_head.weight.T
+    torch.testing.assert_close(cache["hook_logits"], logits, atol=1e-4, rtol=0)
+    assert torch.equal(cache["hook_logits"], out.logits)
+
+
+def test_cross_attention_values_equal_a_recomputation():
+    model, (src, tgt) = models()["translator"]
+    model.eval()
+    _, cache = model.run_with_cache(src, tgt)
+    layer = model.decoder.layers[1]
+    memory = cache["encoder.norm.hook_normalized"] if model.encoder.norm else None
+    memory = memory if memory is not None else cache["encoder.layers.1.hook_resid_post"]
+    attn, H, Dh = layer.cross_attn, 4, 8
+    query = (
+        cache["decoder.layers.1.norm2.hook_normalized"]
+        if layer.norm_first
+        else (cache["decoder.layers.1.hook_resid_mid"])
+    )
+    W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+    q = F.linear(query, W[: H * Dh], b[: H * Dh]).view(2, 7, H, Dh)
+    k = F.linear(memory, W[H * Dh : 2 * H * Dh], b[H * Dh : 2 * H * Dh]).view(2, 9, H, Dh)
+    torch.testing.assert_close(cache["decoder.layers.1.cross_attn.hook_q"], q, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cache["decoder.layers.1.cross_attn.hook_k"], k, atol=1e-5, rtol=0)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
+    real = (src != 0)[:, None, None, :]  # the source's padding is masked
+    pattern = scores.masked_fill(~real, torch.finfo(scores.dtype).min).softmax(-1)
+    torch.testing.assert_close(
+        cache["decoder.layers.1.cross_attn.hook_pattern"], pattern, atol=1e-6, rtol=0
+    )
+    assert cache["decoder.layers.1.cross_attn.hook_pattern"][1, :, :, -2:].abs().max() == 0
+
+
+def test_zeroing_a_head_through_a_hook_equals_zeroing_its_output_columns():
+    model = gpt()
+    ids = torch.randint(0, V, (2, 10))
+    layer, head, Dh = 1, 2, 8
+
+    def ablate(z, name):
+        z = z.clone()
+        z[:, :, head] = 0.0
+        return z
+
+    hooked = model.run_with_hooks(ids, hooks=[(f"blocks.layers.{layer}.self_attn.hook_z", ablate)])
+    with torch.no_grad():
+        model.blocks.layers[layer].self_attn.out_proj.weight[:, head * Dh : (head + 1) * Dh] = 0
+    torch.testing.assert_close(hooked.logits, model(ids).logits, atol=1e-6, rtol=0)
+
+
+def test_per_head_results_add_up_to_the_attention_output():
+    model = gpt()
+    ids = torch.randint(0, V, (1, 6))
+    name = "blocks.layers.0.self_attn.hook_result"
+    _, cache = model.run_with_cache(ids, names=[name, "blocks.layers.0.hook_attn_out"])
+    result = cache[name]  # (B, T, H, D)
+    assert result.shape == (1, 6, 4, 32)
+    bias = model.blocks.layers[0].self_attn.out_proj.bias
+    torch.testing.assert_close(
+        result.sum(2) + bias, cache["blocks.layers.0.hook_attn_out"], atol=1e-6, rtol=0
+    )
+    _, everything = model.run_with_cache(ids)
+    assert name not in everything  # opt-in: H times the output
+
+
+def test_the_fused_kernel_stays_in_use_unless_scores_or_weights_are_asked_for(monkeypatch):
+    model = gpt()
+    ids = torch.randint(0, V, (2, 10))
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    model.run_with_cache(ids, names="*hook_resid_*")
+    model.run_with_cache(ids, names=["blocks.layers.0.self_attn.hook_q", "hook_logits"])
+    model.run_with_cache(ids, names="*.hook_z")
+    assert len(calls) == 3 * 2  # every layer of all three runs
+    calls.clear()
+    _, cache = model.run_with_cache(ids, names="*.hook_pattern")
+    assert calls == [] and len(cache) == 2
+    assert all(h.fns == [] for h in model.modules() if hasattr(h, "fns"))
+
+
+def test_hooks_are_removed_even_when_the_run_fails():
+    model = gpt()
+
+    def boom(value, name):
+        raise RuntimeError("inside a hook")
+
+    with pytest.raises(RuntimeError, match="inside a hook"):
+        model.run_with_hooks(torch.randint(0, V, (1, 4)), hooks=[("*.hook_q", boom)])
+    assert all(not getattr(m, "fns", []) for m in model.modules())
+    with model.hooks([("hook_logits", lambda v, n: v * 0)]):
+        assert model(torch.randint(0, V, (1, 4))).logits.abs().max() == 0
+    assert model(torch.randint(0, V, (1, 4))).logits.abs().max() > 0
+
+
+def test_a_steering_vector_moves_the_output():
+    model = gpt()
+    ids = torch.randint(0, V, (1, 5))
+    plain = model(ids).logits
+    push = torch.randn(32)
+    steered = model.run_with_hooks(
+        ids, hooks=[("blocks.layers.0.hook_resid_post", lambda v, n: v + push)]
+    )
+    assert not torch.allclose(steered.logits, plain)
+
+
+def test_bad_names_are_one_clear_error():
+    model = gpt()
+    ids = torch.randint(0, V, (1, 4))
+    with pytest.raises(
+        ValueError,
+        match="no hook point 'blocks.layers.0.self_attn.hook_patern'; "
+        "did you mean 'blocks.layers.0.self_attn.hook_pattern'",
+    ):
+        model.run_with_cache(ids, names=["blocks.layers.0.self_attn.hook_patern"])
+    with pytest.raises(ValueError, match="no hook point matches"):
+        model.run_with_cache(ids, names="*.hook_nothing")
+
+
+def test_the_cache_stacks_layers_and_moves():
+    model = gpt()
+    _, cache = model.run_with_cache(torch.randint(0, V, (2, 6)), names="*hook_resid_post")
+    stacked = cache.stack("blocks.layers.*.hook_resid_post")
+    assert stacked.shape == (2, 2, 6, 32)
+    assert torch.equal(stacked[1], cache["blocks.layers.1.hook_resid_post"])
+    half = cache.to(torch.bfloat16)
+    assert (
+        isinstance(half, ActivationCache)
+        and half["blocks.layers.0.hook_resid_post"].dtype == torch.bfloat16
+    )
+    assert cache.nbytes() == 2 * 2 * 6 * 32 * 4 and "ActivationCache(2 values" in repr(cache)
+    with pytest.raises(KeyError, match="did you mean"):
+        cache["blocks.layers.0.hook_resid_pots"]
