@@ -170,7 +170,10 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
             if c == 0:
                 ax.set_ylabel("query", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys")
+    fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys", fontsize=12)
+    # Room around every map (inches): the overall title clear of the first row's panel
+    # titles, and the bottom row's "key" label clear of the figure's edge.
+    fig.get_layout_engine().set(w_pad=0.08, h_pad=0.12)
     return fig
 
 
