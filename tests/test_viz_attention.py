@@ -282,7 +282,7 @@ def test_cli_on_minilm(tmp_path):
     [
         (["--which", "cross"], "a 'gpt' model has no cross attention"),
         (["--layer", "9"], "layer must be in 1..2, got 9"),
-        (["--out", "x.jpg"], "expected a .png, .svg or .pdf file name"),
+        (["--out", "x.jpg"], "expected a .png, .svg, .pdf or .html file name"),
         (["--target", "hola"], "a target sentence is for translators"),
     ],
 )

@@ -105,7 +105,12 @@ def attention_maps(
             translation is used.
     """
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
-    out = model(*args, **kwargs, need_weights=True)
+    return maps_of(model, model(*args, **kwargs, need_weights=True), labels)
+
+
+def maps_of(model: Any, out: Any, labels: dict[str, list[str]]) -> list[AttentionMaps]:
+    """The maps in ``out``, what ``model`` returned with ``need_weights=True`` for the
+    inputs ``model_inputs`` gave (whose token ``labels`` these are)."""
     if model.kind == "seq2seq":
         src, tgt = labels["source"], labels["target"]
         return [
@@ -133,6 +138,7 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
 
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     num_layers, num_heads, tq, tk = maps.weights.shape
     layers = _pick("layer", layer, num_layers)
@@ -148,7 +154,9 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
         len(heads),
         figsize=(cell * len(heads) + 1.6, cell * len(layers) + 1.0),
         squeeze=False,
-        layout="constrained",
+        # Room around every map (inches): the overall title clear of the first row's panel
+        # titles, and the bottom row's "key" label clear of the figure's edge.
+        layout=ConstrainedLayoutEngine(w_pad=0.08, h_pad=0.12),
     )
     shown = maps.weights[[i - 1 for i in layers]][:, [h - 1 for h in heads]]
     top = float(shown.max()) or 1.0
@@ -171,9 +179,6 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
                 ax.set_ylabel("query", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys", fontsize=12)
-    # Room around every map (inches): the overall title clear of the first row's panel
-    # titles, and the bottom row's "key" label clear of the figure's edge.
-    fig.get_layout_engine().set(w_pad=0.08, h_pad=0.12)
     return fig
 
 
