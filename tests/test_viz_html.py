@@ -277,6 +277,9 @@ def chromium_path() -> str | None:
     return None
 
 
+browser_test = pytest.mark.browser
+
+
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip(
@@ -368,6 +371,7 @@ def head_view_lines_equal(opened_page, weights: torch.Tensor) -> None:
     torch.testing.assert_close(drawn, weights.double(), atol=1e-7, rtol=0)
 
 
+@browser_test
 def test_the_page_loads_offline_and_every_view_draws(opened, chars, tmp_path):
     path = attention_html(modern_gpt(chars.vocab_size), chars, TEXT).save(tmp_path / "v.html")
     view = opened(path)
@@ -388,6 +392,7 @@ def test_the_page_loads_offline_and_every_view_draws(opened, chars, tmp_path):
     view.offline_and_clean()
 
 
+@browser_test
 def test_head_view_lines_are_the_weights_and_follow_layer_and_head(opened, chars, tmp_path):
     model = modern_gpt(chars.vocab_size)
     (maps,) = attention_maps(model, chars, TEXT)
@@ -410,26 +415,21 @@ def test_head_view_lines_are_the_weights_and_follow_layer_and_head(opened, chars
     view.offline_and_clean()
 
 
+@browser_test
 @pytest.mark.parametrize("which", ["gpt", "translator"])
 def test_the_neuron_views_products_sum_to_the_models_score(which, opened, chars, tmp_path):
     """For a chosen layer, head, query and key (the translator's cross-attention; the GPT's
     rotary, grouped self-attention), the bars' values add up to the score recomputed here
     from the module's inputs (1e-5), and the page's softmax is the model's weight."""
+    # (layer, head, query, key) from 0; in the GPT, query head 1 of 4 reads key/value head 0
+    # of 2 (grouped; interleaved would be head 1)
     if which == "gpt":
-        model, target, kind, (layer, head, query, key) = (
-            modern_gpt(chars.vocab_size),
-            None,
-            0,
-            (1, 3, 17, 9),
-        )
+        model, target, kind = modern_gpt(chars.vocab_size), None, 0
+        layer, head, query, key = 1, 1, 17, 9
         args = (torch.tensor([chars.encode(TEXT)]),)
     else:
-        model, target, kind, (layer, head, query, key) = (
-            translator(chars.vocab_size),
-            "el gato",
-            2,
-            (1, 2, 5, 4),
-        )
+        model, target, kind = translator(chars.vocab_size), "el gato", 2  # cross-attention
+        layer, head, query, key = 1, 2, 5, 4
         tgt = [model.config.bos_id, *chars.encode(target)]
         args = (torch.tensor([chars.encode(TEXT)]), torch.tensor([tgt]))
     maps = attention_maps(model, chars, TEXT, target=target)[kind]
@@ -455,6 +455,7 @@ def test_the_neuron_views_products_sum_to_the_models_score(which, opened, chars,
     view.offline_and_clean()
 
 
+@browser_test
 def test_html_and_script_in_tokens_show_as_text_and_run_nothing(opened, tmp_path):
     tok = WordTokenizer(FRAGMENTS)
     torch.manual_seed(0)
@@ -476,6 +477,7 @@ def test_html_and_script_in_tokens_show_as_text_and_run_nothing(opened, tmp_path
     view.offline_and_clean()  # no alert, no dialog, no console error
 
 
+@browser_test
 def test_a_40_token_page_of_a_6_layer_8_head_model_is_small_and_quick(opened, tmp_path, capsys):
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .,")
     torch.manual_seed(0)
