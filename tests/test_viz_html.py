@@ -376,7 +376,7 @@ def test_the_page_loads_offline_and_every_view_draws(opened, chars, tmp_path):
     path = attention_html(modern_gpt(chars.vocab_size), chars, TEXT).save(tmp_path / "v.html")
     view = opened(path)
     page = view.page
-    assert page.title() == "glassformer · gpt model 64 wide"
+    assert page.title() == "gpt model, 2 layers × 4 heads of 16"
     page.click("button[data-view=model]")
     assert page.locator("#model-grid canvas").count() == 2 * 4
     page.locator("#model-grid canvas").nth(2 * 4 - 1).click()  # layer 2, head 4

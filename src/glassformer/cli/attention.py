@@ -93,7 +93,8 @@ def _page(args: argparse.Namespace, out: Path) -> int:
     from glassformer.viz.viewer import attention_html
 
     model, tokenizer = load_model_and_tokenizer(args.model)
-    view = attention_html(model, tokenizer, args.text, target=args.target)
+    title = f"{Path(args.model).name} ({model.kind})"
+    view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
     view.save(out)
     size = out.stat().st_size
     print(f"{out}: an attention viewer page ({size / 1e6:.2f} MB), open it in a browser")

@@ -139,13 +139,13 @@ def attention_data(
     for maps in maps_of(model, out, labels):
         qs, ks = zip(*vectors[maps.kind], strict=True)
         q, k = torch.stack(qs), torch.stack(ks)  # (L, H, Tq, Dh), (L, Hkv, Tk, Dh)
-        first = dict(modules)[next(n for n, m in modules if _kind_of(n, m) == maps.kind)]
+        module = dict(modules)[next(n for n, m in modules if _kind_of(n, m) == maps.kind)]
         kinds.append(
             {
                 "kind": maps.kind,
                 "title": maps.title,
                 "causal": maps.kind == "decoder",
-                "rotary": first.rotary is not None and maps.kind != "cross",
+                "rotary": module.rotary is not None and maps.kind != "cross",
                 "queries": maps.queries,
                 "keys": maps.keys,
                 "layers": q.size(0),
@@ -157,10 +157,10 @@ def attention_data(
                 "k": _floats(k),
             }
         )
-    cfg = model.config
-    size = f"{cfg.d_model} wide" if hasattr(cfg, "d_model") else ""
+    first = kinds[0]
+    size = f"{first['layers']} layers × {first['heads']} heads of {first['headDim']}"
     return {
-        "title": title or f"glassformer · {model.kind} model {size}".strip(),
+        "title": title or f"{model.kind} model, {size}",
         "text": text,
         "target": target,
         "kinds": kinds,

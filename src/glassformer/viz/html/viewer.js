@@ -260,7 +260,9 @@
     const left = 150;
     const width = left + D * cellWidth + 20;
     const barHeight = 70;
-    const height = 20 + 2 * 24 + 2 * barHeight + 30;
+    const keyWidth = Math.max(3, Math.min(24, (D * cellWidth) / K.nk));
+    const keysTop = 20 + 2 * 24 + 2 * barHeight + 40; // the query's weights over the keys
+    const height = keysTop + 60 + 90;
     page.replaceChildren();
     for (const [name, value] of Object.entries({
       width, height, viewBox: `0 0 ${width} ${height}`,
@@ -295,8 +297,27 @@
       bar.append(svg("title", {}, `d = ${d}: q·k/√Dh = ${p.toPrecision(5)}`));
       page.append(bar);
     });
-    page.append(svg("text", { x: left, y: height - 6 }, `dimension 0 … ${D - 1} of ${D}`));
-    $("note").textContent = `${K.title}: ${D} dimensions per head`;
+    page.append(svg("text", { x: left, y: keysTop - 24 }, `dimension 0 … ${D - 1} of ${D}`));
+    page.append(svg("text", { x: left - 8, y: keysTop + 34, "text-anchor": "end" }, `weights of query ${i}`));
+    const every = Math.ceil(12 / keyWidth);
+    for (let jj = 0; jj < K.nk; jj++) {
+      const w = weight(K, l, h, i, jj);
+      const x = left + jj * keyWidth;
+      const bar = svg("rect", {
+        x, y: keysTop + 60 - 60 * w, width: keyWidth - 1, height: Math.max(0.5, 60 * w),
+        fill: jj === j ? "#e67e22" : "#1f5fa8", class: "key-weight", "data-key": jj, cursor: "pointer",
+      });
+      bar.append(svg("title", {}, `${tokenLabel(K.keys, jj)}: weight ${w.toPrecision(4)} (click: this key)`));
+      page.append(bar);
+      if (jj % every === 0 || jj === j) {
+        page.append(svg("text", {
+          x: x + keyWidth / 2, y: keysTop + 66, "text-anchor": "end", "font-size": 11,
+          transform: `rotate(-60 ${x + keyWidth / 2} ${keysTop + 66})`,
+          "font-weight": jj === j ? "bold" : "normal",
+        }, K.keys[jj]));
+      }
+    }
+    $("note").textContent = `${K.title}: ${D} dimensions per head; click a key's weight bar to choose it`;
   }
 
   function valueSpan(id, value) {
@@ -435,6 +456,13 @@
       $("query").value = String(state.query);
       $("key").value = String(state.key);
       show("neuron");
+    });
+    $("neuron-svg").addEventListener("click", (e) => {
+      const bar = e.target.closest("[data-key]");
+      if (!bar) return;
+      state.key = Number(bar.getAttribute("data-key"));
+      $("key").value = String(state.key);
+      draw();
     });
     $("model-grid").addEventListener("click", (e) => {
       const canvas = e.target.closest("canvas");
