@@ -318,3 +318,18 @@ def test_the_grid_title_and_axis_labels_have_room(kind, chars, pieces):
     for label in labels:
         box = label.get_window_extent(renderer)
         assert box.y0 >= 6 and box.x0 >= 0 and box.x1 <= fig.bbox.x1, label.get_text()
+
+
+def test_byte_level_labels_are_the_text_their_bytes_spell():
+    """A byte-level BPE token is labelled with its text ("ó", "␣creó"), not the stand-in
+    characters of its bytes ("Ã³"); a byte that ends no character shows as \\xNN."""
+    from glassformer.data.tokenizers import BPETokenizer
+    from glassformer.viz.attention import token_labels
+
+    pytest.importorskip("tokenizers")
+    tok = BPETokenizer.train(["En el principio creó Dios los cielos y la tierra."] * 20)
+    labels = token_labels(tok, tok.encode(" creó Dios"))
+    assert "".join(labels) == "␣creó␣Dios"
+    assert not any("Ã" in label or "Ġ" in label for label in labels)
+    half = token_labels(tok, [tok.backend.token_to_id("Ã")])  # the first byte of "ó" alone
+    assert half == ["\\xc3"]

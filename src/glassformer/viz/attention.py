@@ -45,13 +45,35 @@ class AttentionMaps:
 
 
 def token_labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Readable axis labels: spaces as ␣, newlines as ⏎, GPT-2's Ġ/Ċ markers likewise."""
+    """Readable axis labels: spaces as ␣, newlines as ⏎, GPT-2's Ġ/Ċ markers likewise.
+
+    A byte-level BPE token (GPT-2's scheme, ``kind == "bpe"``) spells its bytes with
+    stand-in characters ("Ã³" for the two bytes of "ó"); its label is the text those bytes
+    are, a byte that ends no character as ``\\xNN``.
+    """
     labels = []
+    byte_level = getattr(tokenizer, "kind", None) == "bpe"
     for i in ids:
         token = tokenizer.id_to_token(int(i))
+        if byte_level and token and all(c in _BYTE_OF for c in token):
+            token = bytes(_BYTE_OF[c] for c in token).decode("utf-8", "backslashreplace")
         token = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace(" ", "␣").replace("\n", "⏎")
         labels.append(token or "∅")
     return labels
+
+
+def _byte_stand_ins() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte, reversed.
+    Printable Latin-1 bytes stand for themselves; the others are shifted past 255."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    others = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(256 + n): b for n, b in enumerate(others)})
+    return table
+
+
+_BYTE_OF = _byte_stand_ins()
 
 
 def model_inputs(

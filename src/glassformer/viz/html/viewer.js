@@ -101,7 +101,7 @@
     const font = Math.max(10, Math.min(13, pitch * 0.75));
     const every = Math.ceil((font + 2) / pitch); // thinned labels: one every `every` rows
     const longest = Math.max(...K.queries.concat(K.keys).map((t) => Math.min(t.length, 24)));
-    const labelWidth = 16 + longest * font * 0.62;
+    const labelWidth = Math.max(60, 16 + longest * font * 0.62); // room for "query" too
     const xLeft = labelWidth;
     const xRight = labelWidth + 260;
     const top = 30;
@@ -258,9 +258,9 @@
     const page = $("neuron-svg");
     const cellWidth = Math.max(8, Math.min(18, 900 / D));
     const left = 150;
-    const width = left + D * cellWidth + 20;
+    const keyWidth = Math.max(3, Math.min(24, Math.max(D * cellWidth, 600) / K.nk));
+    const width = left + Math.max(D * cellWidth, K.nk * keyWidth) + 20;
     const barHeight = 70;
-    const keyWidth = Math.max(3, Math.min(24, (D * cellWidth) / K.nk));
     const keysTop = 20 + 2 * 24 + 2 * barHeight + 40; // the query's weights over the keys
     const height = keysTop + 60 + 90;
     page.replaceChildren();
@@ -300,11 +300,16 @@
     page.append(svg("text", { x: left, y: keysTop - 24 }, `dimension 0 … ${D - 1} of ${D}`));
     page.append(svg("text", { x: left - 8, y: keysTop + 34, "text-anchor": "end" }, `weights of query ${i}`));
     const every = Math.ceil(12 / keyWidth);
+    let heaviest = 0;
+    for (let jj = 0; jj < K.nk; jj++) heaviest = Math.max(heaviest, weight(K, l, h, i, jj));
+    page.append(svg("text", { x: left - 8, y: keysTop + 50, "text-anchor": "end", "font-size": 11, fill: "#55606e" },
+      `(top ${heaviest.toFixed(3)})`));
     for (let jj = 0; jj < K.nk; jj++) {
       const w = weight(K, l, h, i, jj);
       const x = left + jj * keyWidth;
+      const tall = (60 * w) / (heaviest || 1); // the heaviest key's bar is 60 high
       const bar = svg("rect", {
-        x, y: keysTop + 60 - 60 * w, width: keyWidth - 1, height: Math.max(0.5, 60 * w),
+        x, y: keysTop + 60 - tall, width: Math.max(1, keyWidth - 1), height: Math.max(0.5, tall),
         fill: jj === j ? "#e67e22" : "#1f5fa8", class: "key-weight", "data-key": jj, cursor: "pointer",
       });
       bar.append(svg("title", {}, `${tokenLabel(K.keys, jj)}: weight ${w.toPrecision(4)} (click: this key)`));
