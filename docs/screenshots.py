@@ -24,15 +24,15 @@ import tempfile
 from pathlib import Path
 
 from glassformer.cli.attention import load_model_and_tokenizer
-from glassformer.viz import attention_html
+from glassformer.viz import attention_html, attention_maps
 
 PAGES = {
     # name: (model, text, target, [(action, selector, value)])
     "translator": (
         None,
         "In the beginning God created the heaven and the earth.",
-        None,
-        [("select", "#kind", "2"), ("select", "#head", "2")],
+        "En el principio creó Dios los cielos y la tierra.",
+        [("select", "#kind", "2"), ("sharpest", "cross", None)],
     ),
     "minilm": (
         "all-MiniLM-L6-v2",
@@ -58,6 +58,15 @@ def train_translator(folder: Path) -> Path:
     argv += ["--minutes", "3", "--no-test", "--out", str(folder)]
     subprocess.run([sys.executable, "-m", "glassformer", *argv], check=True)
     return folder
+
+
+def sharpest(model, tokenizer, text, target, kind):
+    """Select the layer and head of ``kind`` whose queries look at one key the most (the
+    largest mean over queries of the top weight)."""
+    maps = next(m for m in attention_maps(model, tokenizer, text, target=target) if m.kind == kind)
+    score = maps.weights.max(-1).values.mean(-1)  # (L, H)
+    layer, head = divmod(int(score.argmax()), score.size(1))
+    return [("select", "#layer", str(layer + 1)), ("select", "#head", str(head + 1))]
 
 
 def shoot(browser, page_file: Path, actions, shot: Path) -> Path:
@@ -115,6 +124,11 @@ def main() -> None:
             page_file = attention_html(model, tokenizer, text, target=target, title=title).save(
                 Path(tmp) / f"{name}.html"
             )
+            actions = [
+                a if a[0] != "sharpest" else sharpest(model, tokenizer, text, target, a[1])
+                for a in actions
+            ]
+            actions = [step for a in actions for step in (a if isinstance(a, list) else [a])]
             shot = shoot(browser, page_file, actions, out / f"attention-viewer-{name}.png")
             print(f"{shot}: {model_name}, {page_file.stat().st_size / 1e6:.2f} MB page")
         browser.close()

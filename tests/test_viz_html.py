@@ -300,7 +300,7 @@ def browser():
 class Opened:
     """A page opened from disk with every network request refused and recorded."""
 
-    def __init__(self, browser, path: Path) -> None:
+    def __init__(self, browser, path: Path, ready: bool = True) -> None:
         self.context = browser.new_context(viewport={"width": 1200, "height": 900})
         self.refused: list[str] = []
         self.requests: list[str] = []
@@ -320,7 +320,8 @@ class Opened:
         self.url = path.resolve().as_uri()
         start = time.perf_counter()
         page.goto(self.url)
-        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        if ready:
+            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
         self.seconds = time.perf_counter() - start
         self.page = page
 
@@ -352,8 +353,8 @@ class Opened:
 def opened(browser):
     pages: list[Opened] = []
 
-    def open_(path: Path) -> Opened:
-        pages.append(Opened(browser, path))
+    def open_(path: Path, ready: bool = True) -> Opened:
+        pages.append(Opened(browser, path, ready))
         return pages[-1]
 
     yield open_
@@ -494,3 +495,15 @@ def test_a_40_token_page_of_a_6_layer_8_head_model_is_small_and_quick(opened, tm
             f"opened in {', '.join(f'{s:.2f}' for s in seconds)} s"
         )
     assert min(seconds) < 1.0
+
+
+@browser_test
+def test_the_notebook_iframe_shows_the_page(opened, chars, tmp_path):
+    view = attention_html(modern_gpt(chars.vocab_size), chars, TEXT)
+    host = tmp_path / "notebook.html"
+    host.write_text(f"<!DOCTYPE html><html><body>{view._repr_html_()}</body></html>")
+    opened_host = opened(host, ready=False)
+    frame = opened_host.page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for(timeout=10_000)
+    assert frame.locator("#head-lines line").count() == len(TEXT) ** 2
+    opened_host.offline_and_clean()
