@@ -150,7 +150,7 @@
     const shown = lines.childElementCount;
     $("note").textContent = `${K.title}: layer ${state.layer + 1}, head ${state.head + 1}; `
       + `${K.nq} queries × ${K.nk} keys, ${shown.toLocaleString("en")} lines`
-      + (thin ? ` (more than ${MAX_LINES.toLocaleString("en")} pairs: weights under ${MIN_WEIGHT} not drawn)` : "")
+      + (thin ? ` (over ${MAX_LINES.toLocaleString("en")} pairs: weights under ${MIN_WEIGHT} not drawn)` : "")
       + (every > 1 ? `; every ${every} tokens labelled (hover a row for its token)` : "");
   }
 
@@ -238,8 +238,10 @@
     const total = row.reduce((a, s) => a + Math.exp(s - peak), 0);
     const softmax = mayAttend(K, i, j) ? Math.exp(score - peak) / total : 0;
 
-    const notes = [`layer ${l + 1} · head ${h + 1}: query ${i} “${K.queries[i]}” → key ${j} “${K.keys[j]}”.`,
-      `Each bar is one dimension d of the head: q_d · k_d / √${D}; the bars sum to the score.`];
+    const notes = [
+      `layer ${l + 1} · head ${h + 1}: query ${i} “${K.queries[i]}” → key ${j} “${K.keys[j]}”.`,
+      `Each bar is one dimension d of the head: q_d · k_d / √${D}; the bars sum to the score.`,
+    ];
     if (K.rotary) notes.push("q and k are taken after the rotary position embedding (RoPE).");
     if (K.kvHeads !== K.heads) {
       const g = K.heads / K.kvHeads;
@@ -250,7 +252,9 @@
     const sum = $("neuron-sum");
     sum.replaceChildren(
       tag("span", "score = Σ q_d·k_d/√Dh = "), valueSpan("neuron-score", score),
-      tag("span", mayAttend(K, i, j) ? "; softmax over the query's keys gives " : "; masked (a later position): weight "),
+      tag("span", mayAttend(K, i, j)
+        ? "; softmax over the query's keys gives "
+        : "; masked (a later position): weight "),
       valueSpan("neuron-softmax", softmax),
       tag("span", "; the model's weight: "), valueSpan("neuron-weight", weight(K, l, h, i, j)),
     );
@@ -302,8 +306,9 @@
     const every = Math.ceil(12 / keyWidth);
     let heaviest = 0;
     for (let jj = 0; jj < K.nk; jj++) heaviest = Math.max(heaviest, weight(K, l, h, i, jj));
-    page.append(svg("text", { x: left - 8, y: keysTop + 50, "text-anchor": "end", "font-size": 11, fill: "#55606e" },
-      `(top ${heaviest.toFixed(3)})`));
+    page.append(svg("text", {
+      x: left - 8, y: keysTop + 50, "text-anchor": "end", "font-size": 11, fill: "#55606e",
+    }, `(top ${heaviest.toFixed(3)})`));
     for (let jj = 0; jj < K.nk; jj++) {
       const w = weight(K, l, h, i, jj);
       const x = left + jj * keyWidth;
@@ -343,7 +348,8 @@
     }
     const canvases = [...$("model-grid").querySelectorAll("canvas")];
     const K = kindData();
-    const size = Math.max(...canvases.map((c) => parseFloat(c.style.width)), ...canvases.map((c) => parseFloat(c.style.height)));
+    const sides = canvases.flatMap((c) => [parseFloat(c.style.width), parseFloat(c.style.height)]);
+    const size = Math.max(...sides);
     const gap = 24;
     const width = 70 + K.heads * (size + 8);
     const height = gap + K.layers * (size + gap);
@@ -389,7 +395,8 @@
     const width = parseFloat(page.getAttribute("width"));
     const height = parseFloat(page.getAttribute("height"));
     const image = new Image();
-    const url = URL.createObjectURL(new Blob([new XMLSerializer().serializeToString(page)], { type: "image/svg+xml" }));
+    const text = new XMLSerializer().serializeToString(page);
+    const url = URL.createObjectURL(new Blob([text], { type: "image/svg+xml" }));
     image.onload = () => {
       const canvas = document.createElement("canvas");
       canvas.width = 2 * width;
