@@ -5,8 +5,8 @@
 Three pages, each opened in Chromium (Playwright, /usr/bin/chromium or $GLASSFORMER_CHROMIUM)
 from disk with the network cut, and photographed in one view:
 
-    translator  the cross-attention head view of a translator trained for 3 minutes on
-                bible-en-es (or the run --translator names)
+    translator  the cross-attention head view (its sharpest head) of a translator trained
+                for 10 minutes on bible-en-es (or the run --translator names)
     minilm      the model view of all-MiniLM-L6-v2 (6 layers × 12 heads)
     gpt         the neuron view of SmolLM2-135M-Instruct (rotary, grouped-query attention)
 
@@ -55,7 +55,7 @@ PAGES = {
 
 def train_translator(folder: Path) -> Path:
     argv = ["train", "translate", "--corpus", "bible-en-es", "--preset", "tiny"]
-    argv += ["--minutes", "3", "--no-test", "--out", str(folder)]
+    argv += ["--minutes", "10", "--no-test", "--out", str(folder)]
     subprocess.run([sys.executable, "-m", "glassformer", *argv], check=True)
     return folder
 
@@ -121,6 +121,8 @@ def main() -> None:
                 model_name = args.translator or str(train_translator(Path(tmp) / "translator"))
             model, tokenizer = load_model_and_tokenizer(model_name)
             title = f"{Path(model_name).name} ({model.kind})"
+            if name == "translator":
+                title = "a translator (seq2seq, tiny preset, 10 minutes on bible-en-es)"
             page_file = attention_html(model, tokenizer, text, target=target, title=title).save(
                 Path(tmp) / f"{name}.html"
             )
