@@ -36,6 +36,7 @@ from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz import attention_html, attention_maps, viewer
 
 TEXT = "the cat sat on the mat"
+SCRIPTS = len(viewer.SCRIPTS) + 1  # script elements in a page: the viewer's and the data
 FRAGMENTS = [
     "<script>alert(1)</script>",
     "</div>",
@@ -203,9 +204,10 @@ def test_the_page_is_one_file_that_asks_for_nothing(chars):
     assert not re.search(r"<(link|img|iframe)\b|\bsrc=|@import|url\(", page)
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
     assert "default-src 'none'" in policy and "unsafe-inline" not in policy
-    script = (Path(viewer.__file__).parent / "html" / "viewer.js").read_text()
-    assert f"<script>{script}</script>" in page  # the package's file, verbatim
-    assert page.count("<script") == 2  # that one and the data
+    for name in viewer.SCRIPTS:  # the package's files, verbatim
+        script = (Path(viewer.__file__).parent / "html" / name).read_text()
+        assert f"<script>{script}</script>" in page
+    assert page.count("<script") == SCRIPTS  # those and the data
 
 
 def test_tokens_are_data_in_the_page():
@@ -216,7 +218,7 @@ def test_tokens_are_data_in_the_page():
     page = attention_html(model, tok, text).html
     data = page_data(page)
     assert data["kinds"][0]["queries"] == FRAGMENTS and data["text"] == text
-    assert page.count("<script") == 2 and page.count("</script>") == 2
+    assert page.count("<script") == page.count("</script>") == SCRIPTS
     assert "alert" not in page.split('id="attention-data">')[0]
 
 
@@ -257,6 +259,9 @@ def test_cli_writes_the_page(chars, tmp_path, capsys):
 def test_the_page_files_are_package_data():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert '"glassformer.viz" = ["html/*.html", "html/*.js", "html/*.css"]' in pyproject
+    assert set(viewer._ASSETS) == {
+        p.name for p in (Path(viewer.__file__).parent / "html").iterdir()
+    }
     for name in viewer._ASSETS:
         assert (Path(viewer.__file__).parent / "html" / name).is_file()
 
@@ -472,7 +477,7 @@ def test_html_and_script_in_tokens_show_as_text_and_run_nothing(opened, tmp_path
     page.click("button[data-view=neuron]")
     options = page.evaluate("[...document.querySelectorAll('#query option')].map(o => o.text)")
     assert options == [f"{i}: {t}" for i, t in enumerate(FRAGMENTS)]
-    assert page.evaluate("document.querySelectorAll('script').length") == 2
+    assert page.evaluate("document.querySelectorAll('script').length") == SCRIPTS
     assert page.evaluate("document.querySelectorAll('img, [onload], [onerror]').length") == 0
     page.click("button[data-view=model]")
     view.offline_and_clean()  # no alert, no dialog, no console error

@@ -12,9 +12,9 @@ page it returns shows three views of them:
                  the head, whose sum is the score softmax turns into the weight
 
 The page is one file: the data is JSON inside ``<script type="application/json">`` (tensors
-as little-endian float32 in base64), the script and style are the package files
-``html/viewer.js`` and ``html/viewer.css`` inlined, and a Content-Security-Policy allows
-no network and no script but that one. Tokens reach the page only as data and are put
+as little-endian float32 in base64), the scripts and style are the package files
+``html/*.js`` and ``html/viewer.css`` inlined, and a Content-Security-Policy allows no
+network and no script but those. Tokens reach the page only as data and are put
 into it as text (``textContent``), never as markup.
 
 Size: the page holds, per kind of attention, L·H·Tq·Tk weights and L·(H·Tq + Hkv·Tk)·Dh
@@ -43,7 +43,9 @@ from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz.attention import TITLES, maps_of, model_inputs
 
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
-_ASSETS = ("template.html", "viewer.js", "viewer.css")
+# classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
+SCRIPTS = ("data.js", "views.js", "viewer.js")
+_ASSETS = ("template.html", "viewer.css", *SCRIPTS)
 
 
 @dataclass(frozen=True)
@@ -216,14 +218,20 @@ def embed_json(data: Any) -> str:
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The page: ``html/template.html`` with the style, the data and the script put in."""
-    template, script, style = (_asset(name) for name in _ASSETS)
+    """The page: ``html/template.html`` with the style, the data and the scripts put in."""
+    template, style = _asset("template.html"), _asset("viewer.css")
+    scripts = [_asset(name) for name in SCRIPTS]
+    hashes = " ".join(f"'{_sha256(script)}'" for script in scripts)
     policy = (
-        "default-src 'none'; "
-        f"script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
+        f"default-src 'none'; script-src {hashes}; style-src '{_sha256(style)}'; "
         "img-src data: blob:"
     )
-    parts = {"policy": policy, "style": style, "data": embed_json(data), "script": script}
+    parts = {
+        "policy": policy,
+        "style": style,
+        "data": embed_json(data),
+        "scripts": "\n".join(f"<script>{script}</script>" for script in scripts),
+    }
     # one pass: a placeholder inside the data or the script is never replaced in turn
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], template)
 
