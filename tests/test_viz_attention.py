@@ -282,7 +282,7 @@ def test_cli_on_minilm(tmp_path):
     [
         (["--which", "cross"], "a 'gpt' model has no cross attention"),
         (["--layer", "9"], "layer must be in 1..2, got 9"),
-        (["--out", "x.jpg"], "expected a .png, .svg or .pdf file name"),
+        (["--out", "x.jpg"], "expected a .png, .svg, .pdf or .html file name"),
         (["--target", "hola"], "a target sentence is for translators"),
     ],
 )
@@ -297,3 +297,39 @@ def test_cli_user_errors(extra, message, chars, pieces, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("kind", ["gpt", "bert"])
+def test_the_grid_title_and_axis_labels_have_room(kind, chars, pieces):
+    """The overall title stands clear of the first row's panel titles, and every axis label
+    (the bottom row's "key" among them) lies inside the figure with room to spare."""
+    model, tok = models(chars, pieces)[kind]
+    (maps,) = attention_maps(model, tok, "the cat sat on the mat, the dog on a log")
+    fig = plot_attention(maps)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    panels = [ax for ax in fig.axes if ax.images]
+    gap = min(title.y0 - ax.title.get_window_extent(renderer).y1 for ax in panels)
+    assert gap >= 10  # pixels at 100 dpi: a tenth of an inch, not touching
+    labels = [ax.xaxis.label for ax in panels if ax.get_xlabel()]
+    labels += [ax.yaxis.label for ax in panels if ax.get_ylabel()]
+    assert {label.get_text() for label in labels} == {"key", "query"}
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        assert box.y0 >= 6 and box.x0 >= 0 and box.x1 <= fig.bbox.x1, label.get_text()
+
+
+def test_byte_level_labels_are_the_text_their_bytes_spell():
+    """A byte-level BPE token is labelled with its text ("ó", "␣creó"), not the stand-in
+    characters of its bytes ("Ã³"); a byte that ends no character shows as \\xNN."""
+    from glassformer.data.tokenizers import BPETokenizer
+    from glassformer.viz.attention import token_labels
+
+    pytest.importorskip("tokenizers")
+    tok = BPETokenizer.train(["En el principio creó Dios los cielos y la tierra."] * 20)
+    labels = token_labels(tok, tok.encode(" creó Dios"))
+    assert "".join(labels) == "␣creó␣Dios"
+    assert not any("Ã" in label or "Ġ" in label for label in labels)
+    half = token_labels(tok, [tok.backend.token_to_id("Ã")])  # the first byte of "ó" alone
+    assert half == ["\\xc3"]

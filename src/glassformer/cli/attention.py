@@ -10,6 +10,11 @@ Hugging Face GPT-2, BERT or Llama directory (with its tokenizer), a sentence-tra
 directory, or a packaged model by name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct). With
 several kinds, --out attention.png becomes attention-encoder.png, attention-decoder.png,
 attention-cross.png.
+
+--out view.html writes instead one self-contained page (no network needed) with every
+kind of attention in it: the head view (a line per query and key, as opaque as its
+weight), the model view (every layer × head) and the neuron view (the q·k products per
+dimension that make a score). --which, --layer and --head are for images only.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "draw attention heatmaps (per layer and head) for a text"
+HELP = "draw attention heatmaps (per layer and head) for a text, or an interactive HTML page"
 KINDS = ("encoder", "decoder", "cross")
 
 
@@ -28,7 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--which", choices=(*KINDS, "all"), default="all", help="kind of attention")
     p.add_argument("--layer", type=int, help="only this layer (from 1)")
     p.add_argument("--head", type=int, help="only this head (from 1)")
-    p.add_argument("--out", default="attention.png", help="the image file (.png, .svg, .pdf)")
+    p.add_argument(
+        "--out",
+        default="attention.png",
+        help="the image file (.png, .svg, .pdf) or an interactive page (.html)",
+    )
 
 
 def load_model_and_tokenizer(path: str):
@@ -59,8 +68,12 @@ def run(args: argparse.Namespace) -> int:
     from glassformer.viz.attention import attention_maps, plot_attention, save_figure
 
     out = Path(args.out)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ValueError(f"--out {args.out}: expected a .png, .svg or .pdf file name")
+    if out.suffix.lower() not in (".png", ".svg", ".pdf", ".html"):
+        raise ValueError(f"--out {args.out}: expected a .png, .svg, .pdf or .html file name")
+    if out.suffix.lower() == ".html":
+        if args.which != "all" or args.layer is not None or args.head is not None:
+            raise ValueError("--which, --layer and --head choose images; the page has them all")
+        return _page(args, out)
     model, tokenizer = load_model_and_tokenizer(args.model)
     maps = attention_maps(model, tokenizer, args.text, target=args.target)
     if args.which != "all":
@@ -73,4 +86,16 @@ def run(args: argparse.Namespace) -> int:
         save_figure(fig, path)
         layers, heads, tq, tk = m.weights.shape
         print(f"{path}: {m.title}, {layers} layers × {heads} heads, {tq} × {tk} tokens")
+    return 0
+
+
+def _page(args: argparse.Namespace, out: Path) -> int:
+    from glassformer.viz.viewer import attention_html
+
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    title = f"{Path(args.model).name} ({model.kind})"
+    view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
+    view.save(out)
+    size = out.stat().st_size
+    print(f"{out}: an attention viewer page ({size / 1e6:.2f} MB), open it in a browser")
     return 0

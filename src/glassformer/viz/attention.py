@@ -45,13 +45,35 @@ class AttentionMaps:
 
 
 def token_labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Readable axis labels: spaces as ␣, newlines as ⏎, GPT-2's Ġ/Ċ markers likewise."""
+    """Readable axis labels: spaces as ␣, newlines as ⏎, GPT-2's Ġ/Ċ markers likewise.
+
+    A byte-level BPE token (GPT-2's scheme, ``kind == "bpe"``) spells its bytes with
+    stand-in characters ("Ã³" for the two bytes of "ó"); its label is the text those bytes
+    are, a byte that ends no character as ``\\xNN``.
+    """
     labels = []
+    byte_level = getattr(tokenizer, "kind", None) == "bpe"
     for i in ids:
         token = tokenizer.id_to_token(int(i))
+        if byte_level and token and all(c in _BYTE_OF for c in token):
+            token = bytes(_BYTE_OF[c] for c in token).decode("utf-8", "backslashreplace")
         token = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace(" ", "␣").replace("\n", "⏎")
         labels.append(token or "∅")
     return labels
+
+
+def _byte_stand_ins() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte, reversed.
+    Printable Latin-1 bytes stand for themselves; the others are shifted past 255."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    others = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(256 + n): b for n, b in enumerate(others)})
+    return table
+
+
+_BYTE_OF = _byte_stand_ins()
 
 
 def model_inputs(
@@ -105,7 +127,12 @@ def attention_maps(
             translation is used.
     """
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
-    out = model(*args, **kwargs, need_weights=True)
+    return maps_of(model, model(*args, **kwargs, need_weights=True), labels)
+
+
+def maps_of(model: Any, out: Any, labels: dict[str, list[str]]) -> list[AttentionMaps]:
+    """The maps in ``out``, what ``model`` returned with ``need_weights=True`` for the
+    inputs ``model_inputs`` gave (whose token ``labels`` these are)."""
     if model.kind == "seq2seq":
         src, tgt = labels["source"], labels["target"]
         return [
@@ -133,6 +160,7 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
 
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     num_layers, num_heads, tq, tk = maps.weights.shape
     layers = _pick("layer", layer, num_layers)
@@ -148,7 +176,9 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
         len(heads),
         figsize=(cell * len(heads) + 1.6, cell * len(layers) + 1.0),
         squeeze=False,
-        layout="constrained",
+        # Room around every map (inches): the overall title clear of the first row's panel
+        # titles, and the bottom row's "key" label clear of the figure's edge.
+        layout=ConstrainedLayoutEngine(w_pad=0.08, h_pad=0.12),
     )
     shown = maps.weights[[i - 1 for i in layers]][:, [h - 1 for h in heads]]
     top = float(shown.max()) or 1.0
@@ -170,7 +200,7 @@ def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int |
             if c == 0:
                 ax.set_ylabel("query", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys")
+    fig.suptitle(f"{maps.title}: {tq} queries × {tk} keys", fontsize=12)
     return fig
 
 

@@ -1,0 +1,244 @@
+"""The interactive attention viewer: one self-contained HTML file, offline.
+
+``attention_html(model, tokenizer, text)`` runs one real forward pass, as
+``attention_maps`` does, and also records every attention module's queries and keys per
+head (after rotary positions, keys per key/value head under grouped-query attention). The
+page it returns shows three views of them:
+
+    head view    the tokens in two columns, a line per (query, key) pair whose opacity is
+                 the weight; a layer and a head chosen with selectors
+    model view   every layer × head as a small map; click one to open it in the head view
+    neuron view  for one query and key, the products q_d·k_d/√Dh, one per dimension d of
+                 the head, whose sum is the score softmax turns into the weight
+
+The page is one file: the data is JSON inside ``<script type="application/json">`` (tensors
+as little-endian float32 in base64), the scripts and style are the package files
+``html/*.js`` and ``html/viewer.css`` inlined, and a Content-Security-Policy allows no
+network and no script but those. Tokens reach the page only as data and are put
+into it as text (``textContent``), never as markup.
+
+Size: the page holds, per kind of attention, L·H·Tq·Tk weights and L·(H·Tq + Hkv·Tk)·Dh
+query and key values, 4 bytes each before base64. Beyond ``MAX_NUMBERS`` it is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import inspect
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.modules.attention import MultiHeadAttention
+from glassformer.viz.attention import TITLES, maps_of, model_inputs
+
+MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
+# classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
+SCRIPTS = ("data.js", "views.js", "viewer.js")
+_ASSETS = ("template.html", "viewer.css", *SCRIPTS)
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """An HTML page of a model's attention: ``save(path)`` writes it, a notebook shows it."""
+
+    html: str
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the page to ``path`` (atomically) and return the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".html", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.html)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def _repr_html_(self) -> str:
+        # An iframe keeps the page's ids, style and policy apart from the notebook's.
+        page = html.escape(self.html, quote=True)
+        return f'<iframe srcdoc="{page}" style="width:100%;height:760px;border:0"></iframe>'
+
+
+@torch.no_grad()
+def attention_html(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    target: str | None = None,
+    title: str | None = None,
+) -> AttentionView:
+    """The attention viewer page for ``model`` on ``text``.
+
+    Args:
+        model: any glassformer model ``attention_maps`` takes.
+        tokenizer: the model's tokenizer.
+        text: the input (a translator's source sentence).
+        target: a translator's target sentence; if None, its own greedy translation.
+        title: the page's heading (default: the model's kind and size).
+
+    Raises:
+        ValueError: the page would hold more than ``MAX_NUMBERS`` numbers.
+    """
+    return AttentionView(
+        render_page(attention_data(model, tokenizer, text, target=target, title=title))
+    )
+
+
+def attention_data(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    target: str | None = None,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """What the page shows, as the JSON-ready dict it embeds (see ``render_page``)."""
+    args, kwargs, labels = model_inputs(model, tokenizer, text, target)
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+    lengths = _lengths(model.kind, labels)
+    numbers = sum(
+        m.num_heads * lengths[k][0] * (lengths[k][1] + m.head_dim)
+        + m.num_kv_heads * lengths[k][1] * m.head_dim
+        for k, m in ((_kind_of(n, m), m) for n, m in modules)
+    )
+    if numbers > MAX_NUMBERS:
+        raise ValueError(
+            f"the page would hold {numbers:,} numbers (layers × heads × (tokens² + tokens × "
+            f"head dim)), over the limit of {MAX_NUMBERS:,}; use a shorter text"
+        )
+    vectors: dict[str, list[tuple[Tensor, Tensor]]] = {"encoder": [], "decoder": [], "cross": []}
+
+    def recorder(name: str):
+        def record(module, call_args, call_kwargs, _out):
+            call = inspect.signature(module.forward).bind(*call_args, **call_kwargs).arguments
+            vectors[_kind_of(name, module)].append(queries_and_keys(module, **call))
+
+        return record
+
+    handles = [m.register_forward_hook(recorder(n), with_kwargs=True) for n, m in modules]
+    try:
+        out = model(*args, **kwargs, need_weights=True)
+    finally:
+        for h in handles:
+            h.remove()
+    kinds = []
+    for maps in maps_of(model, out, labels):
+        qs, ks = zip(*vectors[maps.kind], strict=True)
+        q, k = torch.stack(qs), torch.stack(ks)  # (L, H, Tq, Dh), (L, Hkv, Tk, Dh)
+        module = dict(modules)[next(n for n, m in modules if _kind_of(n, m) == maps.kind)]
+        kinds.append(
+            {
+                "kind": maps.kind,
+                "title": maps.title,
+                "causal": maps.kind == "decoder",
+                "rotary": module.rotary is not None and maps.kind != "cross",
+                "queries": maps.queries,
+                "keys": maps.keys,
+                "layers": q.size(0),
+                "heads": q.size(1),
+                "kvHeads": k.size(1),
+                "headDim": q.size(-1),
+                "weights": _floats(maps.weights),
+                "q": _floats(q),
+                "k": _floats(k),
+            }
+        )
+    first = kinds[0]
+    size = f"{first['layers']} layers × {first['heads']} heads of {first['headDim']}"
+    return {
+        "title": title or f"{model.kind} model, {size}",
+        "text": text,
+        "target": target,
+        "kinds": kinds,
+    }
+
+
+def queries_and_keys(
+    module: MultiHeadAttention,
+    query: Tensor,
+    key: Tensor | None = None,
+    value: Tensor | None = None,
+    positions: Tensor | None = None,
+    **ignored: Any,
+) -> tuple[Tensor, Tensor]:
+    """One call's queries (H, Tq, Dh) and keys (Hkv, Tk, Dh) of the first example, as the
+    module forms them: projected, split into heads, rotated when it uses rotary positions.
+    The score of query i and key j in head h is q[h, i] · k[h // (H / Hkv), j] / √Dh."""
+    q, k, _ = module._project(query, key, value)  # q (B, H, Tq, Dh), k (B, Hkv, Tk, Dh)
+    if module.rotary is not None and key is None:
+        if positions is None:
+            positions = torch.arange(q.size(2), device=q.device)
+        q, k = module.rotary(q, positions), module.rotary(k, positions)
+    return q[0].float(), k[0].float()
+
+
+def _kind_of(name: str, module: MultiHeadAttention) -> str:
+    return "cross" if name.endswith("cross_attn") else "decoder" if module.causal else "encoder"
+
+
+def _lengths(kind: str, labels: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
+    """(queries, keys) per kind of attention."""
+    if kind == "seq2seq":
+        s, t = len(labels["source"]), len(labels["target"])
+        return {"encoder": (s, s), "decoder": (t, t), "cross": (t, s)}
+    n = len(labels["input"])
+    return {k: (n, n) for k in TITLES}
+
+
+def _floats(t: Tensor) -> str:
+    """A tensor as base64 of its float32 values, little-endian, in row-major order."""
+    return base64.b64encode(
+        t.detach().float().contiguous().numpy().astype("<f4").tobytes()
+    ).decode()
+
+
+def embed_json(data: Any) -> str:
+    """``data`` as JSON safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` escaped
+    as ``\\u003c`` and so on, so no text in it (``</script>``, ``<!--``) can end the element."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escape)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def render_page(data: dict[str, Any]) -> str:
+    """The page: ``html/template.html`` with the style, the data and the scripts put in."""
+    template, style = _asset("template.html"), _asset("viewer.css")
+    scripts = [_asset(name) for name in SCRIPTS]
+    hashes = " ".join(f"'{_sha256(script)}'" for script in scripts)
+    policy = (
+        f"default-src 'none'; script-src {hashes}; style-src '{_sha256(style)}'; "
+        "img-src data: blob:"
+    )
+    parts = {
+        "policy": policy,
+        "style": style,
+        "data": embed_json(data),
+        "scripts": "\n".join(f"<script>{script}</script>" for script in scripts),
+    }
+    # one pass: a placeholder inside the data or the script is never replaced in turn
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], template)
+
+
+def _asset(name: str) -> str:
+    return (resources.files("glassformer.viz") / "html" / name).read_text(encoding="utf-8")
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
