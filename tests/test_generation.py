@@ -619,3 +619,19 @@ def test_generation_imports_no_higher_layer():
                 assert not name.startswith(tuple(f"glassformer.{h}" for h in higher)), (
                     f"{path.name} imports {name}"
                 )
+
+
+def test_logits_to_keep_gives_the_last_positions_logits_only():
+    """Generation asks for the last position's logits alone after a prompt (the vocabulary
+    head is the largest matmul of a step): they equal the full forward's last row."""
+    from glassformer import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, max_len=16, d_model=32, num_heads=4, num_layers=2)).eval()
+    ids = torch.randint(1, 50, (3, 9))
+    full = model(ids).logits
+    last = model(ids, logits_to_keep=1).logits
+    assert last.shape == (3, 1, 50)
+    torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="logits_to_keep leaves out logits that labels score"):
+        model(ids, labels=ids, logits_to_keep=1)

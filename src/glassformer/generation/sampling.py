@@ -189,7 +189,7 @@ def _gpt_next_logits(
         mask = window_keep[:, None, None, :]
     # A cache only helps while the context still fits: past max_len every step shifts.
     cache = model.new_cache() if use_cache and length < max_len else None
-    out = model(window, mask=mask, cache=cache, positions=positions)
+    out = model(window, mask=mask, cache=cache, positions=positions, logits_to_keep=1)
     return out.logits[:, -1], cache
 
 

@@ -191,7 +191,7 @@ class PretrainedModel(nn.Module):
     # ---- looking inside: hook points (glassformer.modules.hooks) ----------------------
 
     def hook_names(self) -> list[str]:
-        """Every hook point of this model, in the order a forward pass meets them."""
+        """Every hook point of this model, in the module tree's order (see ``hooks``)."""
         return list(hook_points(self))
 
     def hooks(self, hooks: Sequence[tuple[Names, HookFn]]) -> AbstractContextManager[None]:

@@ -180,8 +180,9 @@ class GPT(PretrainedModel):
         need_weights: bool = False,
         cache: DecoderCache | None = None,
         positions: Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> ModelOutput:
-        """Next-token logits for every position.
+        """Next-token logits for every position (or the last ``logits_to_keep``).
 
         Args:
             ids: token ids (B, T), T ≤ ``max_len``.
@@ -200,6 +201,8 @@ class GPT(PretrainedModel):
                 ``mask`` must cover the cached keys too.
             positions: each token's position (B, T); by default they follow on from the
                 cache (0, 1, 2, ... without one). A left-padded batch passes its own.
+            logits_to_keep: the logits of the last this many positions only (0: all), as
+                generation needs after a prompt: the vocabulary head is the largest matmul.
         """
         start = 0 if cache is None else cache.length
         # With a cache, pads are not guessed from ids: a mask must cover the cached keys too.
@@ -209,6 +212,10 @@ class GPT(PretrainedModel):
         x, attentions, _ = self.blocks(
             x, mask, need_weights=need_weights, cache=cache, positions=positions
         )
+        if logits_to_keep:
+            if labels is not None:
+                raise ValueError("logits_to_keep leaves out logits that labels score")
+            x = x[:, -logits_to_keep:]
         logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
         return ModelOutput(logits, loss, decoder_attentions=attentions)

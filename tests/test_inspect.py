@@ -1,0 +1,111 @@
+"""glassformer.inspect: the logit lens ends in the model's own logits, the attribution's
+parts add up to the logits, patching restores what it should, ablation equals removing the
+head's weights."""
+
+import pytest
+import torch
+
+from glassformer import GPT, GPTConfig
+from glassformer.inspect import (
+    ablate_heads,
+    activation_patching,
+    direct_logit_attribution,
+    logit_difference,
+    logit_lens,
+)
+
+V = 40
+
+
+def gpt(modern: bool) -> GPT:
+    torch.manual_seed(0)
+    if modern:
+        return GPT(
+            GPTConfig.preset("llama-tiny", vocab_size=V, max_len=32, d_model=32, d_ff=48)
+        ).eval()
+    config = GPTConfig(vocab_size=V, max_len=32, d_model=32, num_heads=4, num_layers=3,
+                       dropout=0.0, pad_id=None)  # fmt: skip
+    model = GPT(config).eval()
+    with torch.no_grad():  # norms away from 1 and 0, so that their scale and bias count
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("modern", [False, True])
+def test_the_lens_reads_each_layer_and_ends_in_the_models_logits(modern):
+    model = gpt(modern)
+    ids = torch.randint(1, V, (1, 8))
+    lens = logit_lens(model, ids)
+    assert lens.stages[0] == "embeddings" and len(lens.stages) == model.config.num_layers + 1
+    torch.testing.assert_close(lens.logits[-1], model(ids).logits[0], atol=1e-5, rtol=0)
+    _, cache = model.run_with_cache(ids, names=["blocks.layers.0.hook_resid_post"])
+    after_1 = model.lm_head(model.blocks.norm(cache["blocks.layers.0.hook_resid_post"]))[0]
+    torch.testing.assert_close(lens.logits[1], after_1, atol=1e-5, rtol=0)
+    top, p = lens.top(3)
+    assert top.shape == (model.config.num_layers + 1, 8, 3) and (p[..., 0] >= p[..., 1]).all()
+
+
+@pytest.mark.parametrize("modern", [False, True])
+def test_attribution_parts_add_up_to_the_logits(modern):
+    model = gpt(modern)
+    ids = torch.randint(1, V, (1, 8))
+    for position in (-1, 3):
+        parts = direct_logit_attribution(model, ids, position=position)
+        total = parts.logits.sum(0)
+        torch.testing.assert_close(total, model(ids).logits[0, position], atol=1e-4, rtol=0)
+    H, L = model.config.num_heads, model.config.num_layers
+    heads = [p for p in parts.parts if p.startswith("L") and "H" in p]
+    assert len(heads) == H * L and f"L{L} MLP" in parts.parts
+    assert ("final norm bias" in parts.parts) == (not modern)
+    shares = parts.of(5)
+    assert sum(shares.values()) == pytest.approx(
+        float(model(ids).logits[0, 3, 5].detach()), abs=1e-4
+    )
+
+
+def test_patching_the_clean_stream_back_in_everywhere_restores_the_clean_answer():
+    model = gpt(False)
+    clean = torch.randint(1, V, (1, 6))
+    corrupt = clean.clone()
+    corrupt[0, 1] = (clean[0, 1] + 7) % V
+    metric = logit_difference(answer_id=3, wrong_id=4)
+    clean_value = metric(model(clean).logits)
+    corrupt_value = metric(model(corrupt).logits)
+    effect = activation_patching(model, clean, corrupt, metric)  # (layers, positions)
+    assert effect.shape == (3, 6)
+    # the first layer's input at the changed position is the whole difference...
+    assert effect[0, 1] == pytest.approx(clean_value, abs=1e-5)
+    # ...and before the last token has read it, an unchanged position carries nothing
+    assert effect[0, 0] == pytest.approx(corrupt_value, abs=1e-5)
+    # later, the change has spread: no single place of the last layer's input restores it
+    assert effect[2, 5] != pytest.approx(clean_value, abs=1e-5)
+    assert activation_patching(model, clean, corrupt, metric, what="mlp_out").shape == (3, 6)
+    heads = activation_patching(model, clean, corrupt, metric, what="z")
+    assert heads.shape == (3, 4)
+    same = activation_patching(model, clean, clean, metric)
+    torch.testing.assert_close(same, torch.full_like(same, clean_value), atol=1e-5, rtol=0)
+
+
+def test_ablating_a_head_equals_removing_its_output_weights():
+    model = gpt(False)
+    ids = torch.randint(1, V, (2, 7))
+    ablated = ablate_heads(model, ids, [(1, 2), (2, 0)]).logits
+    with torch.no_grad():
+        model.blocks.layers[1].self_attn.out_proj.weight[:, 16:24] = 0
+        model.blocks.layers[2].self_attn.out_proj.weight[:, 0:8] = 0
+    torch.testing.assert_close(ablated, model(ids).logits, atol=1e-6, rtol=0)
+
+
+def test_bad_requests_are_one_line():
+    model = gpt(False)
+    ids = torch.randint(1, V, (1, 5))
+    with pytest.raises(ValueError, match="one length"):
+        activation_patching(model, ids, ids[:, :4], logit_difference(1, 2))
+    with pytest.raises(ValueError, match="what must be"):
+        activation_patching(model, ids, ids, logit_difference(1, 2), what="q")
+    with pytest.raises(ValueError, match="layer 7 does not exist"):
+        ablate_heads(model, ids, [(7, 0)])
+    with pytest.raises(TypeError, match="decoder-only GPT"):
+        logit_lens(torch.nn.Linear(2, 2), ids)
