@@ -20,6 +20,8 @@ from glassformer.cli import (
     embed,
     fill_mask,
     generate,
+    lens,
+    patch,
     similarity,
     trace,
     train,
@@ -38,6 +40,8 @@ SUBCOMMANDS = {
     "bench": bench,
     "attention": attention,
     "trace": trace,
+    "lens": lens,
+    "patch": patch,
     "demo": demo,
 }
 
