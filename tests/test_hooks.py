@@ -313,3 +313,46 @@ def test_the_cache_stacks_layers_and_moves():
     assert cache.nbytes() == 2 * 2 * 6 * 32 * 4 and "ActivationCache(2 values" in repr(cache)
     with pytest.raises(KeyError, match="did you mean"):
         cache["blocks.layers.0.hook_resid_pots"]
+
+
+# --- against TransformerLens, on the same GPT-2 weights, nothing folded ----------------------
+
+
+def test_every_shared_activation_equals_transformer_lens(tmp_path):
+    """A random GPT-2 saved by transformers, read by glassformer (GPT.from_pretrained) and by
+    TransformerLens (TransformerBridge, no weight processing): the residual stream, q/k/v,
+    scores, pattern, z, the MLP's hidden values, each norm's output and the logits equal to
+    1e-5."""
+    transformers = pytest.importorskip("transformers")
+    bridge = pytest.importorskip("transformer_lens.model_bridge")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    theirs = bridge.TransformerBridge.boot_transformers(str(tmp_path), device="cpu")
+    ours = GPT.from_pretrained(tmp_path)
+    ids = torch.randint(0, 50, (2, 9))
+    their_logits, their_cache = theirs.run_with_cache(ids)
+    our_out, our_cache = ours.run_with_cache(ids)
+    pairs = {"hook_embed": "embed.hook_embed", "hook_pos_embed": "embed.position.hook_pos_embed"}
+    for i in range(2):
+        ti, oi = f"blocks.{i}.", f"blocks.layers.{i}."
+        for name in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out",
+                     "hook_mlp_out"):  # fmt: skip
+            pairs[ti + name] = oi + name
+        for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"):
+            pairs[ti + "attn." + name] = oi + "self_attn." + name
+        pairs[ti + "mlp.hook_pre"] = oi + "feed_forward.hook_pre"
+        pairs[ti + "mlp.hook_post"] = oi + "feed_forward.hook_post"
+        pairs[ti + "ln1.hook_out"] = oi + "norm1.hook_normalized"
+        pairs[ti + "ln2.hook_out"] = oi + "norm2.hook_normalized"
+    pairs["ln_final.hook_out"] = "blocks.norm.hook_normalized"
+    for their_name, our_name in pairs.items():
+        mine = our_cache[our_name]
+        torch.testing.assert_close(
+            mine.expand_as(their_cache[their_name]), their_cache[their_name],
+            atol=1e-5, rtol=0, msg=lambda m, n=our_name: f"{n}: {m}",
+        )  # fmt: skip
+    torch.testing.assert_close(our_out.logits, their_logits, atol=1e-5, rtol=0)
