@@ -526,3 +526,52 @@ def test_the_notebook_iframe_shows_the_page(opened, chars, tmp_path):
     frame.locator("body[data-ready='1']").wait_for(timeout=10_000)
     assert frame.locator("#head-lines line").count() == len(TEXT) ** 2
     opened_host.offline_and_clean()
+
+
+def test_a_gpts_page_holds_its_logit_lens_and_other_models_none(chars):
+    """The lens tab's data: per stage and position, the three likeliest next tokens and
+    their probabilities, as glassformer.inspect.logit_lens gives them."""
+    from glassformer.inspect import logit_lens
+
+    model = modern_gpt(chars.vocab_size)
+    data = viewer.attention_data(model, chars, TEXT)
+    ids, probs = logit_lens(model, torch.tensor([chars.encode(TEXT)])).top(3)
+    lens = data["lens"]
+    assert lens["stages"] == ["embeddings", "layer 1", "layer 2"]
+    assert lens["inputs"] == list(TEXT.replace(" ", "␣"))
+    assert lens["tokens"][-1][3] == [
+        chars.id_to_token(i).replace(" ", "␣") for i in ids[-1, 3].tolist()
+    ]
+    torch.testing.assert_close(torch.tensor(lens["probs"]), probs, atol=1e-5, rtol=0)
+    assert (
+        viewer.attention_data(translator(chars.vocab_size), chars, "abc", target="cba")["lens"]
+        is None
+    )
+
+
+@browser_test
+def test_the_lens_tab_shows_each_layers_guess_and_the_models_own_on_top(opened, chars, tmp_path):
+    model = modern_gpt(chars.vocab_size)
+    view = opened(attention_html(model, chars, TEXT).save(tmp_path / "v.html"))
+    page = view.page
+    page.click("#lens-tab")
+    assert page.is_visible("#view-lens")
+    top = page.evaluate(
+        "[...document.querySelectorAll('#lens-svg g[data-stage=\"2\"]')]"
+        ".map(g => [+g.dataset.pos, g.dataset.token, +g.dataset.p])"
+    )
+    with torch.no_grad():
+        probs = model(torch.tensor([chars.encode(TEXT)])).logits[0].softmax(-1)  # (T, V)
+    p, guess = probs.max(-1)
+    assert [t for t, _, _ in top] == list(range(len(TEXT)))
+    assert [token for _, token, _ in top] == [
+        chars.id_to_token(int(i)).replace(" ", "␣") for i in guess
+    ]
+    torch.testing.assert_close(torch.tensor([q for _, _, q in top]), p, atol=1e-5, rtol=0)
+    with page.expect_download() as download:
+        page.click("#download-svg")
+    assert Path(download.value.path()).read_bytes().startswith(b"<svg")
+    view.offline_and_clean()
+    translated = opened(attention_html(translator(chars.vocab_size), chars, "abc", target="cba")
+                        .save(tmp_path / "t.html"))  # fmt: skip
+    assert not translated.page.is_visible("#lens-tab")

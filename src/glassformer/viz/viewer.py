@@ -39,8 +39,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.inspect import logit_lens
+from glassformer.models.gpt import GPT
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.viz.attention import TITLES, maps_of, model_inputs
+from glassformer.viz.attention import TITLES, maps_of, model_inputs, token_labels
 
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
@@ -166,6 +168,22 @@ def attention_data(
         "text": text,
         "target": target,
         "kinds": kinds,
+        "lens": lens_data(model, tokenizer, args[0], labels.get("input", [])),
+    }
+
+
+def lens_data(model: Any, tokenizer: Any, ids: Tensor, inputs: list[str]) -> dict | None:
+    """The logit lens of a pre-norm GPT (None for other models): per stage (the embeddings,
+    then each layer) and input position, the three likeliest next tokens and their
+    probabilities."""
+    if not isinstance(model, GPT) or not model.config.norm_first:
+        return None
+    top, probs = logit_lens(model, ids[:1]).top(3)  # (S, T, 3)
+    return {
+        "stages": [f"layer {i}" if i else "embeddings" for i in range(top.size(0))],
+        "inputs": inputs,
+        "tokens": [[token_labels(tokenizer, cell) for cell in row] for row in top.tolist()],
+        "probs": [[[round(p, 5) for p in cell] for cell in row] for row in probs.tolist()],
     }
 
 

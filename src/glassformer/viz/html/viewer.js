@@ -37,6 +37,7 @@ function currentSvg() {
 
 function fileName(suffix) {
   const K = data.kinds[state.kind];
+  if (state.view === "lens") return `logit-lens.${suffix}`;
   return `attention-${K.kind}-${state.view}-layer${state.layer + 1}-head${state.head + 1}.${suffix}`;
 }
 
@@ -78,11 +79,11 @@ function savePng() {
 // ---- controls -------------------------------------------------------------------------
 
 function draw() {
-  for (const view of ["head", "model", "neuron"]) $(`view-${view}`).hidden = view !== state.view;
+  for (const view of ["head", "model", "neuron", "lens"]) $(`view-${view}`).hidden = view !== state.view;
   for (const tab of document.querySelectorAll(".tabs button")) {
     tab.setAttribute("aria-selected", String(tab.dataset.view === state.view));
   }
-  ({ head: drawHead, model: drawModel, neuron: drawNeuron })[state.view]();
+  ({ head: drawHead, model: drawModel, neuron: drawNeuron, lens: drawLens })[state.view]();
 }
 
 function chooseKind(index) {
@@ -108,6 +109,7 @@ function start() {
   $("title").textContent = data.title;
   $("subtitle").textContent = data.target == null ? data.text : `${data.text}\n→ ${data.target}`;
   fillSelect($("kind"), data.kinds.map((k) => k.title), 0);
+  $("lens-tab").hidden = !data.lens; // a decoder-only model's logit lens, when there is one
   const first = kindData();
   state.query = first.nq - 1; // the neuron view opens on the last query and its top key
   for (let j = 0; j < first.nk; j++) {

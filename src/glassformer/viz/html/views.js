@@ -1,5 +1,5 @@
-// glassformer's attention viewer, part 2 of 3: the head view, the model view and the
-// neuron view, each drawn from `state` and the data (data.js).
+// glassformer's attention viewer, part 2 of 3: the head view, the model view, the
+// neuron view and the logit lens, each drawn from `state` and the data (data.js).
 "use strict";
 
 const MAX_LINES = 40000; // more token pairs than this: lines under MIN_WEIGHT are left out
@@ -249,4 +249,52 @@ function valueSpan(id, value) {
   span.id = id;
   span.dataset.value = String(value);
   return span;
+}
+
+// ---- logit lens -----------------------------------------------------------------------
+
+function drawLens() {
+  const lens = data.lens;
+  const page = $("lens-svg");
+  const S = lens.stages.length;
+  const T = lens.inputs.length;
+  const cellW = 78;
+  const cellH = 20;
+  const left = 90;
+  const top = 10;
+  const bottom = 90; // the input tokens, written upwards
+  const width = left + T * cellW + 10;
+  const height = top + S * cellH + bottom;
+  page.replaceChildren();
+  for (const [name, value] of Object.entries({
+    width, height, viewBox: `0 0 ${width} ${height}`,
+    "font-family": "system-ui, sans-serif", "font-size": 11,
+  })) page.setAttribute(name, String(value));
+  for (let s = 0; s < S; s++) {
+    const y = top + (S - 1 - s) * cellH; // the embeddings at the bottom, the output on top
+    page.append(svg("text", { x: left - 6, y: y + cellH * 0.7, "text-anchor": "end" }, lens.stages[s]));
+    for (let t = 0; t < T; t++) {
+      const p = lens.probs[s][t];
+      const tokens = lens.tokens[s][t];
+      const cell = svg("g", { "data-stage": s, "data-pos": t, "data-token": tokens[0], "data-p": p[0] });
+      cell.append(svg("rect", {
+        x: left + t * cellW, y, width: cellW - 1, height: cellH - 1,
+        fill: "#1f5fa8", "fill-opacity": p[0],
+      }));
+      cell.append(svg("text", {
+        x: left + t * cellW + cellW / 2, y: y + cellH * 0.7, "text-anchor": "middle",
+        fill: p[0] > 0.55 ? "#fff" : "#1d2430",
+      }, tokens[0].slice(0, 11)));
+      cell.append(svg("title", {}, tokens.map((tok, k) => `${tok}  ${p[k].toFixed(3)}`).join("\n")));
+      page.append(cell);
+    }
+  }
+  for (let t = 0; t < T; t++) {
+    const x = left + t * cellW + cellW / 2;
+    const y = top + S * cellH + 6;
+    page.append(svg("text", {
+      x, y, "text-anchor": "end", transform: `rotate(-60 ${x} ${y})`,
+    }, lens.inputs[t].slice(0, 16)));
+  }
+  $("note").textContent = `logit lens: ${S} stages × ${T} input tokens (the layer and head do not apply)`;
 }
