@@ -12,6 +12,8 @@ several repeats, and prints medians and ratios:
                  (its fast path)
   generate       KV-cache decoding vs Hugging Face generate
   embed          SentenceEncoder (all-MiniLM-L6-v2) vs sentence-transformers
+  hooks          hook points and run_with_cache vs TransformerLens on GPT-2 small: time and
+                 cache size (--before DIR: the forward before the hook points)
   smollm2        SmolLM2-135M-Instruct's GGUF: load time and peak memory, and greedy
                  tokens/s at batch 1 and 8, vs transformers (needs accelerate)
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
@@ -42,6 +44,7 @@ SCRIPTS = {
     "generate": "generate.py",
     "embed": "embed.py",
     "smollm2": "smollm2.py",
+    "hooks": "hooks.py",
     "nanogpt-lm": "nanogpt_lm.py",
     "bf16-curve": "bf16_curve.py",
     "malloc": "malloc.py",
@@ -57,6 +60,7 @@ REPEATABLE = {
     "embed",
     "malloc",
     "smollm2",
+    "hooks",
 }
 
 
