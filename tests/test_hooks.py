@@ -356,3 +356,15 @@ def test_every_shared_activation_equals_transformer_lens(tmp_path):
             atol=1e-5, rtol=0, msg=lambda m, n=our_name: f"{n}: {m}",
         )  # fmt: skip
     torch.testing.assert_close(our_out.logits, their_logits, atol=1e-5, rtol=0)
+
+
+def test_the_cache_can_be_kept_smaller_as_it_is_taken():
+    model = gpt()
+    ids = torch.randint(0, V, (2, 6))
+    _, full = model.run_with_cache(ids, names="*hook_resid_post")
+    _, half = model.run_with_cache(ids, names="*hook_resid_post", dtype=torch.bfloat16)
+    assert half.nbytes() * 2 == full.nbytes()
+    torch.testing.assert_close(
+        half["blocks.layers.1.hook_resid_post"].float(), full["blocks.layers.1.hook_resid_post"],
+        atol=0.05, rtol=0.02,
+    )  # fmt: skip

@@ -107,5 +107,29 @@ def test_bad_requests_are_one_line():
         activation_patching(model, ids, ids, logit_difference(1, 2), what="q")
     with pytest.raises(ValueError, match="layer 7 does not exist"):
         ablate_heads(model, ids, [(7, 0)])
-    with pytest.raises(TypeError, match="decoder-only GPT"):
+    with pytest.raises(TypeError, match="reads a model with a vocabulary head"):
         logit_lens(torch.nn.Linear(2, 2), ids)
+    with pytest.raises(TypeError, match="decoder-only GPT"):
+        direct_logit_attribution(torch.nn.Linear(2, 2), ids)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_lens_reads_a_translators_decoder_and_an_encoder_lm(norm_first):
+    """Post-norm streams are read as they are (already normalised), pre-norm ones through
+    the stack's final norm; either way the last stage is the model's own logits."""
+    from glassformer import EncoderLM, EncoderLMConfig, Seq2SeqConfig, Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    shape = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0, norm_first=norm_first)
+    translator = Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=16, num_encoder_layers=2,
+                      num_decoder_layers=3, **shape)
+    ).eval()  # fmt: skip
+    src, tgt = torch.randint(1, V, (1, 7)), torch.randint(1, V, (1, 5))
+    lens = logit_lens(translator, src, tgt)
+    assert len(lens.stages) == 4
+    torch.testing.assert_close(lens.logits[-1], translator(src, tgt).logits[0], atol=1e-5, rtol=0)
+    encoder_lm = EncoderLM(EncoderLMConfig(vocab_size=V, max_len=16, num_layers=2, **shape)).eval()
+    ids = torch.randint(1, V, (1, 6))
+    lens = logit_lens(encoder_lm, ids)
+    torch.testing.assert_close(lens.logits[-1], encoder_lm(ids).logits[0], atol=1e-5, rtol=0)

@@ -65,23 +65,39 @@ def _unembed(model: GPT, resid: Tensor, scale_from: Tensor | None = None) -> Ten
     return normed @ model.lm_head.weight.float().T
 
 
+# model kind -> (its stack of layers, its vocabulary head): what a logit lens reads through
+LENS_PARTS = {"gpt": ("blocks", "lm_head"), "encoder_lm": ("encoder", "lm_head"),
+              "seq2seq": ("decoder", "output_proj")}  # fmt: skip
+
+
 @torch.no_grad()
-def logit_lens(model: nn.Module, ids: Tensor) -> Lens:
-    """What each layer's residual stream predicts, through the final norm and the head.
+def logit_lens(model: nn.Module, *inputs: Tensor) -> Lens:
+    """What each layer's residual stream predicts, read through the stack's final norm (if it
+    has one: a post-norm stream is normalised already) and the vocabulary head.
 
     Args:
-        model: a pre-norm ``GPT``.
-        ids: one sequence, (T,) or (1, T).
+        model: a ``GPT``, an ``EncoderLM`` or a ``Seq2SeqTransformer`` (its decoder).
+        inputs: what the model's forward takes, for one example: ids (T,) or (1, T); a
+            translator's source and target ids.
     """
-    gpt = _check_gpt(model)
-    ids = ids.view(1, -1)
-    L = gpt.config.num_layers
-    names = ["blocks.layers.0.hook_resid_pre"]
-    names += [f"blocks.layers.{i}.hook_resid_post" for i in range(L)]
-    _, cache = gpt.run_with_cache(ids, names=names)
+    kind = getattr(model, "kind", None)
+    if kind not in LENS_PARTS:
+        raise TypeError(
+            f"the logit lens reads a model with a vocabulary head (GPT, encoder LM, "
+            f"translator), not a {type(model).__name__}"
+        )
+    stack_name, head_name = LENS_PARTS[kind]
+    stack: Any = getattr(model, stack_name)
+    head: Any = getattr(model, head_name)
+    inputs = tuple(x.view(1, -1) for x in inputs)
+    L = len(stack.layers)
+    names = [f"{stack_name}.layers.0.hook_resid_pre"]
+    names += [f"{stack_name}.layers.{i}.hook_resid_post" for i in range(L)]
+    _, cache = model.run_with_cache(*inputs, names=names)  # type: ignore[operator]
     stream = torch.stack([cache[n][0] for n in names])  # (L + 1, T, D)
-    norm: Any = gpt.blocks.norm
-    logits = torch.stack([norm(x) @ gpt.lm_head.weight.T for x in stream])
+    if stack.norm is not None:
+        stream = stack.norm(stream)
+    logits = head(stream)  # (L + 1, T, V)
     stages = ["embeddings"] + [f"layer {i + 1}" for i in range(L)]
     return Lens(stages, logits.float())
 

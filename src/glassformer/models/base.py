@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -208,19 +209,28 @@ class PretrainedModel(nn.Module):
             return self(*inputs, **kwargs)
 
     def run_with_cache(
-        self, *inputs: Any, names: Names = None, detach: bool = True, **kwargs: Any
+        self,
+        *inputs: Any,
+        names: Names = None,
+        detach: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """``(self(*inputs, **kwargs), cache)``: the cache holds the value at every hook
         point ``names`` picks (a list, a glob pattern or a predicate; by default all but
         the per-head results, ``hook_result``, which are H times the attention output: ask
-        for them by name), detached unless ``detach=False``. Attention's scores and weights
-        are computed on the readable path when they are asked for, and only then."""
+        for them by name), detached unless ``detach=False``, and moved to ``device`` or cast
+        to ``dtype`` as they are taken (to keep a large cache off the GPU, or in bf16).
+        Attention's scores and weights are computed on the readable path when they are asked
+        for, and only then."""
         if names is None:
             names = [n for n in self.hook_names() if not n.endswith(OPT_IN)]
         values: dict[str, Tensor] = {}
 
         def keep(value: Tensor, name: str) -> None:
-            values[name] = value.detach() if detach else value
+            value = value.detach() if detach else value
+            values[name] = value.to(device=device, dtype=dtype) if device or dtype else value
 
         with self.hooks([(names, keep)]):
             output = self(*inputs, **kwargs)
