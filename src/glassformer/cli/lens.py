@@ -5,8 +5,9 @@ the unembedding, as if it were the last layer. Prints a table (a row per layer, 
 per input token, each cell the likeliest next token there and its probability) and, with
 --out, draws it. The last row is the model's own prediction.
 
---model takes a `glassformer train lm` run, a Hugging Face GPT-2 or Llama directory, or
-SmolLM2-135M-Instruct.
+--model takes a `glassformer train lm` run, a Hugging Face GPT-2 or Llama directory,
+SmolLM2-135M-Instruct, or a `glassformer train mlm` run (whose rows then guess each
+position's own token).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ HELP = "the logit lens: each layer's likeliest next token at every position"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="the input text")
-    p.add_argument("--model", required=True, help="a GPT: run directory, or SmolLM2-135M-Instruct")
+    p.add_argument("--model", required=True, help="an lm or mlm run, or SmolLM2-135M-Instruct")
     p.add_argument("--out", help="also draw it to this image (.png, .svg, .pdf)")
 
 
@@ -30,7 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from glassformer.viz.attention import save_figure, token_labels
     from glassformer.viz.lens import lens_table, plot_lens
 
-    model, tokenizer = load_run(args.model, kind="gpt")
+    model, tokenizer = load_run(args.model)
+    if model.kind not in ("gpt", "encoder_lm"):
+        raise ValueError(
+            f"{args.model} holds a {model.kind!r} model; the lens reads a GPT or an encoder LM "
+            "(a translator's decoder: glassformer.inspect.logit_lens from Python)"
+        )
     ids = tokenizer.encode(args.text)
     if not ids:
         raise ValueError(f"the text {args.text!r} encodes to no tokens")
