@@ -355,11 +355,11 @@ def test_the_encoders_rate_is_its_own_and_zero_while_frozen():
 
 
 def test_init_errors_are_one_line(files, mlm_run, tmp_path, capsys):
-    lm = tmp_path / "lm"
-    train("lm", files / "story.txt", lm, "--max-steps", "1", "--block-size", "16", "--no-test")
+    translator = tmp_path / "translate"
+    train("translate", files / "pairs.tsv", translator, "--max-steps", "1", "--no-test")
     reviews = ["train", "classify", "--data", str(files / "reviews.csv"), "--max-steps", "1"]
     cases = [
-        (["--init", str(lm)], "holds a 'gpt' model; a classifier starts from an encoder"),
+        (["--init", str(translator)], "holds a 'seq2seq' model; a classifier starts from a"),
         (
             ["--init", str(mlm_run), "--d-model", "64"],
             "gives the model's shape; leave out --d-model",
@@ -429,6 +429,36 @@ def test_classify_init_from_a_hugging_face_bert_directory(files, tmp_path, capsy
                  "--max-steps", "2") == 0  # fmt: skip
     model = load_checkpoint(run)
     assert model.kind == "bert_classifier" and model.config.num_layers == 2
+    capsys.readouterr()
+    assert main(["classify", "--model", str(run), "a great fun film"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in ("pos", "neg")
+
+
+def test_classify_init_from_an_lm_run_reads_the_last_real_token(files, tmp_path, capsys):
+    """--init RUN of `train lm`: a GPTClassifier with exactly the run's embeddings and blocks,
+    whose head reads each text's last real token (right padding leaves it unchanged)."""
+    from glassformer import GPTClassifier, RunConfig
+    from glassformer.data.batching import pad_batch
+    from glassformer.training.tasks import build_task
+
+    lm = tmp_path / "lm"
+    train("lm", files / "story.txt", lm, "--max-steps", "2", "--block-size", "32", "--no-test")
+    source, tok = load_run(lm)
+    config = RunConfig(task="classify", data=str(files / "reviews.csv"), init=str(lm),
+                       max_len=32, max_steps=1, tokenizer="char")  # fmt: skip
+    model = build_task(config).model.eval()
+    assert isinstance(model, GPTClassifier)
+    mine, theirs = model.state_dict(), source.state_dict()
+    shared = [k for k in theirs if not k.startswith("lm_head.")]
+    assert all(torch.equal(mine[k], theirs[k]) for k in shared) and "lm_head.weight" not in mine
+    texts = [tok.encode("a great fun film"), tok.encode("awful")]
+    with torch.no_grad():
+        batched = model(pad_batch(texts, tok.pad_id)).logits
+        alone = torch.cat([model(torch.tensor([t])).logits for t in texts])
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+    run = tmp_path / "clf"
+    assert train("classify", files / "reviews.csv", run, "--init", str(lm), "--max-len", "32",
+                 "--max-steps", "3", "--tokenizer", "char") == 0  # fmt: skip
     capsys.readouterr()
     assert main(["classify", "--model", str(run), "a great fun film"]) == 0
     assert capsys.readouterr().out.split("\t")[0] in ("pos", "neg")

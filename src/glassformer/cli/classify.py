@@ -13,7 +13,7 @@ from glassformer.inference import classify_texts, read_labels
 
 HELP = "classify texts with a trained classifier"
 # trained from scratch, or fine-tuned from a BERT-style encoder (train classify --init)
-CLASSIFIER_KINDS = ("classifier", "bert_classifier")
+CLASSIFIER_KINDS = ("classifier", "bert_classifier", "gpt_classifier")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,13 +10,15 @@ from glassformer.models.bert import (
 )
 from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
-from glassformer.models.gpt import GPT, GPTConfig
+from glassformer.models.gpt import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
 from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 __all__ = [
     "GPT",
     "MODEL_KINDS",
+    "GPTClassifier",
+    "GPTClassifierConfig",
     "BertClassifier",
     "BertClassifierConfig",
     "BertConfig",

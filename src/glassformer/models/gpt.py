@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -29,7 +29,7 @@ from glassformer.models.base import (
     PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import Embeddings, key_mask, layer_options
+from glassformer.models.common import Embeddings, key_mask, layer_options, pool
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.layers import Encoder
@@ -243,3 +243,64 @@ class GPT(PretrainedModel):
         return gpt_generate(
             self, input_ids, max_new_tokens, generation_config=generation_config, **kwargs
         )
+
+
+@dataclass(kw_only=True)
+class GPTClassifierConfig(GPTConfig):
+    """Configuration of ``GPTClassifier``: a GPT's shape, and a head on its last real token
+    (``pooling="last"``: the only position that has read the whole text) or on the mean of
+    its states (``"mean"``)."""
+
+    num_classes: int = 2
+    pooling: Literal["last", "mean"] = "last"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
+        if self.pooling not in ("last", "mean"):
+            raise ValueError(f"pooling must be 'last' or 'mean', got {self.pooling!r}")
+
+
+class GPTClassifier(GPT):
+    """A GPT (a pretrained ``lm`` run, SmolLM2) fine-tuned to classify: its causal blocks,
+    then a head on the last real token's state (or the mean of the states): (B, T) → (B, C).
+    Texts are right-padded, so every real token reads only real tokens before it."""
+
+    kind = "gpt_classifier"
+    config_class = GPTClassifierConfig
+    config: GPTClassifierConfig
+
+    def __init__(self, config: GPTClassifierConfig) -> None:
+        super().__init__(config)
+        del self.lm_head  # the vocabulary head has no use here
+        self.head = nn.Linear(config.d_model, config.num_classes)
+        self.hook_class_logits = HookPoint()  # (B, C)
+
+    def tie_weights(self) -> None:
+        """Nothing to tie: the classifier has no vocabulary head."""
+
+    def forward(  # type: ignore[override]
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Class logits (B, C), and their cross-entropy with ``labels`` (B,) when given."""
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
+        x, attentions, _ = self.blocks(self.embed(ids), mask, need_weights=need_weights)
+        if self.config.pooling == "mean":
+            pooled = pool(x, mask, "mean")
+        else:
+            real = (
+                torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.reshape(ids.shape)
+            )
+            positions = torch.arange(ids.size(1), device=ids.device)
+            last = (real * positions).argmax(dim=1)  # (B,) each row's last real token
+            pooled = x[torch.arange(ids.size(0), device=ids.device), last]  # (B, D)
+        logits = self.hook_class_logits(self.head(pooled))
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        return ModelOutput(logits, loss, decoder_attentions=attentions)

@@ -19,6 +19,9 @@ from glassformer.models import (
     BertClassifierConfig,
     BertConfig,
     ClassifierConfig,
+    GPTClassifier,
+    GPTClassifierConfig,
+    GPTConfig,
     TransformerClassifier,
 )
 from glassformer.models.base import ModelConfig
@@ -156,8 +159,8 @@ def classify_task(
 
 # The parts of a model that a classifier's encoder is (the same modules, the same names),
 # and the kinds of model that have them.
-ENCODER_PARTS = ("embed", "encoder")
-ENCODER_KINDS = ("encoder_lm", "bert", "sentence")
+ENCODER_PARTS = ("embed", "encoder", "blocks")
+ENCODER_KINDS = ("encoder_lm", "bert", "sentence", "gpt")
 
 
 def load_pretrained_encoder(
@@ -184,8 +187,8 @@ def load_pretrained_encoder(
     kind = getattr(model, "kind", type(model).__name__)
     if kind not in ENCODER_KINDS:
         raise ValueError(
-            f"--init {init} holds a {kind!r} model; a classifier starts from an encoder: an mlm "
-            "run (glassformer train mlm), all-MiniLM-L6-v2, or a BERT directory"
+            f"--init {init} holds a {kind!r} model; a classifier starts from a pretrained "
+            "encoder or decoder: an mlm or lm run, all-MiniLM-L6-v2, a BERT directory"
         )
     if max_len > model.config.max_len:
         raise ValueError(
@@ -196,8 +199,9 @@ def load_pretrained_encoder(
 
 def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool = False) -> Any:
     """A classifier whose embeddings and encoder are ``source``'s (copied; its head is new):
-    a ``TransformerClassifier`` for glassformer's encoder LM, a ``BertClassifier`` (mean
-    pooling) for a BERT-style encoder. ``linear_probe`` freezes what was copied."""
+    a ``TransformerClassifier`` for glassformer's encoder LM, a ``GPTClassifier`` (the last
+    real token's state) for a GPT, a ``BertClassifier`` (mean pooling) for a BERT-style
+    encoder. ``linear_probe`` freezes what was copied."""
     model: Any
     if source.kind == "encoder_lm":
         shared = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(ModelConfig)}
@@ -208,13 +212,17 @@ def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool
             **shared,
         )
         model = TransformerClassifier(config)
+    elif source.kind == "gpt":  # the causal blocks, and a head on the last real token
+        gpt = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(GPTConfig)}
+        model = GPTClassifier(GPTClassifierConfig(**gpt, num_classes=num_classes))
     else:  # bert, sentence: BertConfig's fields are the encoder's shape
         bert = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(BertConfig)}
         bert.pop("pooler")
         model = BertClassifier(BertClassifierConfig(**bert, num_classes=num_classes))
     for part in ENCODER_PARTS:
-        getattr(model, part).load_state_dict(getattr(source, part).state_dict())
-        getattr(model, part).requires_grad_(not linear_probe)
+        if hasattr(model, part):
+            getattr(model, part).load_state_dict(getattr(source, part).state_dict())
+            getattr(model, part).requires_grad_(not linear_probe)
     return model
 
 
