@@ -15,7 +15,11 @@ from glassformer.inspect.patching import (
     logit_difference,
 )
 
+# the cache run_with_cache returns lives with the hook points (models return it)
+from glassformer.modules.hooks import ActivationCache
+
 __all__ = [
+    "ActivationCache",
     "Attribution",
     "Lens",
     "Metric",
