@@ -273,9 +273,8 @@ class GPTClassifier(GPT):
 
     def __init__(self, config: GPTClassifierConfig) -> None:
         super().__init__(config)
-        del self.lm_head  # the vocabulary head has no use here
+        del self.lm_head  # the vocabulary head has no use here; hook_logits sees (B, C)
         self.head = nn.Linear(config.d_model, config.num_classes)
-        self.hook_class_logits = HookPoint()  # (B, C)
 
     def tie_weights(self) -> None:
         """Nothing to tie: the classifier has no vocabulary head."""
@@ -301,6 +300,10 @@ class GPTClassifier(GPT):
             positions = torch.arange(ids.size(1), device=ids.device)
             last = (real * positions).argmax(dim=1)  # (B,) each row's last real token
             pooled = x[torch.arange(ids.size(0), device=ids.device), last]  # (B, D)
-        logits = self.hook_class_logits(self.head(pooled))
+        logits = self.hook_logits(self.head(pooled))
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, decoder_attentions=attentions)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Tensor:
+        """A classifier does not generate text (its vocabulary head is gone)."""
+        raise TypeError("a GPTClassifier classifies; it has no vocabulary head to generate with")
