@@ -1,8 +1,10 @@
-"""Train a language model, a translator or a classifier.
+"""Train a language model, a translator, a classifier or a masked language model.
 
     glassformer train lm        --corpus austen        (char-level GPT)
     glassformer train translate --corpus bible-en-es   (English → Spanish, shared BPE)
     glassformer train classify  --corpus imdb          (sentiment, WordPiece)
+    glassformer train mlm       --corpus imdb          (BERT's masked-LM pretraining)
+    glassformer train classify  --init runs/mlm        (fine-tune a pretrained encoder)
 
 Everything goes into one run directory (--out): the checkpoint, metrics.jsonl, loss.png
 and samples.txt. --resume DIR continues an interrupted run exactly where it stopped.
@@ -35,7 +37,7 @@ from typing import Any, Literal
 
 from glassformer.training.config import RunConfig, RunConfigError
 
-HELP = "train a GPT (lm), a translator (translate) or a classifier (classify)"
+HELP = "train a GPT (lm), a translator (translate), a classifier (classify) or a masked LM (mlm)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -81,16 +81,16 @@ class RunConfig:
     corpus: str | None = _opt(
         None,
         "data",
-        "a bundled corpus: austen, imdb (lm/classify), bible-en-es (task default: austen for "
-        "lm, bible-en-es for translate, imdb for classify)",
+        "a bundled corpus: austen, imdb (lm/classify/mlm), bible-en-es (task default: austen "
+        "for lm, bible-en-es for translate, imdb for classify and mlm)",
     )
     data: str | None = _opt(
         None,
         "data",
-        "your own file: text (lm), TSV/CSV pairs (translate), CSV/TSV text+label (classify)",
+        "your own file: text (lm, mlm), TSV/CSV pairs (translate), CSV/TSV text+label (classify)",
     )
     tokenizer: Literal["char", "bpe", "wordpiece"] | None = _opt(
-        None, "data", "task default: char (lm), bpe (translate), wordpiece (classify)"
+        None, "data", "task default: char (lm), bpe (translate), wordpiece (classify, mlm)"
     )
     vocab_size: int | None = _opt(
         None, "data", "for bpe and wordpiece (task default: 8000; classify: 16000)"
@@ -120,7 +120,9 @@ class RunConfig:
     )
     block_size: int = _opt(256, "model", "lm: context length")
     max_len: int | None = _opt(
-        None, "model", "translate/classify: longest sequence in tokens (task default: 128 / 256)"
+        None,
+        "model",
+        "translate/classify/mlm: longest sequence in tokens (task default: 128 / 256 / 256)",
     )
     d_model: int | None = _opt(None, "model", "width (default: the preset's)")
     num_heads: int | None = _opt(None, "model", "attention heads (default: the preset's)")
