@@ -42,15 +42,21 @@ def build_config(make: Callable[[dict[str, Any]], Any], hf: dict[str, Any], path
 
 def load_weights(model: M, state: dict[str, Tensor]) -> M:
     """Load converted weights after checking every shape against the model's; eval mode."""
+    _check_shapes(model, state)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _check_shapes(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Every weight of ``state`` has the shape its place in ``model`` has (names the model
+    lacks are left to ``load_state_dict``)."""
     expected = model.state_dict()
     for name, value in state.items():
-        if value.shape != expected[name].shape:
+        if name in expected and value.shape != expected[name].shape:
             raise CheckpointError(
                 f"the weight for {name} has shape {tuple(value.shape)}, the config "
                 f"asks for {tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state)
-    return model.eval()
 
 
 def model_holding(cls: Callable[[Any], M], config: Any, state: dict[str, Tensor]) -> M:
@@ -63,13 +69,7 @@ def model_holding(cls: Callable[[Any], M], config: Any, state: dict[str, Tensor]
     """
     with torch.device("meta"):
         model = cls(config)
-    expected = model.state_dict()
-    for name, value in state.items():
-        if name in expected and value.shape != expected[name].shape:
-            raise CheckpointError(
-                f"the weight for {name} has shape {tuple(value.shape)}, the config "
-                f"asks for {tuple(expected[name].shape)}"
-            )
+    _check_shapes(model, state)
     try:
         model.load_state_dict(state, assign=True)
     except RuntimeError as e:  # missing or unexpected names
