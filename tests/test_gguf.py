@@ -281,6 +281,18 @@ def test_the_tokenizer_alone_and_saved_keeps_its_special_ids_and_template(tmp_pa
     assert again.chat_template == CHAT_TEMPLATE and again.encode(text) == tok.encode(text)
 
 
+def test_the_weights_alone_are_read_gguf_s_without_a_tokenizer(tmp_path):
+    """read_gguf_weights (what SmolLM2's model loader uses, its tokenizer read apart) gives
+    read_gguf's config and tensors."""
+    from glassformer.interop.gguf import read_gguf_weights
+
+    path = write_gguf(tmp_path / "m.gguf", hf_tensors())
+    config, state, _ = read_gguf(path)
+    alone_config, alone_state = read_gguf_weights(path)
+    assert alone_config == config and alone_state.keys() == state.keys()
+    assert all(torch.equal(alone_state[k], state[k]) for k in state)
+
+
 # --- bad files ------------------------------------------------------------------------------
 
 

