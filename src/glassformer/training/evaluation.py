@@ -40,14 +40,21 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
-def score(model: nn.Module, batches, *, prefix: str = "") -> dict[str, float]:
-    """Mean loss and accuracy of a classifier over (ids, labels) batches."""
+def score(model: nn.Module, batches, *, prefix: str = "", outputs=None) -> dict[str, float]:
+    """Mean loss and accuracy over batches: of a classifier's (ids, labels) batches, or of
+    what ``outputs(model, batch) -> (logits (N, C), targets (N,))`` makes of each batch
+    (a masked LM's masked positions)."""
+    outputs = outputs or _class_outputs
     total, correct, count = 0.0, 0, 0
     device = device_of(model)
-    for ids, labels in batches:
-        ids, labels = ids.to(device), labels.to(device)
-        logits = model(ids).logits
-        total += torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum").item()
-        correct += (logits.argmax(-1) == labels).sum().item()
-        count += len(labels)
+    for batch in batches:
+        logits, targets = outputs(model, to_device(batch, device))
+        total += torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum").item()
+        correct += (logits.argmax(-1) == targets).sum().item()
+        count += len(targets)
     return {f"{prefix}loss": total / count, f"{prefix}accuracy": correct / count}
+
+
+def _class_outputs(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, labels = batch
+    return model(ids).logits, labels

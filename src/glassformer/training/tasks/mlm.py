@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from glassformer.inference import device_of, fill_mask
+from glassformer.inference import fill_mask
 from glassformer.models import EncoderLM, EncoderLMConfig
+from glassformer.training.evaluation import score
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import DataOptions, Task, load_splits, tokenizer_files
 
@@ -113,12 +114,13 @@ def mlm_task(
     def test(m: nn.Module) -> dict[str, float]:
         """Loss and masked-token accuracy over every window of the validation and test
         splits (a user's file has no test split)."""
-        loss, accuracy = masked_scores(m, masked(val_ids, val_flags, None))
-        out = {"val_loss_full": loss, "val_masked_accuracy_full": accuracy}
-        test_ids, test_flags = stream(test_text) if test_text else (torch.empty(0), None)
-        if len(test_ids) > max_len + 1:
-            loss, accuracy = masked_scores(m, masked(test_ids, test_flags, None))
-            out.update(test_loss=loss, test_masked_accuracy=accuracy)
+        with torch.no_grad():
+            loss, accuracy = masked_scores(m, masked(val_ids, val_flags, None))
+            out = {"val_loss_full": loss, "val_masked_accuracy_full": accuracy}
+            test_ids, test_flags = stream(test_text) if test_text else (torch.empty(0), None)
+            if len(test_ids) > max_len + 1:
+                loss, accuracy = masked_scores(m, masked(test_ids, test_flags, None))
+                out.update(test_loss=loss, test_masked_accuracy=accuracy)
         return out
 
     def show(m: Any) -> str:
@@ -148,19 +150,13 @@ def mlm_task(
     )
 
 
-@torch.no_grad()
 def masked_scores(model: nn.Module, batches: list[tuple[Tensor, Tensor]]) -> tuple[float, float]:
     """(mean loss, accuracy) over the masked positions of ``batches``."""
-    was_training = model.training
-    model.eval()
-    device = device_of(model)
-    total, correct, count = 0.0, 0, 0
-    for inputs, labels in batches:
-        inputs, labels = inputs.to(device), labels.to(device)
-        logits = model(inputs, labels=labels, labelled_only=True).logits.float()  # (N, V)
-        targets = labels[labels != -100]
-        total += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
-        correct += int((logits.argmax(-1) == targets).sum())
-        count += len(targets)
-    model.train(was_training)
-    return total / max(count, 1), correct / max(count, 1)
+    scores = score(model, batches, outputs=_masked_outputs)
+    return scores["loss"], scores["accuracy"]
+
+
+def _masked_outputs(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """The logits and labels of the masked positions only."""
+    inputs, labels = batch
+    return model(inputs, labels=labels, labelled_only=True).logits, labels[labels != -100]
