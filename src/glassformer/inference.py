@@ -16,6 +16,7 @@ from torch import nn
 from glassformer.checkpoint import (
     NAMED_MODELS,
     NAMED_TOKENIZERS,
+    CheckpointError,
     load_checkpoint,
     resolve_checkpoint_dir,
 )
@@ -27,8 +28,9 @@ LABELS_FILE = "labels.json"
 
 
 def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Tokenizer]:
-    """(model, tokenizer) of a run directory (or the checkpoint directory in one), or of a
-    packaged model by name (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``).
+    """(model, tokenizer) of a run directory (or the checkpoint directory in one), a
+    sentence-transformers directory, or a packaged model by name
+    (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``).
 
     Args:
         path: what ``glassformer train`` / ``glassformer.fit`` wrote (``--out``), its
@@ -44,6 +46,13 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
         return model, NAMED_TOKENIZERS[str(path)](model)
     if options:
         raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
+    if (Path(path) / "modules.json").is_file():  # a sentence-transformers directory
+        from glassformer.models.sentence import SentenceEncoder
+
+        encoder = SentenceEncoder.from_pretrained(path)
+        if kind is not None and kind != encoder.kind:
+            raise CheckpointError(f"{path} holds a {encoder.kind!r} model, expected {kind!r}")
+        return encoder, encoder.tokenizer
     model = load_checkpoint(path, kind=kind)
     ckpt = resolve_checkpoint_dir(path)
     if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt")):

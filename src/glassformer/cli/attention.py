@@ -46,13 +46,9 @@ def load_model_and_tokenizer(path: str):
     from glassformer.checkpoint import NAMED_MODELS, load_checkpoint, resolve_checkpoint_dir
     from glassformer.data.tokenizers import load_tokenizer
     from glassformer.inference import load_run
-    from glassformer.models.sentence import SentenceEncoder
 
-    if path in NAMED_MODELS:
+    if path in NAMED_MODELS or (Path(path) / "modules.json").is_file():
         return load_run(path)
-    if (Path(path) / "modules.json").is_file():
-        model = SentenceEncoder.from_pretrained(path)
-        return model, model.tokenizer
     model = load_checkpoint(path)
     tokenizer = load_tokenizer(resolve_checkpoint_dir(path))
     config = model.config

@@ -146,7 +146,7 @@ class RunConfig:
         None,
         "fine-tuning",
         "classify: start the encoder (and take the tokenizer) from a pretrained one: an mlm "
-        "run directory",
+        "or lm run directory, all-MiniLM-L6-v2, a sentence-transformers or BERT directory",
     )
     encoder_lr: float | None = _opt(
         None,

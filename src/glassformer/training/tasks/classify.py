@@ -166,24 +166,18 @@ ENCODER_KINDS = ("encoder_lm", "bert", "sentence", "gpt")
 def load_pretrained_encoder(
     init: str, max_len: int, model_overrides: dict[str, Any]
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) of what ``--init`` names, checked to be an encoder a classifier can
-    start from: a ``glassformer train mlm`` run (or its checkpoint directory),
-    all-MiniLM-L6-v2, a sentence-transformers directory or a Hugging Face BERT directory."""
-    from pathlib import Path
-
+    """(model, tokenizer) of what ``--init`` names, checked to be one a classifier can start
+    from: a ``glassformer train mlm`` or ``lm`` run (or its checkpoint directory), another
+    GPT, all-MiniLM-L6-v2, a sentence-transformers directory or a Hugging Face BERT
+    directory."""
     from glassformer.inference import load_run
-    from glassformer.models.sentence import SentenceEncoder
 
     if model_overrides:
         raise ValueError(
             f"--init {init} gives the model's shape; leave out "
             f"{', '.join('--' + k.replace('_', '-') for k in sorted(model_overrides))}"
         )
-    if (Path(init) / "modules.json").is_file():
-        model = SentenceEncoder.from_pretrained(init)
-        tokenizer = model.tokenizer
-    else:
-        model, tokenizer = load_run(init)
+    model, tokenizer = load_run(init)
     kind = getattr(model, "kind", type(model).__name__)
     if kind not in ENCODER_KINDS:
         raise ValueError(
