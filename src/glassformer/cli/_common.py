@@ -31,3 +31,11 @@ def read_lines(path: str) -> list[str]:
     from glassformer.data.files import read_text
 
     return [line for line in read_text(path).split("\n") if line.strip()]
+
+
+def one_token(tokenizer: Any, text: str, flag: str) -> int:
+    """The id of ``text``, which must encode to one token (the message names ``flag``)."""
+    ids = tokenizer.encode(text)
+    if len(ids) != 1:
+        raise ValueError(f"{flag} {text!r} must be one token, but it encodes to {len(ids)}")
+    return ids[0]

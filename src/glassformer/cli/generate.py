@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import torch
 
+from glassformer.cli._common import one_token
 from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 
@@ -97,14 +98,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stop_id(tok, text: str) -> int:
-    ids = tok.encode(text)
-    if len(ids) != 1:
-        raise ValueError(f"--stop {text!r} must be one token, but it encodes to {len(ids)}")
-    if ids[0] == tok.unk_id and tok.id_to_token(ids[0]) != text:
+    token_id = one_token(tok, text, "--stop")
+    if token_id == tok.unk_id and tok.id_to_token(token_id) != text:
         raise ValueError(
             f"--stop {text!r} is not in the model's vocabulary (it would stop at any unknown token)"
         )
-    return ids[0]
+    return token_id
 
 
 class Printer:

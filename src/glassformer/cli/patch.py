@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from glassformer.cli._common import one_token
     from glassformer.inference import load_run
     from glassformer.inspect import activation_patching, logit_difference
     from glassformer.viz.attention import save_figure, token_labels
@@ -47,10 +48,8 @@ def run(args: argparse.Namespace) -> int:
             f"--clean and --corrupt must be the same number of tokens, got {len(clean)} and "
             f"{len(corrupt)}"
         )
-    answer, wrong = (
-        _one_token(tokenizer, args.answer, "--answer"),
-        _one_token(tokenizer, args.wrong, "--wrong"),
-    )
+    answer = one_token(tokenizer, args.answer, "--answer")
+    wrong = one_token(tokenizer, args.wrong, "--wrong")
     metric = logit_difference(answer, wrong)
     clean_ids, corrupt_ids = torch.tensor([clean]), torch.tensor([corrupt])
     with torch.no_grad():
@@ -77,10 +76,3 @@ def run(args: argparse.Namespace) -> int:
     save_figure(fig, args.out)
     print(f"{args.out}: {effect.size(0)} layers × {effect.size(1)} {plural}")
     return 0
-
-
-def _one_token(tokenizer, text: str, flag: str) -> int:
-    ids = tokenizer.encode(text)
-    if len(ids) != 1:
-        raise ValueError(f"{flag} {text!r} must be one token, but it encodes to {len(ids)}")
-    return ids[0]
