@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all bench lint format clean
+.PHONY: install demo test test-all screenshots bench lint format clean
 
 # The exact versions in constraints.txt (torch 2.13.0's CPU wheel among them); pyproject.toml
 # only says which versions the code supports.
@@ -36,6 +36,13 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
+
+## The README's pictures of the attention viewer (docs/images/attention-viewer-*.png), taken
+## by its browser tests; the translator's is a slow test that trains one for 10 minutes first
+## (GLASSFORMER_TRANSLATOR=RUN_DIR uses a run you have).
+screenshots: $(STAMP)
+	GLASSFORMER_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q -m '' \
+	  tests/test_viz_html.py -k readme_screenshot
 
 ## Speed side by side: attention, GPT training (vs nanoGPT when NANOGPT=path/to/checkout,
 ## and Hugging Face GPT-2), seq2seq training (vs nn.Transformer), the classifier (vs

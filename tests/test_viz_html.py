@@ -305,8 +305,10 @@ def browser():
 class Opened:
     """A page opened from disk with every network request refused and recorded."""
 
-    def __init__(self, browser, path: Path, ready: bool = True) -> None:
-        self.context = browser.new_context(viewport={"width": 1200, "height": 900})
+    def __init__(
+        self, browser, path: Path, ready: bool = True, viewport: dict[str, int] | None = None
+    ) -> None:
+        self.context = browser.new_context(viewport=viewport or {"width": 1200, "height": 900})
         self.refused: list[str] = []
         self.requests: list[str] = []
         self.errors: list[str] = []
@@ -575,3 +577,103 @@ def test_the_lens_tab_shows_each_layers_guess_and_the_models_own_on_top(opened, 
     translated = opened(attention_html(translator(chars.vocab_size), chars, "abc", target="cba")
                         .save(tmp_path / "t.html"))  # fmt: skip
     assert not translated.page.is_visible("#lens-tab")
+
+
+# ---- the README's screenshots -------------------------------------------------------------
+# The browser run photographs the viewer as the README shows it: all-MiniLM-L6-v2's model view
+# and SmolLM2's neuron view in the default run, a translator's cross-attention (trained for
+# 10 minutes first) among the slow tests. Each lands in $GLASSFORMER_SCREENSHOTS when it is set
+# (`make screenshots` sets it to docs/images), in a temporary folder otherwise; either way the
+# test checks that the picture shows the view it is of.
+
+SCREENSHOT_SIZE = {"width": 1280, "height": 860}
+
+
+def screenshot_folder(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("GLASSFORMER_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shoot(view: Opened, shot: Path) -> Path:
+    """Save the page as it is now; the picture must be the viewport's size and not blank."""
+    from PIL import Image
+
+    view.offline_and_clean()
+    view.page.screenshot(path=str(shot))
+    with Image.open(shot) as image:
+        assert image.size == (SCREENSHOT_SIZE["width"], SCREENSHOT_SIZE["height"])
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 200, f"{shot.name} is nearly blank"
+    return shot
+
+
+def named_model(name: str):
+    from glassformer.checkpoint import NAMED_MODELS
+    from glassformer.inference import load_run
+
+    if name not in NAMED_MODELS:
+        pytest.skip(f"{name} is not installed")
+    try:
+        return load_run(name)
+    except FileNotFoundError as e:
+        pytest.skip(f"{name} is not installed: {e}")
+
+
+@browser_test
+def test_readme_screenshot_of_minilm_in_the_model_view(browser, tmp_path):
+    model, tokenizer = named_model("all-MiniLM-L6-v2")
+    text = "The cat sat on the mat because it was warm."
+    page_file = attention_html(model, tokenizer, text, title="all-MiniLM-L6-v2 (bert)")
+    view = Opened(browser, page_file.save(tmp_path / "minilm.html"), viewport=SCREENSHOT_SIZE)
+    view.page.click("button[data-view=model]")
+    assert view.page.locator("#model-grid canvas").count() == 6 * 12
+    shoot(view, screenshot_folder(tmp_path) / "attention-viewer-minilm.png")
+    view.close()
+
+
+@browser_test
+def test_readme_screenshot_of_smollm2_in_the_neuron_view(browser, tmp_path):
+    model, tokenizer = named_model("SmolLM2-135M-Instruct")
+    text = "The capital of France is Paris, and the capital of Spain is"
+    page_file = attention_html(model, tokenizer, text, title="SmolLM2-135M-Instruct (gpt)")
+    view = Opened(browser, page_file.save(tmp_path / "gpt.html"), viewport=SCREENSHOT_SIZE)
+    page = view.page
+    page.click("button[data-view=neuron]")
+    page.select_option("#layer", value="12")
+    page.select_option("#head", value="4")
+    assert page.locator("#neuron-svg rect.product").count() == 64  # SmolLM2's head width
+    shoot(view, screenshot_folder(tmp_path) / "attention-viewer-gpt.png")
+    view.close()
+
+
+@pytest.mark.slow
+@browser_test
+def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browser, tmp_path):
+    """A tiny translator trained for 10 minutes on bible-en-es (or the run directory in
+    $GLASSFORMER_TRANSLATOR), in the head view at its cross-attention head whose queries look
+    at one key the most."""
+    from glassformer import RunConfig, fit
+    from glassformer.cli.attention import load_model_and_tokenizer
+
+    run = os.environ.get("GLASSFORMER_TRANSLATOR")
+    if run is None:
+        run = str(tmp_path / "translator")
+        config = RunConfig(task="translate", preset="tiny", minutes=10, no_test=True, out=run)
+        fit(config)
+    model, tokenizer = load_model_and_tokenizer(run)
+    text = "In the beginning God created the heaven and the earth."
+    target = "En el principio creó Dios los cielos y la tierra."
+    maps = attention_maps(model, tokenizer, text, target=target)
+    (cross,) = [m for m in maps if m.kind == "cross"]
+    top = cross.weights.max(-1).values.mean(-1)  # (layers, heads): the mean top weight
+    layer, head = divmod(int(top.argmax()), top.size(1))
+    title = "a translator (seq2seq, tiny preset, 10 minutes on bible-en-es)"
+    page_file = attention_html(model, tokenizer, text, target=target, title=title)
+    view = Opened(browser, page_file.save(tmp_path / "translator.html"), viewport=SCREENSHOT_SIZE)
+    view.page.select_option("#kind", value="2")
+    view.page.select_option("#layer", value=str(layer + 1))
+    view.page.select_option("#head", value=str(head + 1))
+    head_view_lines_equal(view, cross.weights[layer, head])
+    shoot(view, screenshot_folder(tmp_path) / "attention-viewer-translator.png")
+    view.close()
