@@ -9,6 +9,7 @@ import glassformer.training.runner as runner
 from glassformer import GPT, load_checkpoint, load_run
 from glassformer.cli import main
 from glassformer.inference import fill_mask
+from glassformer.precision import MARGIN
 
 FAST = ["--preset", "tiny", "--eval-every", "4", "--checkpoint-every", "4", "--threads", "1"]
 
@@ -251,18 +252,48 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
     assert "holds a 'gpt' model, expected 'classifier'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_bf16_warns_only_where_the_cpu_emulates_it(native, files, tmp_path, capsys, monkeypatch):
-    import glassformer.training.torch_fit as torch_train
+@pytest.mark.parametrize("faster", [True, False])
+def test_bf16_warns_only_where_it_measures_slower(faster, files, tmp_path, capsys, monkeypatch):
+    from glassformer import precision
 
-    monkeypatch.setattr(torch_train, "cpu_without_bf16", lambda model: not native)
+    measured = precision.Measurement(fp32_gflops=200.0, bf16_gflops=400.0 if faster else 100.0)
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "_measure", lambda *args: measured)
     run = tmp_path / "lm"
-    assert (
-        train("lm", files / "story.txt", run, "--max-steps", "2", "--block-size", "16", "--bf16")
-        == 0
+    argv = ("--max-steps", "2", "--block-size", "16", "--bf16")
+    assert train("lm", files / "story.txt", run, *argv) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    expected = ["warning: --bf16 is slower than fp32 on this machine: bf16 100 vs fp32 200"]
+    assert [w[: len(expected[0])] for w in warnings] == ([] if faster else expected)
+
+
+def test_bf16_auto_times_this_machine_and_says_what_it_chose(files, tmp_path, capsys, monkeypatch):
+    """The real measurement, logged in the run's output; the run trains with its choice."""
+    import re
+
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "lm"
+    argv = ("--max-steps", "2", "--block-size", "16", "--bf16", "auto", "--no-test")
+    assert train("lm", files / "story.txt", run, *argv) == 0
+    err = capsys.readouterr().err
+    found = re.search(
+        r"bf16 autocast (on|off) \(--bf16 auto\): bf16 ([\d,.]+) vs fp32 ([\d,.]+)", err
     )
-    warned = "without native bfloat16" in capsys.readouterr().err
-    assert warned == (not native)
+    assert found, err
+    bf16, fp32 = (float(found.group(i).replace(",", "")) for i in (2, 3))
+    assert (found.group(1) == "on") == (bf16 / fp32 >= MARGIN)
+    assert json.loads((run / "run.json").read_text())["bf16"] == "auto"
+    with capsys.disabled():
+        print(f"\n--bf16 auto on this machine: {found.group(0)}")
+
+
+def test_bf16_takes_auto_on_or_off_and_nothing_else(files, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "lm", "--data", str(files / "story.txt"), "--bf16", "maybe"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --bf16: expected auto, on or off, got 'maybe'" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -109,7 +109,7 @@ def test_frozen_and_keyword_only():
             "must be one of ['tiny', 'small', 'base', 'llama-tiny'], got 'huge'",
         ),
         (dict(optimizer="sgd"), "optimizer", "must be one of ['adam', 'adamw'], got 'sgd'"),
-        (dict(bf16="yes"), "bf16", "must be True or False, got 'yes'"),
+        (dict(bf16="yes"), "bf16", "must be True, False or 'auto', got 'yes'"),
         (dict(task="summarise"), "task", "must be one of ['lm', 'translate', 'classify', 'mlm']"),
         (dict(task="classify", bias=False), "bias", "is for lm (a GPT), not 'classify'"),
         (dict(framework="keras"), "framework", "keras trains the classifier (classify) only"),

@@ -58,7 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         # Unset options are left out (SUPPRESS): the config's defaults are the only ones,
         # and --resume knows which options were given.
         options: dict[str, Any] = dict(default=argparse.SUPPRESS, help=help_text)
-        if kind is bool:
+        if "cli" in meta:  # the field says how the command line spells it
+            options.update(meta.pop("cli"))
+        elif kind is bool:
             options["action"] = argparse.BooleanOptionalAction if tristate else "store_true"
         else:
             options.update(type=kind, choices=choices)

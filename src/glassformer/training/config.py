@@ -16,6 +16,7 @@ built, before any data is read.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -61,6 +62,15 @@ COMMON_DEFAULTS: dict[str, Any] = dict(
 # What may differ between a run and its resumption: the budget, the policy for NaNs and
 # where and how it runs. Everything else must be the run's own.
 RESUMABLE = ("minutes", "max_steps", "on_nonfinite", "threads", "device", "strategy", "out")
+
+
+def on_off_auto(text: str) -> bool | str:
+    """--bf16's value: on/off (also true/false, yes/no, 1/0) or auto."""
+    words: dict[str, bool | str] = {"on": True, "true": True, "yes": True, "1": True}
+    words |= {"off": False, "false": False, "no": False, "0": False, "auto": "auto"}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
+    return words[text.lower()]
 
 
 def _opt(default: Any, group: str, help: str, **cli: Any) -> Any:
@@ -184,7 +194,14 @@ class RunConfig:
     weight_decay: float = _opt(0.1, "training", "AdamW's decoupled weight decay")
     label_smoothing: float = _opt(0.1, "training", "translate only")
     clip_norm: float = _opt(1.0, "training", "clip the gradient norm to this")
-    bf16: bool = _opt(False, "training", "bfloat16 autocast")
+    bf16: bool | Literal["auto"] = _opt(
+        False,
+        "training",
+        "bfloat16 autocast: --bf16 (or on), off, or auto: matrix products of the model's "
+        "shapes timed in both precisions once per machine (cached) decide; --bf16 warns "
+        "where it measures slower",
+        cli=dict(nargs="?", const=True, type=on_off_auto, metavar="auto|on|off"),
+    )
     compile: bool = _opt(
         False,
         "training",
@@ -382,11 +399,12 @@ def _check_choices(c: RunConfig) -> None:
     for name, choices in _CHOICES.items():
         if getattr(c, name) not in choices:
             raise RunConfigError(name, f"must be one of {list(choices)}, got {getattr(c, name)!r}")
+    if c.bf16 not in (True, False, "auto"):
+        raise RunConfigError("bf16", f"must be True, False or 'auto', got {c.bf16!r}")
     for name in (
         "lowercase",
         "bias",
         "norm_first",
-        "bf16",
         "compile",
         "no_test",
         "whole_word_mask",

@@ -44,7 +44,7 @@ from glassformer.training.loop import Hook, TrainState
 from glassformer.training.memory import keep_freed_memory
 from glassformer.training.run import finish_run, start_run_dir
 from glassformer.training.tasks import Task, build_task
-from glassformer.training.torch_fit import schedule_and_config, train_torch
+from glassformer.training.torch_fit import bf16_for, schedule_and_config, train_torch
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,12 @@ def _fit(
     _say(world, f"data: {task.description}")
     _say(world, _model_line(config, task, model, world))
 
-    schedule, loop_config = schedule_and_config(config, model)
+    bf16 = None
+    if config.framework == "torch":
+        bf16, note = bf16_for(config, model)
+        if note is not None:
+            _say(world, note)
+    schedule, loop_config = schedule_and_config(config, model, bf16)
     if config.framework == "keras":
         from glassformer.training.keras_fit import train_keras
 

@@ -4,7 +4,6 @@ stopped. ``fit`` calls ``train_torch``; ``keras_fit.train_keras`` is its Keras t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 from torch import nn
 
 from glassformer.errors import NonFiniteLossError
+from glassformer.precision import resolve_bf16
 from glassformer.training import distributed
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
@@ -23,8 +23,11 @@ from glassformer.training.tasks import Task
 from glassformer.training.tasks.classify import ENCODER_PARTS
 
 
-def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainConfig]:
-    """The learning-rate schedule and the loop's configuration, from a run's config."""
+def schedule_and_config(
+    config: RunConfig, model: Any, bf16: bool | None = None
+) -> tuple[Schedule, TrainConfig]:
+    """The learning-rate schedule and the loop's configuration, from a run's config;
+    ``bf16`` is the autocast decision (``bf16_for``), else the config's own True/False."""
     lr = filled(config.lr)
     # Under a pure time budget the cosine decays over the time (see Schedule.lr_at).
     schedule = Schedule(
@@ -40,7 +43,7 @@ def schedule_and_config(config: RunConfig, model: Any) -> tuple[Schedule, TrainC
         minutes=config.minutes,
         accumulation=config.accumulation,
         clip_norm=config.clip_norm,
-        bf16=config.bf16,
+        bf16=bool(config.bf16) if bf16 is None else bf16,
         eval_every=config.eval_every,
         on_nonfinite=config.on_nonfinite,
     )
@@ -84,12 +87,6 @@ def train_torch(
         weight_decay=config.weight_decay,
         parts=encoder_parts(config),
     )
-    if config.bf16 and cpu_without_bf16(model) and world.is_main:
-        print(
-            "warning: --bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
-            "PyTorch emulates it, and training will be many times slower than fp32",
-            file=sys.stderr,
-        )
     state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
     if world.enabled:  # each rank its own dropout stream (the data streams are shared)
         torch.manual_seed(config.seed + 1_000_003 * world.rank + (state.step if state else 0))
@@ -134,8 +131,22 @@ def train_torch(
     return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
 
 
-def cpu_without_bf16(model: nn.Module) -> bool:
-    """True when the model is on a CPU whose bfloat16 matrix products PyTorch emulates."""
-    if next(model.parameters()).device.type != "cpu":
-        return False
-    return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+def bf16_for(config: RunConfig, model: Any) -> tuple[bool, str | None]:
+    """Whether the run trains under bf16 autocast, and a line saying why (None: nothing to
+    say). ``bf16="auto"`` times matrix products of the model's shapes in fp32 and bf16
+    (once per machine, cached) and takes the faster; ``True`` warns, with both figures, where
+    bf16 measures slower; ``False`` measures nothing."""
+    if config.bf16 is False:
+        return False, None
+    c = model.config
+    rows: int = min(filled(config.batch_size) * getattr(c, "max_len", 256), 4096)
+    d: int = c.d_model
+    d_ff: int = getattr(c, "d_ff", 4 * d)
+    shapes = [(rows, d, 3 * d), (rows, d, d_ff), (rows, d_ff, d)]
+    device = next(model.parameters()).device
+    use, measured, warning = resolve_bf16(config.bf16, shapes, device)
+    if warning is not None:
+        return use, f"warning: {warning}"
+    if measured is not None and config.bf16 == "auto":
+        return use, f"bf16 autocast {'on' if use else 'off'} (--bf16 auto): {measured.describe()}"
+    return use, None
