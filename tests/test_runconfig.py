@@ -79,6 +79,15 @@ def test_the_flat_form_equals_the_parsed_command_line():
     assert config.src_column == 2 and parse(*argv).src_column == 2  # "2" from the CLI -> 2
 
 
+def test_mlm_defaults_to_the_recipe_that_leaves_the_unigram_plateau():
+    """Sinusoidal positions, pre-norm, lr 3e-3, no dropout (the comment on TASK_DEFAULTS
+    has the measurement); the other tasks keep their models' own positions."""
+    mlm = RunConfig(task="mlm")
+    assert (mlm.positional, mlm.norm_first, mlm.lr, mlm.dropout) == ("sinusoidal", True, 3e-3, 0.0)
+    assert RunConfig(task="classify").positional is None
+    assert RunConfig(task="mlm", positional="learned").positional == "learned"
+
+
 def test_frozen_and_keyword_only():
     config = RunConfig(task="lm")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -107,6 +116,11 @@ def test_frozen_and_keyword_only():
             dict(preset="huge"),
             "preset",
             "must be one of ['tiny', 'small', 'base', 'llama-tiny'], got 'huge'",
+        ),
+        (
+            dict(positional="alibi"),
+            "positional",
+            "must be learned, sinusoidal or rope, got 'alibi'",
         ),
         (dict(optimizer="sgd"), "optimizer", "must be one of ['adam', 'adamw'], got 'sgd'"),
         (dict(bf16="yes"), "bf16", "must be True, False or 'auto', got 'yes'"),
