@@ -40,10 +40,12 @@ def load(root: Path, task: str) -> Splits:
         test += rows[:n_test]
         validation += rows[n_test : n_test + n_val]
         train += rows[n_test + n_val :]
-    splits = [[(images[i], labels[i]) for i in sorted(part)] for part in (train, validation, test)]
+    train_rows, validation_rows, test_rows = (
+        [(images[i], labels[i]) for i in sorted(part)] for part in (train, validation, test)
+    )
     description = (
         f"digits: {len(labels):,} handwritten digits, 8×8 grey (UCI, via scikit-learn's "
         f"load_digits, BSD licence), {len(train):,} / {len(validation):,} / {len(test):,} "
         "train / validation / test"
     )
-    return Splits(*splits, description)
+    return Splits(train_rows, validation_rows, test_rows, description)
