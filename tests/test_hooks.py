@@ -19,6 +19,8 @@ from glassformer import (
     Seq2SeqConfig,
     Seq2SeqTransformer,
     TransformerClassifier,
+    VisionTransformer,
+    ViTConfig,
 )
 from glassformer.modules.hooks import ActivationCache
 
@@ -57,6 +59,10 @@ def models() -> dict:
         "encoder lm": (EncoderLM(EncoderLMConfig(vocab_size=V, max_len=32, **shape)), (ids,)),
         "bert": (BertEncoder(BertConfig(vocab_size=V, max_len=32, **shape)), (ids,)),
         "translator": (seq2seq, (ids, torch.randint(1, V, (2, 7)))),
+        "vit": (
+            VisionTransformer(ViTConfig(image_size=8, patch_size=2, num_classes=3, **shape)),
+            (torch.rand(2, 1, 8, 8),),
+        ),
     }
 
 

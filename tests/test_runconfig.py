@@ -124,7 +124,11 @@ def test_frozen_and_keyword_only():
         ),
         (dict(optimizer="sgd"), "optimizer", "must be one of ['adam', 'adamw'], got 'sgd'"),
         (dict(bf16="yes"), "bf16", "must be True, False or 'auto', got 'yes'"),
-        (dict(task="summarise"), "task", "must be one of ['lm', 'translate', 'classify', 'mlm']"),
+        (
+            dict(task="summarise"),
+            "task",
+            "must be one of ['lm', 'translate', 'classify', 'mlm', 'vision']",
+        ),
         (dict(task="classify", bias=False), "bias", "is for lm (a GPT), not 'classify'"),
         (dict(framework="keras"), "framework", "keras trains the classifier (classify) only"),
     ],

@@ -42,3 +42,8 @@ class NonFiniteLossError(FloatingPointError):
     def __init__(self, message: str, *, step: int) -> None:
         super().__init__(message)
         self.step = step  # the step that failed (1-based: the one that would have been taken)
+
+
+class ImageError(ValueError):
+    """An image file or folder glassformer cannot use (not an image, the wrong size, an
+    empty class folder, a folder with one class), named in one line."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from glassformer.checkpoint import (
     NAMED_MODELS,
@@ -21,16 +21,19 @@ from glassformer.checkpoint import (
     resolve_checkpoint_dir,
 )
 from glassformer.data.batching import pad_batch
-from glassformer.data.tokenizers import Tokenizer, load_tokenizer
+from glassformer.data.images import IMAGE_PROCESSOR_FILE, load_image_processor
+from glassformer.data.tokenizers import load_tokenizer
 from glassformer.generation import GenerationConfig
 
 LABELS_FILE = "labels.json"
 
 
-def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Tokenizer]:
+def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of a run directory (or the checkpoint directory in one), a
     sentence-transformers directory, or a packaged model by name
-    (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``).
+    (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``). For a vision run the second is
+    its ``ImageProcessor`` (the size and channels of the images the model reads), else a
+    ``Tokenizer``.
 
     Args:
         path: what ``glassformer train`` / ``glassformer.fit`` wrote (``--out``), its
@@ -55,6 +58,15 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
         return encoder, encoder.tokenizer
     model = load_checkpoint(path, kind=kind)
     ckpt = resolve_checkpoint_dir(path)
+    if (ckpt / IMAGE_PROCESSOR_FILE).is_file():  # a vision run: images, no tokenizer
+        processor = load_image_processor(ckpt)
+        c = model.config
+        if processor.image_size != c.image_size or processor.channels != c.channels:
+            raise ValueError(
+                f"{ckpt}/{IMAGE_PROCESSOR_FILE} says {processor.describe()}, but the model "
+                f"reads {c.image_size[0]}×{c.image_size[1]} with {c.channels} channel(s)"
+            )
+        return model, processor
     if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         raise ValueError(f"{ckpt} has no tokenizer.json; was it written by `glassformer train`?")
     tokenizer = load_tokenizer(ckpt)
@@ -171,6 +183,23 @@ def classify_texts(
             probs = model(ids).logits.float().softmax(-1)
             p, k = probs.max(-1)
             out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]
+    return out
+
+
+@torch.no_grad()
+def classify_images(
+    model: Any, labels: list[str], images: Tensor, *, batch_size: int = 256
+) -> list[tuple[str, float]]:
+    """(label, probability) for each image of ``images`` (N, C, H, W), pixels 0..1."""
+    out: list[tuple[str, float]] = []
+    was_training = model.training
+    model.eval()
+    device = device_of(model)
+    for start in range(0, len(images), batch_size):
+        probs = model(images[start : start + batch_size].to(device)).logits.float().softmax(-1)
+        p, k = probs.max(-1)
+        out += [(labels[i], float(q)) for i, q in zip(k.tolist(), p.tolist(), strict=True)]
+    model.train(was_training)
     return out
 
 

@@ -11,6 +11,10 @@ directory, or a packaged model by name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct)
 several kinds, --out attention.png becomes attention-encoder.png, attention-decoder.png,
 attention-cross.png.
 
+For a Vision Transformer (`glassformer train vision`) TEXT is an image file: --out gets
+the class token's attention per layer and head drawn over the image, and the attention
+rollout across the layers (--resize scales an image of another size first).
+
 --out view.html writes instead one self-contained page (no network needed) with every
 kind of attention in it: the head view (a line per query and key, as opaque as its
 weight), the model view (every layer × head) and the neuron view (the q·k products per
@@ -27,7 +31,9 @@ KINDS = ("encoder", "decoder", "cross")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text", help="the input text (a translator's source sentence)")
+    p.add_argument(
+        "text", help="the input text (a translator's source sentence; a ViT's image file)"
+    )
     p.add_argument("--model", required=True, help="run, checkpoint or pretrained directory")
     p.add_argument("--target", help="a translator's target sentence (default: its translation)")
     p.add_argument("--which", choices=(*KINDS, "all"), default="all", help="kind of attention")
@@ -38,16 +44,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="attention.png",
         help="the image file (.png, .svg, .pdf) or an interactive page (.html)",
     )
+    p.add_argument(
+        "--resize", action="store_true", help="vision: scale the image to the model's size"
+    )
 
 
 def load_model_and_tokenizer(path: str):
     """(model, tokenizer) for any model directory glassformer reads, or a packaged model by
     name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct)."""
     from glassformer.checkpoint import NAMED_MODELS, load_checkpoint, resolve_checkpoint_dir
+    from glassformer.data.images import IMAGE_PROCESSOR_FILE
     from glassformer.data.tokenizers import load_tokenizer
     from glassformer.inference import load_run
 
     if path in NAMED_MODELS or (Path(path) / "modules.json").is_file():
+        return load_run(path)
+    if (resolve_checkpoint_dir(path) / IMAGE_PROCESSOR_FILE).is_file():  # a vision run
         return load_run(path)
     model = load_checkpoint(path)
     tokenizer = load_tokenizer(resolve_checkpoint_dir(path))
@@ -71,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--which, --layer and --head choose images; the page has them all")
         return _page(args, out)
     model, tokenizer = load_model_and_tokenizer(args.model)
+    if model.kind == "vit":
+        return _image(args, model, tokenizer, out)
+    if args.resize:
+        raise ValueError("--resize is for a Vision Transformer's image; this model reads text")
     maps = attention_maps(model, tokenizer, args.text, target=args.target)
     if args.which != "all":
         maps = [m for m in maps if m.kind == args.which]
@@ -85,10 +101,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image(args: argparse.Namespace, model, processor, out: Path) -> int:
+    """The ViT's attention over the image file ``args.text``, saved to ``out``."""
+    from glassformer.inference import read_labels
+    from glassformer.viz.attention import save_figure
+    from glassformer.viz.image_attention import image_attention, plot_image_attention
+
+    given = {"--target": args.target, "--layer": args.layer, "--head": args.head}
+    given["--which"] = None if args.which == "all" else args.which
+    if any(v is not None for v in given.values()):
+        names = ", ".join(k for k, v in given.items() if v is not None)
+        raise ValueError(f"{names}: for text models; a ViT's figure has every layer and head")
+    image = processor.open(args.text, resize=args.resize)
+    att = image_attention(model, image, read_labels(args.model))
+    save_figure(plot_image_attention(att), out)
+    layers, heads = att.per_head.shape[:2]
+    print(
+        f"{out}: {att.label} ({att.probability:.3f}); where the {att.reader} looks, "
+        f"{layers} layers × {heads} heads, and the rollout"
+    )
+    return 0
+
+
 def _page(args: argparse.Namespace, out: Path) -> int:
     from glassformer.viz.viewer import attention_html
 
     model, tokenizer = load_model_and_tokenizer(args.model)
+    if model.kind == "vit":
+        raise ValueError("the HTML viewer shows text; draw a ViT's attention with --out FILE.png")
     title = f"{Path(args.model).name} ({model.kind})"
     view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
     view.save(out)

@@ -13,6 +13,7 @@ from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
 from glassformer.models.gpt import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
 from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from glassformer.models.vit import VisionTransformer, ViTConfig
 
 __all__ = [
     "GPT",
@@ -35,4 +36,6 @@ __all__ = [
     "Seq2SeqConfig",
     "Seq2SeqTransformer",
     "TransformerClassifier",
+    "ViTConfig",
+    "VisionTransformer",
 ]

@@ -23,8 +23,10 @@ from glassformer.modules.masks import (
     padding_mask,
 )
 from glassformer.modules.norms import RMSNorm
+from glassformer.modules.patches import PatchEmbedding
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
+    SinusoidalGridEncoding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
     positional_encoding,
@@ -45,8 +47,10 @@ __all__ = [
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "PatchEmbedding",
     "RMSNorm",
     "RotaryEmbedding",
+    "SinusoidalGridEncoding",
     "SinusoidalPositionalEncoding",
     "StackOutput",
     "TokenEmbedding",

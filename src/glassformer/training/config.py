@@ -26,9 +26,9 @@ from typing import Any, Literal, TypeVar
 
 from glassformer.errors import RunConfigError
 
-Task = Literal["lm", "translate", "classify", "mlm"]
+Task = Literal["lm", "translate", "classify", "mlm", "vision"]
 T = TypeVar("T")
-TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm")
+TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
 PROCESSES_KEY = "processes"  # beside the fields in run.json: how many processes trained it
 
@@ -60,6 +60,8 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "mlm": dict(
         _CLASSIFY, lr=3e-3, warmup=100, positional="sinusoidal", norm_first=True, dropout=0.0
     ),
+    # images, not text: no tokenizer; the ViT reads patch_size × patch_size patches
+    "vision": dict(batch_size=64, lr=1e-3, warmup=100, corpus="digits", patch_size=2),
 }
 COMMON_DEFAULTS: dict[str, Any] = dict(
     optimizer="adamw", schedule="cosine", vocab_size=8000, lowercase=False
@@ -96,13 +98,15 @@ class RunConfig:
     corpus: str | None = _opt(
         None,
         "data",
-        "a bundled corpus: austen, imdb (lm/classify/mlm), bible-en-es (task default: austen "
-        "for lm, bible-en-es for translate, imdb for classify and mlm)",
+        "a bundled corpus: austen, imdb (lm/classify/mlm), bible-en-es, digits (vision) (task "
+        "default: austen for lm, bible-en-es for translate, imdb for classify and mlm, digits "
+        "for vision)",
     )
     data: str | None = _opt(
         None,
         "data",
-        "your own file: text (lm, mlm), TSV/CSV pairs (translate), CSV/TSV text+label (classify)",
+        "your own file: text (lm, mlm), TSV/CSV pairs (translate), CSV/TSV text+label "
+        "(classify); vision: a folder with one sub-folder of images per class",
     )
     tokenizer: Literal["char", "bpe", "wordpiece"] | None = _opt(
         None, "data", "task default: char (lm), bpe (translate), wordpiece (classify, mlm)"
@@ -138,6 +142,9 @@ class RunConfig:
         None,
         "model",
         "translate/classify/mlm: longest sequence in tokens (task default: 128 / 256 / 256)",
+    )
+    patch_size: int | None = _opt(
+        None, "model", "vision: the side of a square patch, in pixels (task default: 2)"
     )
     d_model: int | None = _opt(None, "model", "width (default: the preset's)")
     num_heads: int | None = _opt(None, "model", "attention heads (default: the preset's)")
@@ -254,6 +261,7 @@ class RunConfig:
             raise ValueError("give --corpus or --data, not both")
         if self.bias is not None and self.task != "lm":
             raise RunConfigError("bias", f"is for lm (a GPT), not {self.task!r}")
+        _check_vision(self)
         if self.framework == "keras":
             _check_keras(self)
         _check_fine_tuning(self)
@@ -368,6 +376,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "max_len": ("a positive integer", lambda v: v > 0),
     "vocab_size": ("a positive integer", lambda v: v > 0),
     "max_examples": ("a positive integer", lambda v: v > 0),
+    "patch_size": ("a positive integer", lambda v: v > 0),
     "d_model": ("a positive integer", lambda v: v > 0),
     "num_heads": ("a positive integer", lambda v: v > 0),
     "num_layers": ("a positive integer", lambda v: v > 0),
@@ -408,6 +417,8 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 
 def _check_choices(c: RunConfig) -> None:
     for name, choices in _CHOICES.items():
+        if name == "tokenizer" and c.tokenizer is None:  # vision has none
+            continue
         if getattr(c, name) not in choices:
             raise RunConfigError(name, f"must be one of {list(choices)}, got {getattr(c, name)!r}")
     if c.positional not in (None, "learned", "sinusoidal", "rope"):
@@ -427,6 +438,14 @@ def _check_choices(c: RunConfig) -> None:
         value = getattr(c, name)
         if value is not None and not isinstance(value, bool):
             raise RunConfigError(name, f"must be True or False, got {value!r}")
+
+
+def _check_vision(c: RunConfig) -> None:
+    """Images have no tokenizer; patches are for images only."""
+    if c.task == "vision" and c.tokenizer is not None:
+        raise RunConfigError("tokenizer", "is for text; vision reads images (no tokenizer)")
+    if c.task != "vision" and c.patch_size is not None:
+        raise RunConfigError("patch_size", f"is for vision (images), not {c.task!r}")
 
 
 def _check_fine_tuning(c: RunConfig) -> None:

@@ -84,11 +84,12 @@ LOSSES: dict[str, Callable[..., tuple[Tensor, int]]] = {
     "translate": seq2seq_loss,
     "classify": classify_loss,
     "mlm": mlm_loss,
+    "vision": classify_loss,  # batch = (images (B, C, H, W), labels (B,))
 }
 
 
 def loss_for(task: str, label_smoothing: float = 0.0):
-    """The loss function of a task ("lm", "translate", "classify", "mlm")."""
+    """The loss function of a task ("lm", "translate", "classify", "mlm", "vision")."""
     if task not in LOSSES:
         raise ValueError(f"task must be one of {sorted(LOSSES)}, got {task!r}")
     if not 0.0 <= label_smoothing < 1.0:

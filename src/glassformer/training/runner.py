@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from glassformer.checkpoint import load_checkpoint
+from glassformer.data.images import IMAGE_PROCESSOR_FILE, ImageProcessor, load_image_processor
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
 from glassformer.inference import LABELS_FILE, read_labels
 from glassformer.training import distributed
@@ -54,7 +55,7 @@ class RunResult:
     Attributes:
         model: the trained model, in eval mode (None on torchrun ranks other than 0); after
             a Keras run, the PyTorch twin of its weights (``model.keras`` holds the Keras one).
-        tokenizer: its tokenizer.
+        tokenizer: its tokenizer (a vision run: its ``ImageProcessor``).
         run_dir: the run directory.
         results: the held-out figures (results.json); empty with ``no_test``.
         state: where training ended (steps, tokens, seconds, the evaluations).
@@ -63,7 +64,7 @@ class RunResult:
     """
 
     model: Any
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | ImageProcessor
     run_dir: Path
     results: dict[str, Any] = field(default_factory=dict)
     state: TrainState = field(default_factory=TrainState)
@@ -121,9 +122,14 @@ def _fit(
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
 
-    tokenizer = labels = None
+    tokenizer: Tokenizer | ImageProcessor | None = None
+    labels = None
     if resume_dir is not None:
-        tokenizer = load_tokenizer(resume_dir / "checkpoint")
+        ckpt = resume_dir / "checkpoint"
+        if (ckpt / IMAGE_PROCESSOR_FILE).is_file():
+            tokenizer = load_image_processor(ckpt)
+        else:
+            tokenizer = load_tokenizer(ckpt)
         if (resume_dir / "checkpoint" / LABELS_FILE).is_file():
             labels = read_labels(resume_dir)
     _say(world, f"preparing data for {config.task} ...")
@@ -190,10 +196,12 @@ def _say(world: Distributed, message: str) -> None:
 
 
 def _model_line(config: RunConfig, task: Task, model: Any, world: Distributed) -> str:
-    line = (
-        f"model: {type(model).__name__}, {model.num_parameters():,} parameters, "
-        f"tokenizer {task.tokenizer.kind} ({task.tokenizer.vocab_size:,} tokens)"
-    )
+    inputs = task.tokenizer
+    if isinstance(inputs, ImageProcessor):
+        reads = inputs.describe()
+    else:
+        reads = f"tokenizer {inputs.kind} ({inputs.vocab_size:,} tokens)"
+    line = f"model: {type(model).__name__}, {model.num_parameters():,} parameters, {reads}"
     if world.enabled:
         global_batch = filled(config.batch_size) * world.world_size * config.accumulation
         line += f"; {world.world_size} processes, global batch {global_batch}"
@@ -246,12 +254,15 @@ def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConf
 
 
 def _build_task_on_all_ranks(
-    config: RunConfig, tokenizer: Tokenizer | None, labels: list[str] | None, world: Distributed
+    config: RunConfig,
+    tokenizer: Tokenizer | ImageProcessor | None,
+    labels: list[str] | None,
+    world: Distributed,
 ) -> Task:
     """The task, with one tokenizer for every rank: training a BPE or WordPiece vocabulary
     is not reproducible from process to process (ties between equally frequent merges), so
-    rank 0 trains it and the other ranks load rank 0's."""
-    if not world.enabled or tokenizer is not None:
+    rank 0 trains it and the other ranks load rank 0's. (Images need no tokenizer.)"""
+    if not world.enabled or tokenizer is not None or config.task == "vision":
         return build_task(config, tokenizer=tokenizer, labels=labels, world=world)
     task = build_task(config, labels=labels, world=world) if world.is_main else None
     shared = world.broadcast_bytes(task.extra_files["tokenizer.json"] if task else None)

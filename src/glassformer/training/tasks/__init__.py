@@ -1,11 +1,13 @@
 """The training tasks, one module each: ``lm`` (a GPT), ``translate`` (an encoder-decoder),
-``classify`` (an encoder classifier) and ``mlm`` (an encoder pretrained by filling in
-masked words). ``build_task`` makes the one a ``RunConfig`` asks for."""
+``classify`` (an encoder classifier), ``mlm`` (an encoder pretrained by filling in
+masked words) and ``vision`` (a Vision Transformer classifying images). ``build_task``
+makes the one a ``RunConfig`` asks for."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
@@ -24,6 +26,7 @@ from glassformer.training.tasks.common import (
 from glassformer.training.tasks.lm import lm_task
 from glassformer.training.tasks.mlm import mlm_task
 from glassformer.training.tasks.translate import translate_task
+from glassformer.training.tasks.vision import vision_task
 
 __all__ = [
     "DEFAULT_CORPUS",
@@ -41,6 +44,7 @@ __all__ = [
     "mlm_task",
     "tokenizer_files",
     "translate_task",
+    "vision_task",
 ]
 
 
@@ -64,7 +68,7 @@ def data_options(config: RunConfig) -> DataOptions:
 def build_task(
     config: RunConfig,
     *,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Tokenizer | ImageProcessor | None = None,
     labels: list[str] | None = None,
     world: Distributed | None = None,
 ) -> Task:
@@ -73,7 +77,8 @@ def build_task(
     Args:
         config: the run.
         tokenizer: a trained tokenizer to use (a resumed run's, or rank 0's under
-            torchrun) instead of training one on the data.
+            torchrun) instead of training one on the data; for vision, the resumed run's
+            image processor.
         labels: a resumed classifier's labels, in its output order.
         world: this process's place in a torchrun job (each rank takes its own share of
             every global batch).
@@ -109,6 +114,18 @@ def build_task(
         )
     if config.num_layers:
         overrides["num_layers"] = config.num_layers
+    if config.task == "vision":
+        if tokenizer is not None and not isinstance(tokenizer, ImageProcessor):
+            raise ValueError("a vision run reads images: its checkpoint has no tokenizer")
+        return vision_task(
+            data,
+            model_overrides=overrides,
+            patch_size=filled(config.patch_size),
+            labels=labels,
+            **{**common, "tokenizer": tokenizer},
+        )
+    if isinstance(tokenizer, ImageProcessor):
+        raise ValueError(f"a {config.task} run reads text, not images")
     if config.task == "mlm":
         return mlm_task(
             data,

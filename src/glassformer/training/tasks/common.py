@@ -19,13 +19,16 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.models import PretrainedModel
 from glassformer.training.config import TASK_DEFAULTS, TASKS
 
 # the task defaults RunConfig fills in, for DataOptions built without one
 DEFAULT_CORPUS: dict[str, str] = {task: TASK_DEFAULTS[task]["corpus"] for task in TASKS}
-DEFAULT_TOKENIZER: dict[str, str] = {task: TASK_DEFAULTS[task]["tokenizer"] for task in TASKS}
+DEFAULT_TOKENIZER: dict[str, str] = {
+    task: TASK_DEFAULTS[task]["tokenizer"] for task in TASKS if "tokenizer" in TASK_DEFAULTS[task]
+}  # vision reads images: no tokenizer
 
 
 @runtime_checkable
@@ -71,7 +74,7 @@ class DataOptions:
             raise ValueError("give --corpus or --data, not both")
         if not self.data and not self.corpus:
             self.corpus = DEFAULT_CORPUS[self.task]
-        self.tokenizer = self.tokenizer or DEFAULT_TOKENIZER[self.task]
+        self.tokenizer = self.tokenizer or DEFAULT_TOKENIZER.get(self.task)
         if not 0.0 < self.validation_fraction < 0.5:
             raise ValueError(
                 f"validation fraction must be in (0, 0.5), got {self.validation_fraction}"
@@ -83,7 +86,7 @@ class Task:
     """Everything the CLI needs to train and show one task."""
 
     name: str
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | ImageProcessor  # vision: the images' size and channels
     model: PretrainedModel
     batches: ResumableBatches
     loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]
@@ -104,11 +107,15 @@ def load_splits(opts: DataOptions):
         s = corpora.load_corpus(opts.corpus, task)
         return s.train, s.validation, s.test, s.description
     path = str(opts.data)  # DataOptions holds a corpus or a file
-    if task == "lm":
+    if task == "vision":  # a folder with a sub-folder of images per class
+        from glassformer.data.images import read_image_folder
+
+        rows: list[Any] = read_image_folder(path)[0]
+    elif task == "lm":
         text = files.read_text(path)
         cut = int(len(text) * (1 - opts.validation_fraction))
         return text[:cut], text[cut:], "", f"{path}: {len(text):,} characters"
-    if opts.task == "translate":
+    elif opts.task == "translate":
         rows = files.read_pairs(path, src_column=opts.src_column, tgt_column=opts.tgt_column)
     else:
         rows = files.read_labelled(

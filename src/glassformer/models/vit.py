@@ -1,0 +1,156 @@
+"""Vision Transformer (Dosovitskiy et al., "An Image is Worth 16x16 Words"): patches as tokens.
+
+images (B, C, H, W) → P × P patches, each a vector (B, N, D) → + positions → [class token]
+→ the same encoder layers as the text models → pool (the class token, or the mean) → linear
+→ (B, num_classes).
+
+Shapes: B batch, C channels, H × W pixels, P patch side, N = (H/P)·(W/P) patches, D d_model.
+Pixels are floats, 0 to 1 (``glassformer.data.images`` reads files that way).
+
+The class token is one learned vector put before the patches; it has no position of its
+own (with learned positions its own would add one constant to the same learned vector).
+Every image has all its patches, so nothing is ever masked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.models.base import (
+    Activation,
+    ConfigBase,
+    ModelOutput,
+    PretrainedModel,
+    cross_entropy,
+)
+from glassformer.models.common import layer_options, pool
+from glassformer.modules.hooks import HookPoint
+from glassformer.modules.layers import Encoder
+from glassformer.modules.patches import PatchEmbedding, check_patches
+from glassformer.modules.position import LearnedPositionalEmbedding, SinusoidalGridEncoding
+
+ImagePooling = Literal["cls", "mean"]
+
+
+@dataclass(kw_only=True)
+class ViTConfig(ConfigBase):
+    """Configuration of ``VisionTransformer``.
+
+    Attributes:
+        image_size: the images' side in pixels, or (height, width).
+        patch_size: P, the side of a square patch; must divide both sides.
+        channels: 1 (grey) or 3 (RGB), or any other count.
+        num_classes: how many classes.
+        pooling: "cls" (a learned class token, read at the end) or "mean" over the patches.
+        positional: "learned" (a vector per patch) or "sinusoidal" (the paper's sinusoids
+            along rows and along columns, ``SinusoidalGridEncoding``; D divisible by 4).
+        Others as in ``ModelConfig``; ViT is pre-norm with GELU.
+    """
+
+    image_size: int | tuple[int, int]
+    num_classes: int
+    patch_size: int = 2
+    channels: int = 1
+    d_model: int = 64
+    num_heads: int = 4
+    head_dim: int | None = None
+    num_layers: int = 4
+    d_ff: int = 128
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: Activation = "gelu"
+    norm_first: bool = True
+    positional: Literal["learned", "sinusoidal"] = "learned"
+    pooling: ImagePooling = "cls"
+    qkv_bias: bool = True
+
+    PRESETS: ClassVar[dict] = {
+        "tiny": dict(d_model=32, num_heads=2, num_layers=2, d_ff=64),
+        "small": dict(d_model=64, num_heads=4, num_layers=4, d_ff=128),
+        # DeiT-Ti's width and depth (192 wide, 3 heads, 12 layers)
+        "base": dict(d_model=192, num_heads=3, num_layers=12, d_ff=768),
+    }
+
+    def __post_init__(self) -> None:
+        size = self.image_size  # an int, a pair, or a list (from JSON)
+        pair = (size, size) if isinstance(size, int) else tuple(size)
+        check_patches(pair, self.patch_size)
+        self.image_size = (pair[0], pair[1])
+        if not isinstance(self.channels, int) or self.channels <= 0:
+            raise ValueError(f"channels must be a positive integer, got {self.channels!r}")
+        self._check()
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be one of ['cls', 'mean'], got {self.pooling!r}")
+        if self.positional == "sinusoidal" and self.d_model % 4:
+            raise ValueError(
+                f"2-D sinusoidal positions need d_model divisible by 4, got {self.d_model}"
+            )
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(rows, columns) of patches."""
+        h, w = self.image_size  # type: ignore[misc]  # a pair after __post_init__
+        return h // self.patch_size, w // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def max_len(self) -> int:
+        """The sequence the encoder reads: the patches, and the class token if any."""
+        return self.num_patches + (self.pooling == "cls")
+
+
+class VisionTransformer(PretrainedModel):
+    """Classify images: patches as tokens, glassformer's own encoder on top."""
+
+    kind = "vit"
+    config_class = ViTConfig
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.patches = PatchEmbedding(
+            image_size=c.image_size,  # type: ignore[arg-type]  # a pair after __post_init__
+            patch_size=c.patch_size,
+            channels=c.channels,
+            d_model=c.d_model,
+        )
+        self.position: nn.Module
+        if c.positional == "sinusoidal":
+            self.position = SinusoidalGridEncoding(d_model=c.d_model, grid=c.grid)
+        else:
+            self.position = LearnedPositionalEmbedding(max_len=c.num_patches, d_model=c.d_model)
+            nn.init.normal_(self.position.embedding.weight, std=0.02)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.pooling == "cls" else None
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = Encoder(num_layers=c.num_layers, **layer_options(c))
+        self.head = nn.Linear(c.d_model, c.num_classes)
+        self.hook_logits = HookPoint()  # (B, num_classes)
+
+    def forward(
+        self, images: Tensor, *, labels: Tensor | None = None, need_weights: bool = False
+    ) -> ModelOutput:
+        """Classify a batch of images.
+
+        Args:
+            images: (B, C, H, W) floats, pixels 0 to 1.
+            labels: class indices (B,); when given, ``loss`` is their cross-entropy.
+            need_weights: return every layer's attention weights, (B, H, T, T) each, where
+                T = N patches, after the class token (position 0) if there is one.
+        """
+        x = self.position(self.patches(images))  # (B, N, D)
+        if self.cls_token is not None:
+            cls = self.cls_token.expand(x.size(0), -1, -1)  # (B, 1, D)
+            x = torch.cat([cls, x], dim=1)  # (B, 1 + N, D)
+        x = self.dropout(x)
+        x, attentions, _ = self.encoder(x, None, need_weights=need_weights)
+        pooled = pool(x, None, self.config.pooling)  # (B, D)
+        logits = self.hook_logits(self.head(pooled))  # (B, num_classes)
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        return ModelOutput(logits, loss, encoder_attentions=attentions)
