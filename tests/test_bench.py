@@ -31,6 +31,13 @@ def test_bench_runs_the_named_scripts_with_the_options(tmp_path, capfd):
     assert f"ran ['--nanogpt', '{tmp_path}', '--repeats', '2']" in out
 
 
+def test_bench_scaling_gets_its_out_folder(tmp_path, capfd):
+    (tmp_path / "attention.py").write_text("")
+    (tmp_path / "scaling.py").write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    assert main(["bench", "scaling", "--benchmarks", str(tmp_path), "--out", "here"]) == 0
+    assert "ran ['--out', 'here']" in capfd.readouterr().out
+
+
 def test_a_failing_benchmark_makes_bench_fail(tmp_path, capfd):
     (tmp_path / "attention.py").write_text("raise SystemExit(3)\n")
     assert main(["bench", "attention", "--benchmarks", str(tmp_path)]) == 1

@@ -23,6 +23,9 @@ several repeats, and prints medians and ratios:
                  austen for the same minutes: validation losses (slow)
   malloc         GPT training steps with glibc's default malloc and with freed memory
                  kept, as `glassformer train` runs (separate processes, alternating)
+  scaling        time and peak memory of one attention layer and of a model against
+                 sequence length (128 to 16,384 tokens): the readable path, the fused one
+                 and local attention; fitted exponents, a PNG and a JSON in --out (slow)
 
 Without names it runs attention, gpt-train, seq2seq-train and classifier.
 """
@@ -49,6 +52,7 @@ SCRIPTS = {
     "bf16-curve": "bf16_curve.py",
     "malloc": "malloc.py",
     "modern-block": "modern_block.py",
+    "scaling": "scaling.py",
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {
@@ -61,6 +65,7 @@ REPEATABLE = {
     "malloc",
     "smollm2",
     "hooks",
+    "scaling",
 }
 
 
@@ -68,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks: {', '.join(SCRIPTS)}")
     p.add_argument("--nanogpt", help="nanoGPT checkout (or bare mirror) for gpt-train, nanogpt-lm")
     p.add_argument("--repeats", type=int, default=None, help="repeats per measurement")
+    p.add_argument("--out", default=None, help="scaling: the folder for its PNG and JSON")
     p.add_argument(
         "--benchmarks",
         default=None,
@@ -103,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
             command += ["--nanogpt", args.nanogpt]
         if args.repeats and name in REPEATABLE:
             command += ["--repeats", str(args.repeats)]
+        if args.out and name == "scaling":
+            command += ["--out", args.out]
         print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:
             failed.append(name)

@@ -126,6 +126,16 @@ class ConfigBase:
         allowed = sorted(POSITIONAL) + list(self.EXTRA_POSITIONAL)
         if positional not in allowed:
             raise ValueError(f"positional must be one of {allowed}, got {positional!r}")
+        window = getattr(self, "attention_window", None)
+        if window is not None and (
+            not isinstance(window, int) or isinstance(window, bool) or window <= 0
+        ):
+            raise ValueError(f"attention_window must be a positive integer or None, got {window!r}")
+        glob = getattr(self, "global_tokens", 0)
+        if not isinstance(glob, int) or isinstance(glob, bool) or glob < 0:
+            raise ValueError(f"global_tokens must be an integer >= 0, got {glob!r}")
+        if glob and window is None:
+            raise ValueError(f"global_tokens={glob} needs an attention_window")
         if positional == "sinusoidal" and self.d_model % 2:  # type: ignore[attr-defined]
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
 
@@ -148,6 +158,11 @@ class ModelConfig(ConfigBase):
         positional: sinusoidal (the paper) or learned position embeddings.
         qkv_bias: biases on the query, key and value projections.
         pad_id: the padding token (ignored by losses, masks and pooling); None for none.
+        attention_window: w: local (sliding-window) self-attention, each position attends
+            the w positions before it and, in an encoder, the w after it, in time and memory
+            linear in the length; None (the paper) attends to all.
+        global_tokens: with a window, the first this many positions see and are seen by
+            every position (Longformer's [CLS]; in a causal stack, attention sinks).
     """
 
     max_len: int = 512
@@ -162,6 +177,8 @@ class ModelConfig(ConfigBase):
     positional: Positional = "sinusoidal"
     qkv_bias: bool = True
     pad_id: int | None = 0
+    attention_window: int | None = None
+    global_tokens: int = 0
 
 
 class PretrainedModel(nn.Module):

@@ -55,6 +55,8 @@ def layer_options(c) -> dict:
         head_dim=c.head_dim,
         qkv_bias=c.qkv_bias and getattr(c, "bias", True),
         bias=getattr(c, "bias", True),
+        attention_window=c.attention_window,
+        global_tokens=c.global_tokens,
     )
 
 

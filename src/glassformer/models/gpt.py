@@ -222,7 +222,8 @@ class GPT(PretrainedModel):
 
     def new_cache(self) -> DecoderCache:
         """An empty key/value cache for incremental decoding with ``forward(..., cache=)``."""
-        return DecoderCache(self.config.num_layers)
+        c = self.config
+        return DecoderCache(c.num_layers, window=c.attention_window, global_tokens=c.global_tokens)
 
     @torch.no_grad()
     def generate(

@@ -126,7 +126,13 @@ class Seq2SeqTransformer(PretrainedModel):
 
     def new_cache(self) -> DecoderCache:
         """An empty decoder cache (self- and cross-attention) for ``decode(..., cache=)``."""
-        return DecoderCache(self.config.num_decoder_layers, cross_attention=True)
+        c = self.config
+        return DecoderCache(
+            c.num_decoder_layers,
+            cross_attention=True,
+            window=c.attention_window,
+            global_tokens=c.global_tokens,
+        )
 
     def forward(
         self,

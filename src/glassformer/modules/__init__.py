@@ -5,7 +5,7 @@ from glassformer.modules.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
 )
-from glassformer.modules.cache import DecoderCache, KVCache
+from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
 from glassformer.modules.layers import (
     Decoder,
@@ -14,6 +14,12 @@ from glassformer.modules.layers import (
     EncoderLayer,
     LayerOutput,
     StackOutput,
+)
+from glassformer.modules.local_attention import (
+    LocalWeights,
+    band_to_dense,
+    local_attention,
+    window_mask,
 )
 from glassformer.modules.masks import (
     attention_mask_to_key_mask,
@@ -46,9 +52,11 @@ __all__ = [
     "KVCache",
     "LayerOutput",
     "LearnedPositionalEmbedding",
+    "LocalWeights",
     "MultiHeadAttention",
     "PatchEmbedding",
     "RMSNorm",
+    "RollingKVCache",
     "RotaryEmbedding",
     "SinusoidalGridEncoding",
     "SinusoidalPositionalEncoding",
@@ -56,9 +64,12 @@ __all__ = [
     "TokenEmbedding",
     "attention_mask_to_key_mask",
     "auto_padding_mask",
+    "band_to_dense",
     "causal_mask",
     "combine_masks",
+    "local_attention",
     "padding_mask",
     "positional_encoding",
     "scaled_dot_product_attention",
+    "window_mask",
 ]

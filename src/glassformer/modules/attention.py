@@ -21,6 +21,14 @@ from torch import Tensor, nn
 
 from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
+from glassformer.modules.local_attention import (
+    as_key_mask,
+    band_to_dense,
+    check_global_tokens,
+    check_window,
+    local_attention,
+    window_allowed,
+)
 from glassformer.modules.masks import causal_mask, check_mask
 from glassformer.modules.rotary import RotaryEmbedding
 
@@ -179,6 +187,12 @@ class MultiHeadAttention(nn.Module):
             ``qkv_proj`` are then Hkv·Dh each, and a cache stores only the Hkv heads.
         rotary: rotate queries and keys by their positions (RoPE) before attending;
             self-attention only.
+        window: ``(left, right)``: local (sliding-window) self-attention, query i attends
+            keys i − left .. i + right, computed in chunks (``modules.local_attention``) so
+            time and memory grow as T·(left + right), not T². A causal layer's window is
+            ``(w, 0)``. Masks must then be key masks, (B, 1, 1, Tk).
+        global_tokens: with a window, the first this many positions see every key and are
+            seen by every query (Longformer's [CLS]).
     """
 
     def __init__(
@@ -193,9 +207,19 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
+        window: tuple[int, int] | None = None,
+        global_tokens: int = 0,
     ) -> None:
         super().__init__()
         head_dim = check_heads(d_model, num_heads, head_dim)
+        self.window = None if window is None else check_window(window)
+        self.global_tokens = check_global_tokens(global_tokens)
+        if self.window is None and global_tokens:
+            raise ValueError(
+                f"global_tokens={global_tokens} needs a window; pass window=(left, right)"
+            )
+        if causal and self.window is not None and self.window[1] != 0:
+            raise ValueError(f"a causal layer's window looks back only: (w, 0), got {self.window}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
             raise ValueError(
@@ -280,22 +304,77 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
         # The scores and weights exist on the readable path only: a hook on them takes it.
         looking = self.hook_attn_scores.active or self.hook_pattern.active
-        out, weights = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            dropout_p,
-            need_weights=need_weights or looking,
-            is_causal=self.causal,
-            hooks=(self.hook_attn_scores, self.hook_pattern),
-        )
+        if self.window is not None:
+            if key is not None:
+                raise ValueError("a windowed attention layer attends to itself; key must be None")
+            out, weights = self._local(q, k, v, mask, dropout_p, need_weights or looking, cache)
+        else:
+            out, weights = self._dense(q, k, v, mask, dropout_p, need_weights or looking)
         z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
         B, Tq, H, Dh = z.shape
         if self.hook_result.active:
             return AttentionOutput(self._from_heads(z), weights if need_weights else None)
         out = self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
         return AttentionOutput(out, weights if need_weights else None)
+
+    def _dense(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, weights: bool
+    ) -> AttentionOutput:
+        """Every query against every key it may attend: (B, H, Tq, Dh), weights or None."""
+        return scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            dropout_p,
+            need_weights=weights,
+            is_causal=self.causal,
+            hooks=(self.hook_attn_scores, self.hook_pattern),
+        )
+
+    def _local(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        dropout_p: float,
+        weights: bool,
+        cache: KVCache | None,
+    ) -> AttentionOutput:
+        """Each query against the keys in its window: (B, H, Tq, Dh), dense weights
+        (B, H, Tq, Tk) or None. The scores and pattern hooks see the band (B, H, T, G + W).
+
+        Without earlier keys (no cache, or its first call) this is ``local_attention``'s
+        chunked band. Decoding with a cache, the few new queries attend the keys the cache
+        kept (a rolling one keeps only the window) through a dense window mask.
+        """
+        assert self.window is not None
+        B, Tq, Tk = q.size(0), q.size(2), k.size(2)
+        hooks = (self.hook_attn_scores, self.hook_pattern)
+        if Tk == Tq:
+            out, band = local_attention(
+                q,
+                k,
+                v,
+                self.window,
+                global_tokens=self.global_tokens,
+                key_mask=as_key_mask(mask, B, Tk),
+                dropout_p=dropout_p,
+                need_weights=weights,
+                hooks=hooks,
+            )
+            return AttentionOutput(out, None if band is None else band_to_dense(band, self.window))
+        assert cache is not None  # more keys than queries: the cache's
+        key_pos = cache.key_positions.to(q.device)  # (Tk,) the kept keys' positions
+        query_pos = torch.arange(len(cache) - Tq, len(cache), device=q.device)
+        allowed = window_allowed(query_pos, key_pos, self.window, self.global_tokens)
+        keys = as_key_mask(mask, B, len(cache))  # the mask covers every key seen so far
+        if keys is not None:
+            allowed = allowed & keys[:, None, None, key_pos]  # (B, 1, Tq, Tk)
+        return scaled_dot_product_attention(
+            q, k, v, allowed, dropout_p, need_weights=weights, hooks=hooks
+        )
 
     def _from_heads(self, z: Tensor) -> Tensor:
         """The output as the sum of each head's share (``hook_result``), plus the bias:
@@ -349,6 +428,8 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, num_heads={self.num_heads}, "
             f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
             f"dropout={self.dropout}, causal={self.causal}"
+            + ("" if self.window is None else f", window={self.window}")
+            + (f", global_tokens={self.global_tokens}" if self.global_tokens else "")
         )
 
 

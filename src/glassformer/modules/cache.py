@@ -11,6 +11,10 @@ Shapes: B batch, H heads, T positions so far, Dh head width.
 - cross-attention stores the memory's keys and values on the first call and reuses
   them afterwards (the encoder's output does not change while decoding).
 
+``RollingKVCache`` serves a sliding-window layer (``MultiHeadAttention(window=(w, 0))``): it
+keeps only the last w positions (and the global tokens), so its memory stays constant however
+long decoding goes on.
+
 ``DecoderCache`` holds one ``KVCache`` per layer (two for a decoder layer) and knows how
 many positions have been seen, which is where the next token's position starts.
 """
@@ -63,6 +67,12 @@ class KVCache:
         self.length += new
         return self.keys, self.values
 
+    @property
+    def key_positions(self) -> Tensor:
+        """The positions (Tk,) of the keys the last ``append`` returned: all of them here."""
+        device = None if self._k is None else self._k.device
+        return torch.arange(self.length, device=device)
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order: how beam search follows its beams."""
         if self._k is not None and self._v is not None:
@@ -89,16 +99,79 @@ def _grow(storage: Tensor, length: int, capacity: int) -> Tensor:
     return bigger
 
 
+class RollingKVCache(KVCache):
+    """Keys and values of a causal sliding-window layer: the first ``keep_first`` positions
+    (global tokens) and the last ``window``, nothing older.
+
+    A query at position i with window (w, 0) reads keys i − w .. i. ``append`` returns the kept
+    keys and the new ones (so each new query finds its whole window), then keeps the last w:
+    the window of the next position, whose own key comes with it.
+
+    Args:
+        window: w, the layer's reach to the left.
+        keep_first: global tokens, kept for good.
+    """
+
+    def __init__(self, window: int, keep_first: int = 0) -> None:
+        super().__init__()
+        if window < 0 or keep_first < 0:
+            raise ValueError(f"window and keep_first must be >= 0, got {window}, {keep_first}")
+        self.window = window
+        self.keep_first = keep_first
+        self._positions: Tensor | None = None  # (n,) positions of the kept keys
+        self._returned: Tensor | None = None  # (Tk,) positions of the keys append returned
+
+    @property
+    def key_positions(self) -> Tensor:
+        if self._returned is None:
+            raise RuntimeError("the cache is empty")
+        return self._returned
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the keys/values of new positions (B, H, Tnew, Dh); return the kept ones and
+        these, (B, H, Tk, Dh) each."""
+        new = torch.arange(self.length, self.length + k.size(2), device=k.device)
+        if self._k is None or self._v is None or self._positions is None:
+            keys, values, positions = k, v, new
+        else:
+            keys, values = torch.cat([self._k, k], dim=2), torch.cat([self._v, v], dim=2)
+            positions = torch.cat([self._positions, new])
+        self.length += k.size(2)
+        self._returned = positions
+        keep = (positions < self.keep_first) | (positions >= self.length - self.window)
+        self._k, self._v, self._positions = keys[:, :, keep], values[:, :, keep], positions[keep]
+        return keys, values
+
+    def _filled(self, storage: Tensor | None) -> Tensor:
+        """All of it: the storage holds only the kept positions."""
+        if storage is None:
+            raise RuntimeError("the cache is empty")
+        return storage
+
+
 class DecoderCache:
     """One ``KVCache`` per layer of a stack (self-attention, and cross-attention if any).
 
     Args:
         num_layers: layers in the stack.
         cross_attention: also cache each layer's cross-attention keys/values.
+        window: the self-attention's reach to the left w, for sliding-window layers
+            (``window=(w, 0)``): each layer's cache is then a ``RollingKVCache``.
+        global_tokens: with a window, the global tokens each rolling cache keeps.
     """
 
-    def __init__(self, num_layers: int, *, cross_attention: bool = False) -> None:
-        self.self_attn = [KVCache() for _ in range(num_layers)]
+    def __init__(
+        self,
+        num_layers: int,
+        *,
+        cross_attention: bool = False,
+        window: int | None = None,
+        global_tokens: int = 0,
+    ) -> None:
+        self.self_attn: list[KVCache] = [
+            KVCache() if window is None else RollingKVCache(window, global_tokens)
+            for _ in range(num_layers)
+        ]
         self.cross_attn = [KVCache() for _ in range(num_layers)] if cross_attention else None
 
     @property

@@ -95,6 +95,9 @@ class EncoderLayer(_ResidualLayer):
         norm: "layer" (LayerNorm) or "rms" (RMSNorm, Llama's).
         num_kv_heads: key/value heads for grouped-query attention; None for H.
         rotary: rotary position embedding applied to q and k (shared by the layers).
+        attention_window: w: local self-attention, each position attends the w before it
+            and (unless causal) the w after it; None attends to all.
+        global_tokens: with a window, the first positions that see and are seen by all.
     """
 
     def __init__(
@@ -115,6 +118,8 @@ class EncoderLayer(_ResidualLayer):
         norm: str = "layer",
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
         self.self_attn = MultiHeadAttention(
@@ -127,6 +132,8 @@ class EncoderLayer(_ResidualLayer):
             causal=causal,
             num_kv_heads=num_kv_heads,
             rotary=rotary,
+            window=_window(attention_window, causal),
+            global_tokens=global_tokens,
         )
         self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
@@ -166,7 +173,8 @@ class EncoderLayer(_ResidualLayer):
 class DecoderLayer(_ResidualLayer):
     """Masked self-attention, cross-attention to the encoder's output, then feed-forward.
 
-    Arguments as for ``EncoderLayer``; ``causal`` defaults to True here.
+    Arguments as for ``EncoderLayer``; ``causal`` defaults to True here. A window applies to
+    the self-attention only: cross-attention reads the whole memory.
     """
 
     def __init__(
@@ -184,6 +192,8 @@ class DecoderLayer(_ResidualLayer):
         bias: bool = True,
         causal: bool = True,
         layer_norm_eps: float = 1e-5,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
     ) -> None:
         super().__init__(d_model, dropout, norm_first)
         attention: dict[str, Any] = dict(
@@ -194,7 +204,12 @@ class DecoderLayer(_ResidualLayer):
             qkv_bias=qkv_bias,
             out_bias=bias,
         )
-        self.self_attn = MultiHeadAttention(**attention, causal=causal)
+        self.self_attn = MultiHeadAttention(
+            **attention,
+            causal=causal,
+            window=_window(attention_window, causal),
+            global_tokens=global_tokens,
+        )
         self.cross_attn = MultiHeadAttention(**attention)
         self.feed_forward = feed_forward(
             d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
@@ -338,6 +353,13 @@ class Decoder(nn.Module):
         if not need_weights:
             return StackOutput(x)
         return StackOutput(x, tuple(self_weights), tuple(cross_weights))
+
+
+def _window(attention_window: int | None, causal: bool) -> tuple[int, int] | None:
+    """A layer's ``attention_window`` w as its attention's window: (w, 0) causal, else (w, w)."""
+    if attention_window is None:
+        return None
+    return (attention_window, 0 if causal else attention_window)
 
 
 def _final_norm(final_norm: bool | None, layer_kwargs: dict) -> nn.Module | None:

@@ -169,6 +169,17 @@ class RunConfig:
     norm_first: bool | None = _opt(
         None, "model", "pre-norm (default: GPT yes, the others as the paper: no)", tristate=True
     )
+    attention_window: int | None = _opt(
+        None,
+        "model",
+        "local attention: each token attends the W tokens before it (and, in an encoder, "
+        "the W after it), so cost grows linearly with --max-len (default: all tokens)",
+    )
+    global_tokens: int | None = _opt(
+        None,
+        "model",
+        "with --attention-window: the first N tokens see and are seen by all (default: 0)",
+    )
     # ---- fine-tuning
     init: str | None = _opt(
         None,
@@ -262,6 +273,8 @@ class RunConfig:
         if self.bias is not None and self.task != "lm":
             raise RunConfigError("bias", f"is for lm (a GPT), not {self.task!r}")
         _check_vision(self)
+        if self.global_tokens and self.attention_window is None:
+            raise RunConfigError("global_tokens", "needs --attention-window")
         if self.framework == "keras":
             _check_keras(self)
         _check_fine_tuning(self)
@@ -381,6 +394,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "num_heads": ("a positive integer", lambda v: v > 0),
     "num_layers": ("a positive integer", lambda v: v > 0),
     "d_ff": ("a positive integer", lambda v: v > 0),
+    "attention_window": ("a positive integer", lambda v: v > 0),
+    "global_tokens": ("an integer, 0 or more", lambda v: v >= 0),
     "eval_every": ("0 (only at the end) or more", lambda v: v >= 0),
     "checkpoint_every": ("0 (only at the end) or more", lambda v: v >= 0),
     "log_every": ("a positive integer", lambda v: v > 0),

@@ -86,7 +86,17 @@ def build_task(
     world = world or Distributed()
     overrides: dict[str, Any] = {
         name: getattr(config, name)
-        for name in ("d_model", "num_heads", "d_ff", "dropout", "norm_first", "bias", "positional")
+        for name in (
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "dropout",
+            "norm_first",
+            "bias",
+            "positional",
+            "attention_window",
+            "global_tokens",
+        )
         if getattr(config, name) is not None
     }
     common: dict[str, Any] = dict(
