@@ -25,9 +25,10 @@ Work and memory per chunk are c·(c + L + R), over the sequence T·(c + L + R): 
 
 The global queries (rows 0..G−1) attend densely to all T keys, (G, T), computed apart.
 
-Without weights asked for and with gradients on, each chunk runs under activation
-checkpointing: backward recomputes the chunk's scores instead of keeping them, so what stays in
-memory between forward and backward is the inputs and outputs, T·Dh, not the T·W weights.
+That is the readable path, taken when the weights are asked for (or hooked). Without them,
+each chunk's rectangle goes to PyTorch's fused kernel (``F.scaled_dot_product_attention``)
+with its band as the mask: the same numbers, faster, and nothing of size (c, c + L + R) kept
+for backward, so memory grows as T·Dh (the inputs and outputs), not T·W.
 
 Weights come back in band form (B, H, T, G + W): columns 0..G−1 are the global keys, then the
 keys i − L .. i + R (zero where that key does not exist or may not be seen); the global
@@ -43,7 +44,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import check_mask
@@ -129,7 +129,7 @@ def local_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     hooks: tuple[HookPoint, HookPoint] | None = None,
-    chunk: int = CHUNK,
+    chunk: int | None = None,
 ) -> LocalAttentionOutput:
     """Sliding-window attention, equal to dense attention under ``window_mask``.
 
@@ -143,7 +143,7 @@ def local_attention(
         dropout_p: dropout on the weights. Pass 0.0 in eval.
         need_weights: also return the weights, ``LocalWeights``.
         hooks: hook points for the band's scores and weights, (B, H, T, G + W) each.
-        chunk: queries per chunk.
+        chunk: queries per chunk (default ``CHUNK``).
 
     Returns:
         ``LocalAttentionOutput(output (B, H, T, Dv), weights or None)``. A query with no
@@ -162,6 +162,7 @@ def local_attention(
     if k.size(1) != H:  # each key/value head serves H / Hkv query heads, neighbours in order
         k, v = k.repeat_interleave(H // k.size(1), dim=1), v.repeat_interleave(H // v.size(1), 1)
     G = min(G, T)
+    chunk = CHUNK if chunk is None else chunk
     kp = F.pad(k, (0, 0, left, right))  # (B, H, L + T + R, Dh), padded position = j + L
     vp = F.pad(v, (0, 0, left, right))  # (B, H, L + T + R, Dv)
     real = None if key_mask is None else F.pad(key_mask, (left, right))  # (B, L + T + R)
@@ -176,13 +177,16 @@ def local_attention(
         band = ((j >= G) & (j < T))[None, None]  # keys before G are seen as global keys instead
         if real is not None:
             band = band & real[:, None, j + left]  # (B, 1, c, W)
-        if not G:
-            return band
-        if glob_ok is None:
-            glob = torch.ones(band.size(0), 1, e - s, G, dtype=torch.bool, device=q.device)
-        else:
-            glob = glob_ok.expand(B, 1, e - s, G)
-        return torch.cat([glob, band], dim=-1)
+        return _with_global(band, glob_ok, G)
+
+    def rect_allowed(s: int, e: int) -> Tensor:
+        """The chunk's (B or 1, 1, c, G + c + L + R) mask: the global keys, then its keys
+        s − L .. e + R − 1, of which each query may see its band."""
+        j = torch.arange(s - left, e + right, device=q.device)  # the rectangle's key positions
+        i = torch.arange(s, e, device=q.device)
+        rect = window_allowed(i, j, (left, right)) & (j >= G) & (j < T)  # (c, c + L + R)
+        rect = rect[None, None] if real is None else rect & real[:, None, None, j + left]
+        return _with_global(rect, glob_ok, G)
 
     # Chunks are pieces of `chunk` positions, taken with split (its backward is one cat; a
     # slice per chunk would zero-fill a whole-length gradient per chunk, quadratic in T). A
@@ -212,16 +216,22 @@ def local_attention(
         ]
         band_weights: Tensor | None = weights
     else:
+        # The fast way: PyTorch's fused kernel on each chunk's rectangle, the band as its
+        # mask. It keeps no (c, c + L + R) weights for backward (flash-style: the output and
+        # one log-sum-exp per row), so memory stays linear in T; a row with nothing to
+        # attend gives zeros.
         band_weights = None
-        recompute = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
         outs = []
         for i, (s, qc) in enumerate(zip(starts, q_parts, strict=True)):
-            mask = allowed(s, s + qc.size(2))
-            args = (qc, keys(i), values(i), k_glob, v_glob, mask, reach, dropout_p)
-            if recompute:
-                outs.append(checkpoint(_chunk, *args, use_reentrant=False))
-            else:
-                outs.append(_chunk(*args))
+            e = s + qc.size(2)
+            keys_c, values_c = _span(keys(i), e - s + reach), _span(values(i), e - s + reach)
+            if G:  # the global keys in front
+                keys_c, values_c = torch.cat([k_glob, keys_c], 2), torch.cat([v_glob, values_c], 2)
+            outs.append(
+                F.scaled_dot_product_attention(
+                    qc, keys_c, values_c, attn_mask=rect_allowed(s, e), dropout_p=dropout_p
+                )
+            )
     out = torch.cat(outs, dim=2)  # (B, H, T, Dv)
 
     global_rows = None
@@ -235,6 +245,20 @@ def local_attention(
             [torch.zeros_like(band_weights[:, :, :G]), band_weights[:, :, G:]], 2
         )
     return LocalAttentionOutput(out, LocalWeights(band_weights, global_rows))
+
+
+def _with_global(allowed: Tensor, global_ok: Tensor | None, G: int) -> Tensor:
+    """A chunk's mask (B or 1, 1, c, K) with the G global keys' columns in front (B, 1, c, G),
+    True where the key is real."""
+    if not G:
+        return allowed
+    c, K = allowed.size(2), allowed.size(3)
+    if global_ok is None:
+        glob = torch.ones(1, 1, c, G, dtype=torch.bool, device=allowed.device)
+    else:
+        glob = global_ok.expand(-1, 1, c, G)  # (B, 1, c, G)
+    B = max(glob.size(0), allowed.size(0))
+    return torch.cat([glob.expand(B, 1, c, G), allowed.expand(B, 1, c, K)], dim=-1)
 
 
 def _chunk_scores(q: Tensor, keys: Tensor, global_keys: Tensor) -> Tensor:
@@ -278,26 +302,6 @@ def _masked_softmax(
     if hooks is not None:
         weights = hooks[1](weights)
     return F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
-
-
-def _chunk(
-    q: Tensor,
-    keys: tuple[Tensor, ...],
-    values: tuple[Tensor, ...],
-    global_keys: Tensor,
-    global_values: Tensor,
-    allowed: Tensor,
-    reach: int,
-    dropout_p: float,
-) -> Tensor:
-    """One chunk from queries to output, (B, H, c, Dv): what checkpointing recomputes. Its
-    keys and values come as the pieces that cover them, joined here (its c + ``reach`` = c + L
-    + R of them), so that only views are kept for backward."""
-    length = q.size(2) + reach
-    weights = _masked_softmax(
-        _chunk_scores(q, _span(keys, length), global_keys), allowed, dropout_p
-    )
-    return _chunk_output(weights, _span(values, length), global_values)
 
 
 def _span(pieces: tuple[Tensor, ...], length: int) -> Tensor:
