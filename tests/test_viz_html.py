@@ -657,8 +657,10 @@ def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browse
     from glassformer.cli.attention import load_model_and_tokenizer
 
     run = os.environ.get("GLASSFORMER_TRANSLATOR")
+    title = f"a translator (seq2seq, the run in {run})"
     if run is None:
         run = str(tmp_path / "translator")
+        title = "a translator (seq2seq, tiny preset, 10 minutes on bible-en-es)"
         config = RunConfig(task="translate", preset="tiny", minutes=10, no_test=True, out=run)
         fit(config)
     model, tokenizer = load_model_and_tokenizer(run)
@@ -668,7 +670,6 @@ def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browse
     (cross,) = [m for m in maps if m.kind == "cross"]
     top = cross.weights.max(-1).values.mean(-1)  # (layers, heads): the mean top weight
     layer, head = divmod(int(top.argmax()), top.size(1))
-    title = "a translator (seq2seq, tiny preset, 10 minutes on bible-en-es)"
     page_file = attention_html(model, tokenizer, text, target=target, title=title)
     view = Opened(browser, page_file.save(tmp_path / "translator.html"), viewport=SCREENSHOT_SIZE)
     view.page.select_option("#kind", value="2")
