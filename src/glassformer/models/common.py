@@ -55,8 +55,8 @@ def layer_options(c) -> dict:
         head_dim=c.head_dim,
         qkv_bias=c.qkv_bias and getattr(c, "bias", True),
         bias=getattr(c, "bias", True),
-        attention_window=c.attention_window,
-        global_tokens=c.global_tokens,
+        attention_window=getattr(c, "attention_window", None),  # a ViT attends densely
+        global_tokens=getattr(c, "global_tokens", 0),
     )
 
 
