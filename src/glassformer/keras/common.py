@@ -87,6 +87,8 @@ class EncoderModel(keras.Model):
         options = layer_options(c)
         if not options.pop("bias"):  # the classifier and encoder LM configs always have them
             raise ValueError("the Keras twin has biases in its linear layers and LayerNorms")
+        if options.pop("attention_window") is not None or options.pop("global_tokens"):
+            raise ValueError("the Keras twin attends densely; it has no local attention window")
         self.encoder = Encoder(num_layers=c.num_layers, **options, name="encoder")
 
     def build(self, ids_shape) -> None:
