@@ -139,6 +139,15 @@ def test_model_config_round_trip():
     assert again.config == twin.config and again.get_config() == twin.get_config()
 
 
+def test_a_windowed_model_is_refused_by_from_torch_and_by_its_config():
+    windowed = classifier(attention_window=2, global_tokens=1)
+    message = "the Keras twin attends densely; this model has attention_window=2"
+    with pytest.raises(ValueError, match=message):
+        gk.from_torch(windowed)
+    with pytest.raises(ValueError, match=message):
+        gk.TransformerClassifier(windowed.config)
+
+
 def test_models_without_a_twin_and_tied_weights_are_refused():
     gpt = GPT(GPTConfig.preset("tiny", vocab_size=20, max_len=8))
     with pytest.raises(ValueError, match="no Keras twin for GPT"):

@@ -87,8 +87,12 @@ class EncoderModel(keras.Model):
         options = layer_options(c)
         if not options.pop("bias"):  # the classifier and encoder LM configs always have them
             raise ValueError("the Keras twin has biases in its linear layers and LayerNorms")
-        if options.pop("attention_window") is not None or options.pop("global_tokens"):
-            raise ValueError("the Keras twin attends densely; it has no local attention window")
+        window = options.pop("attention_window")
+        options.pop("global_tokens")  # a config allows them only with a window
+        if window is not None:  # every twin, from_torch's too, is built here
+            raise ValueError(
+                f"the Keras twin attends densely; this model has attention_window={window}"
+            )
         self.encoder = Encoder(num_layers=c.num_layers, **options, name="encoder")
 
     def build(self, ids_shape) -> None:

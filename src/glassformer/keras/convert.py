@@ -47,11 +47,6 @@ _LEAVES[LayerNorm] = _LEAVES[nn.LayerNorm]  # glassformer's: nn.LayerNorm with a
 def from_torch(model: nn.Module) -> keras.Model:
     """The Keras twin of a glassformer ``TransformerClassifier`` or ``EncoderLM``, same weights."""
     keras_cls, _ = _twins(model)
-    window = getattr(model.config, "attention_window", None)
-    if window is not None:
-        raise ValueError(
-            f"the Keras twin attends densely; this model has attention_window={window}"
-        )
     twin = keras_cls(model.config)
     twin.build((None, None))
     copy_from_torch(twin, model)
