@@ -1,32 +1,47 @@
-"""Generation speed: glassformer's GPT with and without its KV cache, next to Hugging Face.
+"""Decoding speed: glassformer's GPT at each precision, next to Hugging Face, and against the
+weight-read bound.
 
-The medium GPT shape (6 layers, 6 heads, 384 wide, vocabulary 65) with random weights,
-a 16-token prompt and 256 new tokens, greedy, at batch 1 and 8. The position tables hold
+The medium GPT shape (6 layers, 6 heads, 384 wide, vocabulary 65) with random weights, a
+16-token prompt and 256 new tokens, greedy, at batch 1 and 8. The position tables hold
 16 + 256 = 272 positions on both sides so that neither model crops its context.
-Contenders run interleaved, several repeats; the median tokens/s and the ratio to
-Hugging Face's ``GPT2LMHeadModel.generate`` (its KV cache on) are printed.
+
+Contenders, run interleaved, ``--repeats`` times, median kept:
+- Hugging Face ``GPT2LMHeadModel.generate`` (its KV cache on), fp32: the baseline;
+- glassformer's plain cached path (``static_cache=False``), fp32;
+- glassformer's static path (``glassformer.generation.static``) in fp32, bf16, int8 and
+  int4 (``model.for_inference(dtype)``), and compiled (``compile=True``) in fp32 with
+  ``--compile``.
+
+For each: tokens/s, the ratio to Hugging Face, whether the tokens equal Hugging Face's
+(fp32) or the fp32 static path's, and the fraction of the weight-read bound reached: a
+decoding step reads every weight once, so it cannot take less than (bytes of the weights a
+step reads) ÷ (memory bandwidth). The bandwidth is measured in the same run: reading a
+1 GiB buffer, and a matrix-vector product over one (the larger is kept). Prefill (the
+prompt) is timed against a training-style forward of the same tokens.
 
     pip install transformers   # the peer; glassformer itself does not need it
-    python benchmarks/generate.py [--repeats 5] [--new-tokens 256] [--dtype bfloat16]
-
-``--dtype bfloat16`` casts both models' weights (decoding one token at a time reads every
-weight once per token, so on a CPU half the bytes is nearly half the time).
+    python benchmarks/generate.py [--repeats 5] [--new-tokens 256] [--compile]
+    glassformer bench generate
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import statistics
 import time
 
 import torch
+from torch import nn
 
 from glassformer import GPT, GPTConfig
+from glassformer.generation.static import static_cache
 
 SHAPE = dict(vocab_size=65, d_model=384, num_heads=6, num_layers=6)
 
 
-def build(prompt_len: int, new_tokens: int, dtype: torch.dtype):
+def build(prompt_len: int, new_tokens: int):
     torch.manual_seed(0)
     positions = prompt_len + new_tokens
     ours = GPT(GPTConfig(**SHAPE, max_len=positions, dropout=0.0, pad_id=None)).eval()
@@ -49,10 +64,69 @@ def build(prompt_len: int, new_tokens: int, dtype: torch.dtype):
         pad_token_id=0,
     )
     hf = GPT2LMHeadModel(config).eval()
-    return ours.to(dtype), hf.to(dtype)
+    hf.load_state_dict(gpt2_state_dict(ours))  # the same weights on both sides
+    return ours, hf
 
 
-def contenders(ours, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
+def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """``model``'s weights under GPT2LMHeadModel's names (its Conv1D stores them transposed)."""
+    sd = {
+        "transformer.wte.weight": model.embed.token.embedding.weight,
+        "transformer.wpe.weight": model.embed.position.embedding.weight,
+        "transformer.ln_f.weight": model.blocks.norm.weight,
+        "transformer.ln_f.bias": model.blocks.norm.bias,
+        "lm_head.weight": model.lm_head.weight,
+    }
+    for i, layer in enumerate(model.blocks.layers):
+        p = f"transformer.h.{i}."
+        attn, ff = layer.self_attn, layer.feed_forward
+        sd |= {
+            p + "ln_1.weight": layer.norm1.weight,
+            p + "ln_1.bias": layer.norm1.bias,
+            p + "ln_2.weight": layer.norm2.weight,
+            p + "ln_2.bias": layer.norm2.bias,
+            p + "attn.c_attn.weight": attn.qkv_proj.weight.t(),
+            p + "attn.c_attn.bias": attn.qkv_proj.bias,
+            p + "attn.c_proj.weight": attn.out_proj.weight.t(),
+            p + "attn.c_proj.bias": attn.out_proj.bias,
+            p + "mlp.c_fc.weight": ff.linear1.weight.t(),
+            p + "mlp.c_fc.bias": ff.linear1.bias,
+            p + "mlp.c_proj.weight": ff.linear2.weight.t(),
+            p + "mlp.c_proj.bias": ff.linear2.bias,
+        }
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+def step_bytes(model: nn.Module) -> int:
+    """Bytes a decoding step reads: the blocks' weights and the output head's (the token
+    and position tables give one row each; a tied head reads the whole token table)."""
+    tensors = {id(t): t for t in [*model.blocks.parameters(), *model.blocks.buffers()]}
+    tensors |= {id(t): t for t in [*model.lm_head.parameters(), *model.lm_head.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
+    """Bytes/s of reading a ``gib`` GiB fp32 buffer: by a sum, and by a matrix-vector
+    product (the decoding step's own pattern); best of ``repeats``."""
+    n = int(gib * 2**30) // 4
+    cols = 4096
+    big = torch.rand(n // cols, cols)
+    x = torch.rand(cols)
+    out = {}
+    for name, fn in (("sum", lambda: big.sum()), ("matrix-vector", lambda: big @ x)):
+        fn()
+        best = min(_seconds(fn) for _ in range(repeats))
+        out[name] = big.numel() * 4 / best
+    return out
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
     mask = torch.ones_like(prompt)
 
     def hf_generate():
@@ -65,27 +139,52 @@ def contenders(ours, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
             use_cache=True,
         )
 
-    return {
-        "glassformer, KV cache": lambda: ours.generate(prompt, new_tokens, use_cache=True),
-        "glassformer, no cache (reference path)": lambda: ours.generate(
-            prompt, new_tokens, use_cache=False
+    fns = {"Hugging Face generate, fp32": hf_generate}
+    fp32 = models["fp32"]
+    fns["glassformer plain cache, fp32"] = lambda: fp32.generate(
+        prompt, new_tokens, static_cache=False
+    )
+    for name, model in models.items():
+        compile = name == "fp32 compiled"
+        fns[f"glassformer static, {name}"] = lambda model=model, compile=compile: model.generate(
+            prompt, new_tokens, compile=compile
+        )
+    return fns
+
+
+def measure(fns: dict, repeats: int, tokens: int) -> tuple[dict[str, float], dict]:
+    outs = {}
+    with torch.inference_mode():
+        for name, fn in fns.items():  # warm-up (compiles), and each makes every token
+            outs[name] = fn()
+            assert outs[name].size(1) == tokens, (name, tuple(outs[name].shape))
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(repeats):
+            for name, fn in fns.items():  # interleaved: drift hits every contender alike
+                times[name].append(_seconds(fn))
+    return {name: statistics.median(t) for name, t in times.items()}, outs
+
+
+def prefill(models: dict, hf, prompt_len: int, repeats: int) -> dict[str, float]:
+    """Tokens/s of a prompt of ``prompt_len`` through the static path's prefill (into a
+    static cache, last logits only) and through a training-style forward (all logits)."""
+    fp32 = models["fp32"]
+    ids = torch.randint(1, SHAPE["vocab_size"], (1, prompt_len))
+    fns = {
+        "glassformer prefill (static cache)": lambda: fp32(
+            ids, cache=static_cache(fp32, 1, prompt_len), logits_to_keep=1
         ),
-        "Hugging Face GPT2LMHeadModel.generate": hf_generate,
+        "glassformer forward, no cache": lambda: fp32(ids),
+        "Hugging Face forward, no cache": lambda: hf(ids, use_cache=False),
     }
-
-
-def measure(fns: dict, repeats: int, tokens: int) -> dict[str, float]:
-    for name, fn in fns.items():  # warm-up, and a check that each makes every token
-        out = fn()
-        assert out.size(1) == tokens, (name, tuple(out.shape))
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():  # interleaved: drift hits every contender alike
-            start = time.perf_counter()
-            with torch.inference_mode():
-                fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    with torch.inference_mode():
+        for fn in fns.values():
+            fn()
+        times = {
+            name: statistics.median(_seconds(fn) for _ in range(repeats))
+            for name, fn in fns.items()
+        }
+    return {name: prompt_len / t for name, t in times.items()}
 
 
 def main() -> None:
@@ -94,31 +193,80 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8,int4")
+    parser.add_argument("--compile", action="store_true", help="also the compiled fp32 step")
     parser.add_argument("--threads", type=int)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    ours, hf = build(args.prompt_len, args.new_tokens, getattr(torch, args.dtype))
+    ours, hf = build(args.prompt_len, args.new_tokens)
     import transformers
 
+    models = {d: copy.deepcopy(ours).for_inference(d) for d in args.dtypes.split(",")}
+    if args.compile:
+        models["fp32 compiled"] = models["fp32"]
+    read = bandwidth()
+    bw = max(read.values())
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{torch.get_num_threads()} threads; GPT 6L/6H/384, vocabulary 65, "
-        f"{args.prompt_len}-token prompt + {args.new_tokens} new tokens, greedy, {args.dtype}"
+        f"{args.prompt_len}-token prompt + {args.new_tokens} new tokens, greedy"
     )
+    print(
+        "memory bandwidth measured: "
+        + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in read.items())
+        + f"; the bound uses {bw / 1e9:.1f} GB/s"
+    )
+    figures: dict = {"bandwidth_bytes_per_s": read, "decode": {}}
     for B in map(int, args.batch_sizes.split(",")):
         prompt = torch.randint(1, SHAPE["vocab_size"], (B, args.prompt_len))
-        fns = contenders(ours, hf, prompt, args.new_tokens)
-        medians = measure(fns, args.repeats, args.prompt_len + args.new_tokens)
-        hf_time = medians["Hugging Face GPT2LMHeadModel.generate"]
-        print(f"\nbatch {B}")
+        fns = contenders(models, hf, prompt, args.new_tokens)
+        medians, outs = measure(fns, args.repeats, args.prompt_len + args.new_tokens)
+        hf_name = "Hugging Face generate, fp32"
+        reference = outs["glassformer static, fp32"]
+        print(f"\nbatch {B}{'':<32}  seconds  tokens/s  vs HF   bound   same tokens as")
+        rows = {}
         for name, seconds in medians.items():
-            rate = B * args.new_tokens / seconds
-            print(
-                f"  {name:<40} {seconds:7.3f} s  {rate:8.0f} tokens/s  "
-                f"{hf_time / seconds:5.2f}x Hugging Face"
+            model = models.get(name.removeprefix("glassformer static, "), models["fp32"])
+            bound = step_bytes(model if "glassformer" in name else ours) / bw
+            step = seconds / args.new_tokens
+            same_hf = bool(torch.equal(outs[name], outs[hf_name]))
+            same_fp32 = bool(torch.equal(outs[name], reference))
+            same = (
+                "HF and fp32"
+                if same_hf and same_fp32
+                else "HF"
+                if same_hf
+                else ("fp32 static" if same_fp32 else "neither")
             )
+            rows[name] = dict(
+                seconds=seconds,
+                tokens_per_s=B * args.new_tokens / seconds,
+                vs_hf=medians[hf_name] / seconds,
+                bound_fraction=bound / step,
+                step_mb=step_bytes(model) / 1e6 if "glassformer" in name else None,
+                same_as_hf=same_hf,
+                same_as_fp32_static=same_fp32,
+            )
+            r = rows[name]
+            print(
+                f"  {name:<36} {seconds:7.3f} {r['tokens_per_s']:9.0f} {r['vs_hf']:6.2f}x "
+                f"{r['bound_fraction']:6.0%}   {same}"
+            )
+        figures["decode"][B] = rows
+    rates = prefill(models, hf, 256, args.repeats)
+    figures["prefill_tokens_per_s"] = rates
+    print("\nprefill, one 256-token prompt")
+    for name, rate in rates.items():
+        print(f"  {name:<40} {rate:9.0f} tokens/s")
+    print(
+        "\nweights read per step: "
+        + ", ".join(f"{d} {step_bytes(m) / 1e6:.1f} MB" for d, m in models.items())
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
 
 
 if __name__ == "__main__":

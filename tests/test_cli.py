@@ -66,3 +66,62 @@ def test_python_dash_m_has_help():
     )
     assert result.returncode == 0
     assert "--steps" in result.stdout and "reverse" in result.stdout
+
+
+# ---- --dtype on generate, chat and translate ---------------------------------------------
+
+
+@pytest.fixture
+def char_lm_run(tmp_path):
+    """A tiny GPT with a character tokenizer, saved as a run a user's `train lm` writes."""
+    from glassformer import GPT, GPTConfig
+    from glassformer.data.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train(["the cat sat on the mat. a dog ran far."])
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=tok.vocab_size, d_model=64, num_heads=2, num_layers=2, max_len=64)
+    run = GPT(config).save_pretrained(tmp_path / "lm")
+    tok.save(run / "tokenizer.json")
+    return run
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", "int4"])
+def test_generate_decodes_in_each_dtype(char_lm_run, dtype, capsys, monkeypatch):
+    seen = []
+    real = torch.nn.Module.eval
+
+    def spy(model):
+        seen.append(getattr(model, "inference_dtype", None))
+        return real(model)
+
+    argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--greedy"]
+    assert main([*argv, "--max-new-tokens", "12", "--dtype", dtype, "--no-stream"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the ") and len(out.rstrip("\n")) >= 4
+    monkeypatch.setattr(torch.nn.Module, "eval", spy)
+    assert main([*argv, "--max-new-tokens", "2", "--dtype", dtype, "--no-stream"]) == 0
+    assert dtype in seen  # generate ran the model that for_inference made
+
+
+def test_dtype_auto_says_what_it_measured(char_lm_run, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
+    argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "3"]
+    assert main([*argv, "--no-stream"]) == 0  # auto is the default
+    err = capsys.readouterr().err
+    assert re.search(r"precision: (fp32|bf16) \(bf16 [\d,]+ vs fp32 [\d,]+ GFLOP/s", err), err
+    assert (tmp_path / "cache" / "precision.json").is_file()  # measured once, then cached
+
+
+def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
+    for command in (["translate", "x"], ["chat"], ["generate"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--model", str(char_lm_run), "--dtype", "fp16"])
+        assert "--dtype: invalid choice: 'fp16'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--model", str(char_lm_run), "--dtype", "fp16"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "--dtype: invalid choice: 'fp16' (choose from 'auto', 'fp32', 'bf16', 'int8', 'int4')"
+        in err
+    )

@@ -190,6 +190,11 @@ def test_translate_trains_and_translates(files, tmp_path, capsys):
     assert main(sample) == 0 and capsys.readouterr().out == first
     assert main(["translate", "--model", str(run), "--no-cache", "one cat", "two dogs"]) == 0
     assert capsys.readouterr().out.splitlines() == greedy
+    for dtype in ("fp32", "bf16", "int8", "int4"):  # weight-only quantisation too
+        assert (
+            main(["translate", "--model", str(run), "--dtype", dtype, "one cat", "two dogs"]) == 0
+        )
+        assert len(capsys.readouterr().out.splitlines()) == 2
     # BLEU of the run's held-out split, for comparing decoding options
     assert main(["translate", "--model", str(run), "--bleu", "validation", "--beam", "2"]) == 0
     assert "sacreBLEU" in capsys.readouterr().out

@@ -109,6 +109,12 @@ def save_checkpoint(
     kinds = tuple(MODEL_KINDS.values())
     if not isinstance(model, kinds):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
+    quantised = getattr(model, "inference_dtype", None)
+    if quantised in ("int8", "int4"):
+        raise ValueError(
+            f"this model's weights are quantised to {quantised} for inference; save the "
+            "model before for_inference(), or load its checkpoint again"
+        )
     meta = {"kind": model.kind, "config": model.config.to_dict(), "glassformer_version": _version()}
 
     def write(tmp: Path) -> None:

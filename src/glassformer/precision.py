@@ -21,6 +21,7 @@ import os
 import platform
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -145,7 +146,8 @@ def _cache_key(shapes: Sequence[Shape], device: torch.device) -> str:
         where = torch.cuda.get_device_name(device)
     else:
         where = f"{_processor()}, {torch.get_num_threads()} threads"
-    dims = " ".join("x".join(map(str, s)) for s in shapes)
+    counts = Counter(tuple(s) for s in shapes)  # in first-seen order
+    dims = " ".join("x".join(map(str, s)) + (f"*{n}" if n > 1 else "") for s, n in counts.items())
     return f"{where}; torch {torch.__version__}; {dims}"
 
 

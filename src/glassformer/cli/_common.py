@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
+from glassformer.models.quantize import DTYPES
 
 
 def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:
@@ -39,3 +41,24 @@ def one_token(tokenizer: Any, text: str, flag: str) -> int:
     if len(ids) != 1:
         raise ValueError(f"{flag} {text!r} must be one token, but it encodes to {len(ids)}")
     return ids[0]
+
+
+def add_dtype_argument(p: argparse.ArgumentParser) -> None:
+    """``--dtype``: the precision the model decodes in (``model.for_inference``)."""
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="decode in this precision: fp32, bf16 weights, or int8/int4 weight-only "
+        "quantisation (some accuracy lost: see the README); auto: bf16 where this machine "
+        "measures it faster than fp32, else fp32",
+    )
+
+
+def for_inference(model: Any, dtype: str) -> Any:
+    """``model.for_inference(dtype)``, saying on stderr what ``auto`` chose and why."""
+    model = model.for_inference(dtype)
+    measured = getattr(model, "precision_measurement", None)
+    if dtype == "auto" and measured is not None:
+        print(f"precision: {model.inference_dtype} ({measured.describe()})", file=sys.stderr)
+    return model

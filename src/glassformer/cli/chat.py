@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import torch
 
+from glassformer.cli._common import for_inference
 from glassformer.cli.generate import Printer, add_sampling_arguments, sampling_config
 from glassformer.inference import load_run
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             f"--max-new-tokens {args.max_new_tokens} leaves no room in the model's "
             f"{model.config.max_len}-token context"
         )
+    model = for_inference(model, args.dtype)  # once the inputs are known to be good
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
     interactive = sys.stdin.isatty()

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from glassformer.cli._common import one_token
+from glassformer.cli._common import add_dtype_argument, for_inference, one_token
 from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 
@@ -52,6 +52,12 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="rerun the whole context every step (the slow reference path)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decoding step (tens of seconds first; see the README)",
+    )
+    add_dtype_argument(p)
 
 
 def sampling_config(args: argparse.Namespace) -> tuple[GenerationConfig, torch.Generator | None]:
@@ -66,6 +72,7 @@ def sampling_config(args: argparse.Namespace) -> tuple[GenerationConfig, torch.G
         top_p=args.top_p,
         repetition_penalty=args.repetition_penalty,
         use_cache=not args.no_cache,
+        compile=args.compile,
     )
     g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     return config, g
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
     stops = [_stop_id(tok, text) for text in args.stop]
     config = replace(config, eos_id=tuple(stops) or None)  # the stop tokens need the tokenizer
+    model = for_inference(model, args.dtype)  # once the inputs are known to be good
     prompt = torch.tensor([ids] * args.num_samples)
     stream = args.num_samples == 1 and not args.no_stream
     streamer = Printer(tok, ids) if stream else None

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from glassformer.cli._common import inputs, load_model_dir
+from glassformer.cli._common import add_dtype_argument, for_inference, inputs, load_model_dir
 from glassformer.generation import GenerationConfig
 from glassformer.inference import translate_texts
 
@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument("--no-cache", action="store_true", help="the slow reference path")
+    add_dtype_argument(p)
     p.add_argument(
         "--bleu",
         choices=["test", "validation"],
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     )
     g = torch.Generator().manual_seed(args.seed) if args.sample and args.seed is not None else None
     model, tok, ckpt = load_model_dir(args.model, "seq2seq")
+    model = for_inference(model, args.dtype)
     options = dict(batch_size=args.batch_size, generation_config=config, generator=g)
     if args.bleu:
         return _report_bleu(args.bleu, model, tok, ckpt, **options)

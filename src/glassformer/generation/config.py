@@ -42,6 +42,14 @@ class GenerationConfig:
             hypotheses (False: only when no live one can still beat them).
         use_cache: decode with the key/value cache; False reruns the whole sequence every
             step (the reference path, same tokens).
+        static_cache: a GPT decodes with a cache allocated once for prompt + new tokens and
+            a one-token step (``glassformer.generation.static``); False: the plain cached
+            path, a cache that grows, through the model's forward (same tokens). Models
+            that cannot (a sliding window, hooks attached, past ``max_len``) take the
+            plain path.
+        compile: ``torch.compile`` the static path's step (compiled on first use, once
+            per model and batch shape): faster per token where measured so, after a
+            compilation of tens of seconds.
 
     ``temperature``, ``top_k`` and ``top_p`` are checked when ``do_sample`` is set, the
     only time they are used (greedy decoding with ``temperature=0`` is fine).
@@ -57,9 +65,11 @@ class GenerationConfig:
     length_penalty: float = 1.0
     early_stopping: bool = True
     use_cache: bool = True
+    static_cache: bool = True
+    compile: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("do_sample", "early_stopping", "use_cache"):
+        for name in ("do_sample", "early_stopping", "use_cache", "static_cache", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.do_sample:

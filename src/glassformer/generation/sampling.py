@@ -23,6 +23,13 @@ from glassformer.generation.config import (
     check_repetition_penalty,
     resolve_config,
 )
+from glassformer.generation.static import (
+    cache_buffers,
+    can_decode_statically,
+    compiled_step,
+    decode_step,
+    static_cache,
+)
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.masks import attention_mask_to_key_mask
 
@@ -135,32 +142,99 @@ def gpt_generate(
         )
     c = model.config
     ids, keep = _left_align(input_ids, _real_tokens(input_ids, attention_mask, c.pad_id))
-    padded = not bool(keep.all())
     stops = _stop_ids(gen.eos_id)
     stop_tensor = torch.tensor(stops, device=ids.device)
     fill = c.pad_id if c.pad_id is not None else (stops[0] if stops else 0)
-    finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
+    B, prompt_len = ids.shape
+    total = prompt_len + max_new_tokens
+    # The whole output is allocated once; each step writes a column (no growing copies).
+    out = ids.new_full((B, total), fill)
+    out[:, :prompt_len] = ids
+    real = keep.new_ones(B, total)  # (B, total): False at the prompt's padding
+    real[:, :prompt_len] = keep
+    finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
     was_training = model.training
     model.eval()
-    cache = None
+    next_logits = _next_logits_function(model, gen, ids, keep, total)
+    length = prompt_len
     try:
-        for _ in range(max_new_tokens):
-            real = keep if padded else None
-            logits, cache = _gpt_next_logits(model, ids, real, cache, gen.use_cache)
-            logits = apply_repetition_penalty(logits, ids, gen.repetition_penalty, keep)
+        for length in range(prompt_len, total):
+            logits = next_logits(out, real, length)  # (B, V) after out[:, :length]
+            logits = apply_repetition_penalty(
+                logits, out[:, :length], gen.repetition_penalty, real[:, :length]
+            )
             next_id = choose_next(logits, generation_config=gen, generator=generator)
             if stops:
                 next_id = next_id.masked_fill(finished, fill)
                 finished |= torch.isin(next_id, stop_tensor)
-            ids = torch.cat([ids, next_id[:, None]], dim=1)  # (B, T + 1)
-            keep = torch.cat([keep, keep.new_ones(ids.size(0), 1)], dim=1)
+            out[:, length] = next_id
             if streamer is not None:
                 streamer(next_id)
             if stops and finished.all():
-                break
+                return out[:, : length + 1]
+        length = total
     finally:
         model.train(was_training)
-    return ids
+    return out[:, :length]
+
+
+def _next_logits_function(model, gen: GenerationConfig, ids: Tensor, keep: Tensor, total: int):
+    """``next_logits(out, real, length)``: the last-position logits (B, V) after the first
+    ``length`` columns of ``out`` (B, total); ``real`` (B, total) marks the non-padding.
+
+    The static path (a preallocated cache and a one-token step) where the model takes it,
+    else the plain path through the model's forward.
+    """
+    padded = not bool(keep.all())
+    static = gen.use_cache and gen.static_cache and total <= model.config.max_len
+    if static and can_decode_statically(model) is None:
+        return _static_next_logits(model, ids, keep, total, gen.compile)
+    cache: list[DecoderCache | None] = [None]
+
+    def plain(out: Tensor, real: Tensor, length: int) -> Tensor:
+        keep_so_far = real[:, :length] if padded else None
+        logits, cache[0] = _gpt_next_logits(
+            model, out[:, :length], keep_so_far, cache[0], gen.use_cache
+        )
+        return logits
+
+    return plain
+
+
+def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: bool):
+    """The static path: the prompt through the model's forward into a ``StaticKVCache``,
+    then ``decode_step`` for each new token."""
+    B, prompt_len = ids.shape
+    cache = static_cache(model, B, total)
+    keys, values = cache_buffers(cache)
+    # 0 on the slots filled so far, -inf elsewhere: added to the attention scores.
+    key_bias = torch.full((B, 1, 1, total), float("-inf"), dtype=keys[0].dtype, device=ids.device)
+    key_bias[:, 0, 0, :prompt_len].masked_fill_(keep, 0.0)
+    positions = keep.sum(dim=1, keepdim=True)  # (B, 1) the next token's position
+    slot = torch.tensor([prompt_len], device=ids.device)  # its cache column
+    token = ids.new_zeros(B, 1)  # the newest token, in one buffer for every step
+    step = compiled_step(model) if compile else decode_step
+
+    def next_logits(out: Tensor, real: Tensor, length: int) -> Tensor:
+        if length == prompt_len:  # the prompt, all at once: fused causal attention
+            padded = not bool(keep.all())
+            prompt_positions = (keep.cumsum(dim=1) - 1).clamp(min=0) if padded else None
+            mask = keep[:, None, None, :] if padded else None
+            return model(
+                ids, mask=mask, cache=cache, positions=prompt_positions, logits_to_keep=1
+            ).logits[:, -1]
+        key_bias[:, 0, 0, length - 1] = 0.0  # the newest token's slot
+        token.copy_(out[:, length - 1 : length])
+        if compile:  # the whole buffers: the same shapes every step, one compilation
+            logits = step(model, token, positions, slot, key_bias, keys, values)
+        else:  # the filled columns only: less attention work early on
+            filled = [k[:, :, :length] for k in keys], [v[:, :, :length] for v in values]
+            logits = step(model, token, positions, slot, key_bias[..., :length], *filled)
+        positions.add_(1)
+        slot.add_(1)
+        return logits
+
+    return next_logits
 
 
 def _gpt_next_logits(

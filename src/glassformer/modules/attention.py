@@ -13,7 +13,7 @@ attend to no key at all produces zeros (never NaN) on both paths.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -380,16 +380,16 @@ class MultiHeadAttention(nn.Module):
         """The output as the sum of each head's share (``hook_result``), plus the bias:
         z (B, Tq, H, Dh) → (B, Tq, D)."""
         H, Dh = self.num_heads, self.head_dim
-        W = self.out_proj.weight.view(self.d_model, H, Dh)  # (D, H, Dh): head h's columns
+        W = self.out_proj.weight if isinstance(self.out_proj, nn.Linear) else None
+        W = self.out_proj.dequantized() if W is None else W  # a quantised layer's, unpacked
+        W = W.view(self.d_model, H, Dh)  # (D, H, Dh): head h's columns
         result = self.hook_result(torch.einsum("bthd,mhd->bthm", z, W))  # (B, Tq, H, D)
         out = result.sum(dim=2)
         return out if self.out_proj.bias is None else out + self.out_proj.bias
 
     def _project_query(self, query: Tensor) -> Tensor:
         """The q projection alone, (B, Tq, H·Dh)."""
-        inner = self.num_heads * self.head_dim
-        b = self.qkv_proj.bias
-        return F.linear(query, self.qkv_proj.weight[:inner], None if b is None else b[:inner])
+        return _linear_rows(self.qkv_proj, query, 0, self.num_heads * self.head_dim)
 
     def _project(
         self, query: Tensor, key: Tensor | None, value: Tensor | None
@@ -398,12 +398,11 @@ class MultiHeadAttention(nn.Module):
         H, Hkv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         inner = H * Dh
         sizes = [inner, Hkv * Dh, Hkv * Dh]
-        W, b = self.qkv_proj.weight, self.qkv_proj.bias  # ((H + 2·Hkv)·Dh, D), its bias
         if key is None:
             if value is not None:
                 raise ValueError("value given without key; pass both for cross-attention")
             B, T, _ = query.shape
-            qkv = F.linear(query, W, b)  # (B, T, (H + 2·Hkv)·Dh), one matmul for all three
+            qkv = self.qkv_proj(query)  # (B, T, (H + 2·Hkv)·Dh), one matmul for all three
             if Hkv == H:
                 qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
                 q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
@@ -412,15 +411,14 @@ class MultiHeadAttention(nn.Module):
             return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
 
         value = key if value is None else value
-        w_q, w_k, w_v = W.split(sizes)  # (H·Dh, D), (Hkv·Dh, D), (Hkv·Dh, D)
-        b_q, b_k, b_v = b.split(sizes) if b is not None else (None, None, None)
-        q = F.linear(query, w_q, b_q)  # (B, Tq, H·Dh)
+        q = _linear_rows(self.qkv_proj, query, 0, inner)  # (B, Tq, H·Dh)
+        end = inner + 2 * Hkv * Dh
         if value is key:
             # The memory is both keys and values: one matmul for the two.
-            b_kv = None if b is None else b[inner:]
-            k, v = F.linear(key, W[inner:], b_kv).chunk(2, dim=-1)  # each (B, Tk, Hkv·Dh)
-        else:
-            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # each (B, Tk, Hkv·Dh)
+            k, v = _linear_rows(self.qkv_proj, key, inner, end).chunk(2, dim=-1)
+        else:  # each (B, Tk, Hkv·Dh)
+            k = _linear_rows(self.qkv_proj, key, inner, inner + Hkv * Dh)
+            v = _linear_rows(self.qkv_proj, value, inner + Hkv * Dh, end)
         return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
 
     def extra_repr(self) -> str:
@@ -438,6 +436,15 @@ def _by_position(point: HookPoint, x: Tensor) -> Tensor:
     if not point.active:
         return x
     return point(x.transpose(1, 2)).transpose(1, 2)
+
+
+def _linear_rows(layer: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
+    """Output features ``start:stop`` of the linear ``layer`` applied to ``x``: a slice of
+    the weight's rows, or what a quantised layer offers for it (``forward_rows``)."""
+    if isinstance(layer, nn.Linear):
+        b = None if layer.bias is None else layer.bias[start:stop]
+        return F.linear(x, layer.weight[start:stop], b)
+    return cast(Any, layer).forward_rows(x, start, stop)
 
 
 def _split_heads(x: Tensor, num_heads: int) -> Tensor:

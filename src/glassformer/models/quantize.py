@@ -1,0 +1,105 @@
+"""A model made ready to decode in a chosen precision: ``model.for_inference(dtype)``.
+
+- ``"fp32"``: as trained.
+- ``"bf16"``: every weight cast to bfloat16 (half the bytes a decoding step reads).
+- ``"int8"`` / ``"int4"``: every linear layer of the blocks and the output head stores its
+  weight in 8 or 4 bits (``glassformer.modules.quantized``): int4 where PyTorch's kernel
+  takes the shape (N a multiple of 16, K of 32), int8 for the rest (a 65-token vocabulary's
+  head). The embeddings, norms and biases, and so the activations, are bf16: the dtype
+  PyTorch's int8/int4 CPU kernels are built for. Quantisation costs some accuracy: the
+  README gives the held-out perplexity of each against fp32.
+- ``"auto"``: bf16 if this machine multiplies the model's decoding shapes measurably faster
+  in bf16 than in fp32 (``glassformer.precision``, measured once and cached), else fp32. It
+  never quantises: that is a choice of accuracy, left to the user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from glassformer.modules.quantized import Int4Linear, Int8Linear, int4_group_size
+from glassformer.precision import Measurement, bf16_measurement
+
+DTYPES = ("auto", "fp32", "bf16", "int8", "int4")
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    return dtype
+
+
+def decoding_shapes(model: nn.Module, batch: int = 1) -> list[tuple[int, int, int]]:
+    """The (m, k, n) products of one decoding step at ``batch``: one per linear layer, in
+    the model's order, repeats kept. Measured as they come (each with its own weights), the
+    products read as many bytes as a step does, so they meet the memory limits a step meets
+    (a model larger than the cache reads its weights from memory: there bf16's half the
+    bytes counts; a few small products that stay in the cache would not show it)."""
+    return [
+        (batch, m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)
+    ]
+
+
+def resolve_dtype(
+    model: nn.Module, dtype: str, device: str | torch.device = "cpu", **options: Any
+) -> tuple[str, Measurement | None]:
+    """The precision ``dtype`` means for ``model`` here: ``auto`` becomes fp32 or bf16 by
+    measurement (returned with it); any other is itself."""
+    check_dtype(dtype)
+    if dtype != "auto":
+        return dtype, None
+    measured = bf16_measurement(decoding_shapes(model), device, **options)
+    return ("bf16" if measured.bf16_faster else "fp32"), measured
+
+
+def prepare_for_inference(
+    model: Any, dtype: str = "auto", *, group_size: int | None = None, **options: Any
+) -> Any:
+    """``model`` in eval mode and in ``dtype`` (changed in place, and returned); the choice
+    is kept in ``model.inference_dtype`` (and ``auto``'s measurement in
+    ``model.precision_measurement``)."""
+    check_dtype(dtype)
+    current = getattr(model, "inference_dtype", "fp32")
+    if current in ("int8", "int4"):
+        raise ValueError(f"this model is already quantised to {current}; load it again first")
+    device = next(model.parameters()).device
+    chosen, measured = resolve_dtype(model, dtype, device, **options)
+    if group_size is not None and chosen != "int4":
+        raise ValueError(f"group_size is for int4 weights, not {chosen}")
+    model.eval()
+    if chosen in _TORCH_DTYPES:
+        model.to(_TORCH_DTYPES[chosen])
+    else:
+        if chosen == "int4" and device.type != "cpu":
+            raise ValueError(f"int4 weights run on the CPU only; the model is on {device}")
+        # Quantised from the float32 weights; then everything else (embeddings, norms) and
+        # so the activations go to bf16: PyTorch's int8/int4 CPU kernels are built for bf16
+        # activations (fp32 ones ran 6-13x slower here, 2-core AMD EPYC, torch 2.13).
+        model.float()
+        _quantize_linears(model, chosen, group_size)
+        model.to(torch.bfloat16)
+    model.inference_dtype = chosen
+    model.precision_measurement = measured
+    return model
+
+
+def _quantize_linears(model: nn.Module, dtype: str, group_size: int | None) -> None:
+    """Replace every ``nn.Linear`` under ``model`` by its quantised twin."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear):
+                continue
+            if dtype == "int4" and int4_fits(child):
+                size = group_size or int4_group_size(child.in_features)
+                setattr(parent, name, Int4Linear.from_linear(child, size, torch.bfloat16))
+            else:  # int8, or a shape the int4 kernel does not take (a vocabulary of 65)
+                setattr(parent, name, Int8Linear.from_linear(child, torch.bfloat16))
+
+
+def int4_fits(linear: nn.Linear) -> bool:
+    """Whether PyTorch's int4 CPU kernel takes this shape: N a multiple of 16, K of 32."""
+    return linear.out_features % 16 == 0 and linear.in_features % 32 == 0

@@ -1,0 +1,173 @@
+"""Weight-only quantised linear layers: the weights stored in 8 or 4 bits, the activations
+left as they are.
+
+Decoding one token reads every weight once and does little arithmetic with each, so its
+time is mostly the bytes of the weights. Storing them in int8 (one scale per output row)
+or int4 (a scale and a zero per group of input columns) reads a quarter or an eighth of
+fp32's bytes. The matrix products are PyTorch's own CPU kernels
+(``aten._weight_int8pack_mm``, ``aten._weight_int4pack_mm_for_cpu``); elsewhere the
+weight is dequantised on the fly (correct, not fast).
+
+Shapes: N output features, K input features, G the int4 group size (K / G groups).
+
+    >>> layer = Int8Linear.from_linear(nn.Linear(384, 1536))
+    >>> layer(torch.randn(2, 384)).shape
+    torch.Size([2, 1536])
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with its weight in int8: w ≈ q · scale, one scale per output row
+    (symmetric, q in [-127, 127]). The bias stays in floating point."""
+
+    qweight: Tensor
+    scales: Tensor
+    bias: Tensor | None
+
+    def __init__(self, qweight: Tensor, scales: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        if qweight.dtype != torch.int8 or qweight.dim() != 2:
+            raise ValueError(
+                f"qweight must be (N, K) int8, got {qweight.dtype} {tuple(qweight.shape)}"
+            )
+        self.out_features, self.in_features = qweight.shape
+        self.register_buffer("qweight", qweight)  # (N, K) int8
+        self.register_buffer("scales", scales)  # (N,), in the activations' dtype
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None) -> Int8Linear:
+        """Quantise ``linear``'s weight; ``dtype`` is the activations' (default: the weight's)."""
+        w = linear.weight.detach().float()  # (N, K)
+        scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127  # (N,)
+        q = (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8)
+        dtype = dtype or linear.weight.dtype
+        bias = None if linear.bias is None else linear.bias.detach().to(dtype)
+        return cls(q, scales.to(dtype), bias)
+
+    def dequantized(self) -> Tensor:
+        """The weight this layer multiplies by, (N, K) in the scales' dtype."""
+        return self.qweight.to(self.scales.dtype) * self.scales[:, None]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_rows(x, 0, self.out_features)
+
+    def forward_rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """Output features ``start:stop`` only (cross-attention's q, or its k and v)."""
+        q, scales = self.qweight[start:stop], self.scales[start:stop]
+        bias = None if self.bias is None else self.bias[start:stop]
+        if x.device.type == "cpu" and x.dtype == scales.dtype:
+            flat = x.reshape(-1, self.in_features)
+            y = torch.ops.aten._weight_int8pack_mm(flat, q, scales)
+            y = y.view(*x.shape[:-1], stop - start)
+            return y if bias is None else y + bias
+        w = q.to(x.dtype) * scales[:, None].to(x.dtype)
+        return F.linear(x, w, _cast(bias, x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int4Linear(nn.Module):
+    """``nn.Linear`` with its weight in 4 bits: for each group of G input columns of a row,
+    w ≈ (q − 8) · scale + zero with q in [0, 15] (asymmetric: the group's minimum and maximum
+    are representable). Two 4-bit values share a byte, packed for the CPU kernel."""
+
+    packed: Tensor
+    scales_and_zeros: Tensor
+    bias: Tensor | None
+
+    def __init__(
+        self,
+        packed: Tensor,
+        scales_and_zeros: Tensor,
+        bias: Tensor | None,
+        *,
+        in_features: int,
+        out_features: int,
+        group_size: int,
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        self.register_buffer("packed", packed)  # (N, K / 2) uint8, the kernel's layout
+        self.register_buffer("scales_and_zeros", scales_and_zeros)  # (K / G, N, 2)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, group_size: int | None = None, dtype: torch.dtype | None = None
+    ) -> Int4Linear:
+        """Quantise ``linear``'s weight in groups of ``group_size`` input columns (None: the
+        largest of 32, 64, 128 that divides K, at most 64)."""
+        N, K = linear.weight.shape
+        group_size = group_size or int4_group_size(K)
+        if group_size not in INT4_GROUP_SIZES or K % group_size:
+            raise ValueError(
+                f"int4 group_size must be one of {INT4_GROUP_SIZES} dividing in_features={K}, "
+                f"got {group_size}"
+            )
+        w = linear.weight.detach().float().view(N, K // group_size, group_size)
+        low, high = w.amin(dim=-1), w.amax(dim=-1)  # (N, K / G)
+        scales = ((high - low) / 15).clamp(min=1e-12)
+        q = ((w - low[..., None]) / scales[..., None]).round().clamp(0, 15)
+        zeros = low + 8 * scales  # the kernel computes (q − 8) · scale + zero
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.view(N, K).to(torch.int32), 1)
+        dtype = dtype or linear.weight.dtype
+        scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+        bias = None if linear.bias is None else linear.bias.detach().to(dtype)
+        return cls(
+            packed,
+            scales_and_zeros.to(dtype),
+            bias,
+            in_features=K,
+            out_features=N,
+            group_size=group_size,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu":
+            raise RuntimeError(f"int4 weights run on the CPU only; the input is on {x.device}")
+        sz = self.scales_and_zeros
+        sz = sz if sz.dtype == x.dtype else sz.to(x.dtype)
+        flat = x.reshape(-1, self.in_features)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, sz)
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + _cast(self.bias, y.dtype)
+
+    def forward_rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """Output features ``start:stop``: all are computed (the packed layout does not
+        slice by rows), then cut."""
+        return self(x)[..., start:stop]
+
+    def dequantized(self) -> Tensor:
+        """The weight this layer multiplies by, (N, K): its product with the identity."""
+        eye = torch.eye(self.in_features, dtype=self.scales_and_zeros.dtype)
+        sz = self.scales_and_zeros
+        w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, self.group_size, sz)
+        return w_t.t()
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int4, group_size={self.group_size}"
+        )
+
+
+def int4_group_size(in_features: int) -> int:
+    """The int4 group size for K input columns: 64 where it divides K, else 32."""
+    for size in (64, 32):
+        if in_features % size == 0:
+            return size
+    raise ValueError(f"int4 needs in_features divisible by 32, got {in_features}")
+
+
+def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    return None if t is None else t.to(dtype)

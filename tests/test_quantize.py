@@ -1,0 +1,124 @@
+"""model.for_inference (glassformer.models.quantize): each precision does what it says (bf16
+weights; int8/int4 layers in place of every linear one), a trained model's held-out
+perplexity stays within the stated tolerance of fp32's, ``auto`` follows the measurement
+both ways, and bad values, a second quantisation and saving a quantised model are refused."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from glassformer import GPT, GPTConfig
+from glassformer.models import quantize
+from glassformer.modules.quantized import Int4Linear, Int8Linear
+from glassformer.precision import Measurement
+
+# The tolerances the README states: held-out perplexity within these of fp32's.
+PERPLEXITY_TOLERANCE = {"bf16": 0.01, "int8": 0.01, "int4": 0.05}
+
+
+def markov_text(n, vocab=40, seed=0):
+    """Tokens from one fixed random Markov chain whose every token has 3 likely successors,
+    sampled with ``seed``."""
+    chain = torch.Generator().manual_seed(1234)
+    logits = torch.full((vocab, vocab), -4.0)
+    for t in range(vocab):
+        logits[t, torch.randperm(vocab, generator=chain)[:3]] = torch.tensor([2.0, 1.0, 0.5])
+    probs = logits.softmax(-1)
+    g = torch.Generator().manual_seed(seed)
+    out = [0]
+    for _ in range(n - 1):
+        out.append(int(torch.multinomial(probs[out[-1]], 1, generator=g)))
+    return torch.tensor(out)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny GPT trained for 150 steps on the chain, and held-out text."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=40, num_layers=2, pad_id=None))
+    text, held_out = markov_text(20_000), markov_text(4_000, seed=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        starts = torch.randint(0, len(text) - 65, (32,))
+        batch = torch.stack([text[s : s + 65] for s in starts.tolist()])
+        loss = model(batch[:, :-1], labels=batch[:, 1:]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), held_out
+
+
+def perplexity(model, text):
+    windows = text[: len(text) // 65 * 65].view(-1, 65)
+    with torch.no_grad():
+        return model(windows[:, :-1], labels=windows[:, 1:]).loss.exp().item()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8", "int4"])
+def test_held_out_perplexity_stays_within_the_stated_tolerance_of_fp32(trained, dtype):
+    model, held_out = trained
+    fp32 = perplexity(model, held_out)
+    assert fp32 < 6.0  # it learned the chain (uniform would be 40)
+    low = perplexity(copy.deepcopy(model).for_inference(dtype), held_out)
+    assert abs(low / fp32 - 1) <= PERPLEXITY_TOLERANCE[dtype], (fp32, low)
+
+
+def test_each_precision_changes_what_it_says(trained):
+    model, _ = trained
+    bf16 = copy.deepcopy(model).for_inference("bf16")
+    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    assert bf16.inference_dtype == "bf16" and not bf16.training
+    int8 = copy.deepcopy(model).for_inference("int8")
+    assert not any(isinstance(m, nn.Linear) for m in int8.modules())
+    assert sum(isinstance(m, Int8Linear) for m in int8.modules()) == 2 * 4 + 1
+    int4 = copy.deepcopy(model).for_inference("int4")
+    kinds = {name: type(m) for name, m in int4.named_modules() if "Linear" in type(m).__name__}
+    assert kinds["lm_head"] is Int8Linear  # 40 output rows: not the int4 kernel's shape
+    assert kinds["blocks.layers.0.self_attn.qkv_proj"] is Int4Linear
+    assert int4.embed.token.embedding.weight.dtype == torch.bfloat16  # the activations
+    fp32 = copy.deepcopy(model).for_inference("fp32")
+    assert all(isinstance(m, nn.Linear) for name, m in fp32.named_modules() if "proj" in name)
+
+
+def test_a_quantised_model_generates_and_keeps_most_greedy_tokens(trained):
+    model, held_out = trained
+    prompt = held_out[:8][None]
+    fp32 = model.generate(prompt, 40)
+    int8 = copy.deepcopy(model).for_inference("int8").generate(prompt, 40)
+    assert (fp32 == int8).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("bf16_faster", [True, False])
+def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
+    model, _ = trained
+    measured = Measurement(fp32_gflops=100.0, bf16_gflops=300.0 if bf16_faster else 50.0)
+    seen = []
+
+    def stub(shapes, device, **options):
+        seen.append(shapes)
+        return measured
+
+    monkeypatch.setattr(quantize, "bf16_measurement", stub)
+    chosen = copy.deepcopy(model).for_inference("auto")
+    assert chosen.inference_dtype == ("bf16" if bf16_faster else "fp32")
+    assert chosen.precision_measurement is measured
+    assert next(chosen.parameters()).dtype == (torch.bfloat16 if bf16_faster else torch.float32)
+    assert (1, 128, 3 * 128) in seen[0]  # the model's own decoding shapes were measured
+
+
+def test_bad_values_and_misuse_are_refused(trained, tmp_path):
+    model, _ = trained
+    with pytest.raises(
+        ValueError, match="dtype must be one of auto, fp32, bf16, int8, int4; got 'fp16'"
+    ):
+        copy.deepcopy(model).for_inference("fp16")
+    with pytest.raises(ValueError, match="group_size is for int4 weights, not int8"):
+        copy.deepcopy(model).for_inference("int8", group_size=32)
+    int8 = copy.deepcopy(model).for_inference("int8")
+    with pytest.raises(ValueError, match="already quantised to int8"):
+        int8.for_inference("int4")
+    with pytest.raises(ValueError, match="quantised to int8 for inference"):
+        int8.save_pretrained(tmp_path / "q")
+    assert not (tmp_path / "q").exists()

@@ -1,0 +1,65 @@
+"""Weight-only quantised linear layers (glassformer.modules.quantized): each one multiplies
+by the weight it says it holds (checked against a plain product with that weight), that
+weight is within half a quantisation step of the original, and a slice of its rows is the
+slice of its output."""
+
+import pytest
+import torch
+from torch import nn
+
+from glassformer.modules.quantized import Int4Linear, Int8Linear, int4_group_size
+
+
+def linear(n=96, k=128, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_multiplies_by_its_dequantised_weight_within_half_a_step(bias):
+    layer = linear(bias=bias)
+    q = Int8Linear.from_linear(layer)
+    w = q.dequantized()
+    step = layer.weight.abs().amax(dim=1, keepdim=True) / 127  # one scale per output row
+    assert ((w - layer.weight).abs() <= step / 2 + 1e-7).all()
+    x = torch.randn(3, 5, 128)
+    torch.testing.assert_close(q(x), nn.functional.linear(x, w, layer.bias), atol=1e-4, rtol=0)
+    assert q.qweight.dtype == torch.int8 and q.qweight.shape == (96, 128)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_int4_multiplies_by_its_dequantised_weight_within_half_a_step(group_size):
+    layer = linear()
+    q = Int4Linear.from_linear(layer, group_size)
+    w = q.dequantized()
+    groups = layer.weight.view(96, -1, group_size)
+    step = (groups.amax(-1) - groups.amin(-1)) / 15  # (N, K / G)
+    error = (w - layer.weight).abs().view(96, -1, group_size)
+    assert (error <= step[..., None] / 2 + 1e-5).all()
+    x = torch.randn(4, 128)
+    torch.testing.assert_close(q(x), nn.functional.linear(x, w, layer.bias), atol=1e-4, rtol=0)
+    assert q.packed.numel() == 96 * 128 // 2  # two weights a byte
+
+
+@pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
+def test_forward_rows_is_the_slice_of_the_output(cls):
+    q = cls.from_linear(linear(n=3 * 64, k=64))
+    x = torch.randn(2, 7, 64)
+    torch.testing.assert_close(q.forward_rows(x, 64, 192), q(x)[..., 64:192])
+
+
+def test_int8_follows_bf16_activations():
+    q = Int8Linear.from_linear(linear(), dtype=torch.bfloat16)
+    x = torch.randn(2, 128, dtype=torch.bfloat16)
+    y = q(x)
+    assert y.dtype == torch.bfloat16
+    reference = nn.functional.linear(x.float(), q.dequantized().float(), q.bias.float())
+    torch.testing.assert_close(y.float(), reference, atol=0.1, rtol=0.02)
+
+
+def test_bad_int4_shapes_are_refused_with_the_value():
+    with pytest.raises(ValueError, match="group_size must be one of .* dividing in_features=96"):
+        Int4Linear.from_linear(linear(k=96), 64)
+    with pytest.raises(ValueError, match="in_features divisible by 32, got 40"):
+        int4_group_size(40)
+    assert int4_group_size(576) == 64 and int4_group_size(96) == 32
