@@ -8,20 +8,27 @@ Two measurements, side by side in one run:
    fresh Python process, the two alternating, ``--repeats`` times; the time is the load call
    alone (imports excluded, and reported apart), the memory is the process's peak resident
    size after the load minus its resident size just before it (``ru_maxrss``, ``/proc``).
-2. Greedy decoding with the KV cache on both sides, fp32 (``--dtype bfloat16`` casts both):
-   the same prompt (a chat-formatted question, repeated for batch 8), ``--new-tokens`` new
-   tokens each, exactly (no stop token on either side). The two models are loaded once,
-   in this process; the contenders run interleaved, the median of ``--repeats`` is kept.
-   The tokens each side chose are compared up to the first end-of-turn token (transformers'
-   ``min_new_tokens`` hides that token from its choice; glassformer may choose it).
+2. Greedy decoding with the KV cache on both sides: the same prompt (a chat-formatted
+   question, repeated for batch 8), ``--new-tokens`` new tokens each, exactly (no stop token
+   on either side). transformers in fp32 (``--dtype bfloat16`` casts it); glassformer at
+   each of ``--dtypes`` (``model.for_inference``), eager and, with ``--compile``, compiled.
+   The models are loaded once, in this process; the contenders run interleaved, the median
+   of ``--repeats`` is kept. The tokens each chose are compared with transformers' up to
+   the first end-of-turn token (transformers' ``min_new_tokens`` hides that token from its
+   choice; glassformer may choose it).
+3. With ``--llama-cpp PYTHON`` (a Python that has ``llama-cpp-python``, built outside this
+   repository), llama.cpp on the same packaged GGUF (Q4_1) at batch 1, in a child process
+   with as many threads, between the rounds: tokens/s of its generation loop, load excluded.
 
-    python benchmarks/smollm2.py [--repeats 3] [--new-tokens 128] [--dtype bfloat16]
+    python benchmarks/smollm2.py [--repeats 3] [--new-tokens 128] [--dtypes fp32,int4]
+        [--compile] [--llama-cpp /path/to/venv/bin/python]
     glassformer bench smollm2
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import subprocess
@@ -93,17 +100,50 @@ def build(dtype: torch.dtype):
     hf = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     ).eval()
-    return ours.to(dtype).eval(), hf.to(dtype), tokenizer
+    return ours.eval(), hf.to(dtype), tokenizer
 
 
-def decode_rates(ours, hf, tokenizer, batch: int, new_tokens: int, repeats: int) -> dict:
+LLAMA_CHILD = r"""
+import json, sys, time
+from llama_cpp import Llama
+path, new_tokens, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ids = json.loads(sys.argv[4])
+llm = Llama(model_path=path, n_ctx=len(ids) + new_tokens + 8, n_threads=threads,
+            n_threads_batch=threads, verbose=False)
+def run():
+    out, start = [], time.perf_counter()
+    for token in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        out.append(token)
+        if len(out) == new_tokens:
+            return time.perf_counter() - start, out
+run()  # warm-up
+seconds, out = run()
+print(json.dumps({"seconds": seconds, "tokens": out}))
+"""
+
+
+def llama_cpp(python: str, ids: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    """(seconds, tokens) of llama.cpp's greedy generation on the packaged GGUF, batch 1."""
+    from glassformer.interop.gguf import smollm2_path
+
+    argv = [python, "-c", LLAMA_CHILD, str(smollm2_path()), str(new_tokens)]
+    argv += [str(torch.get_num_threads()), json.dumps(ids)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"llama.cpp failed:\n{out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["tokens"]
+
+
+def decode_rates(
+    models: dict, hf, tokenizer, batch: int, new_tokens: int, repeats: int, llama: str | None
+) -> dict:
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Name three rivers in Europe."}]
     )
     prompt = torch.tensor([tokenizer.encode(text)] * batch)
     mask = torch.ones_like(prompt)
     fns = {
-        "glassformer": lambda: ours.generate(prompt, new_tokens, do_sample=False, eos_id=None),
         "transformers": lambda: hf.generate(
             prompt,
             attention_mask=mask,
@@ -113,19 +153,37 @@ def decode_rates(ours, hf, tokenizer, batch: int, new_tokens: int, repeats: int)
             pad_token_id=tokenizer.pad_id,
         ),
     }
+    for name, model in models.items():
+        compile = name.endswith("compiled")
+        fns[f"glassformer {name}"] = lambda model=model, compile=compile: model.generate(
+            prompt, new_tokens, do_sample=False, eos_id=None, compile=compile
+        )
     outs = {}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    llama_runs: list[tuple[float, list[int]]] = []
     with torch.inference_mode():
-        for name, fn in fns.items():  # warm-up; every contender makes every token
+        for name, fn in fns.items():  # warm-up (and compilation); every contender makes every token
             outs[name] = fn()
             assert outs[name].shape == (batch, prompt.size(1) + new_tokens), name
-        times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(repeats):
             for name, fn in fns.items():
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
-    same = _same_until_end(outs["glassformer"], outs["transformers"], prompt.size(1), tokenizer)
+            if llama and batch == 1:
+                llama_runs.append(llama_cpp(llama, prompt[0].tolist(), new_tokens))
     rates = {name: batch * new_tokens / statistics.median(t) for name, t in times.items()}
+    start = prompt.size(1)
+    same = {
+        name: _same_until_end(out, outs["transformers"], start, tokenizer)
+        for name, out in outs.items()
+    }
+    if llama_runs:
+        rates["llama.cpp (Q4_1 GGUF)"] = new_tokens / statistics.median(s for s, _ in llama_runs)
+        theirs = torch.tensor([llama_runs[0][1]])
+        same["llama.cpp (Q4_1 GGUF)"] = _same_until_end(
+            theirs, outs["transformers"][:, start:], 0, tokenizer
+        )
     return {"tokens_per_s": rates, "same_tokens": same}
 
 
@@ -142,7 +200,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="transformers'"
+    )
+    parser.add_argument("--dtypes", default="fp32,bf16,int8,int4", help="glassformer's")
+    parser.add_argument("--compile", action="store_true", help="also each dtype compiled")
+    parser.add_argument("--llama-cpp", metavar="PYTHON", help="a Python with llama-cpp-python")
     parser.add_argument("--skip-load", action="store_true", help="only the decoding rates")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -168,16 +231,26 @@ def main() -> None:
             f"{g['peak_mib'] / t['peak_mib']:.2f}x the peak memory"
         )
     ours, hf, tokenizer = build(getattr(torch, args.dtype))
+    models = {}
+    for dtype in args.dtypes.split(","):
+        models[dtype] = copy.deepcopy(ours).for_inference(dtype)
+        if args.compile:
+            models[f"{dtype} compiled"] = models[dtype]
+    del ours
     figures["decode"] = {}
     for batch in map(int, args.batch_sizes.split(",")):
-        result = decode_rates(ours, hf, tokenizer, batch, args.new_tokens, args.repeats)
-        figures["decode"][batch] = result
-        ours_rate, their_rate = result["tokens_per_s"].values()
-        print(
-            f"\ngreedy decoding, batch {batch}, {args.new_tokens} new tokens, {args.dtype}: "
-            f"glassformer {ours_rate:.1f} tokens/s, transformers {their_rate:.1f} tokens/s: "
-            f"{ours_rate / their_rate:.2f}x; the same tokens: {result['same_tokens']}"
+        result = decode_rates(
+            models, hf, tokenizer, batch, args.new_tokens, args.repeats, args.llama_cpp
         )
+        figures["decode"][batch] = result
+        rates = result["tokens_per_s"]
+        print(f"\ngreedy decoding, batch {batch}, {args.new_tokens} new tokens")
+        for name, rate in rates.items():
+            print(
+                f"  {name:<28} {rate:8.1f} tokens/s  {rate / rates['transformers']:5.2f}x "
+                f"transformers{'' if name == 'transformers' else ', same tokens: '}"
+                f"{'' if name == 'transformers' else result['same_tokens'][name]}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)

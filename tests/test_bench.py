@@ -38,6 +38,14 @@ def test_bench_scaling_gets_its_out_folder(tmp_path, capfd):
     assert "ran ['--out', 'here']" in capfd.readouterr().out
 
 
+def test_bench_smollm2_gets_the_llama_cpp_python(tmp_path, capfd):
+    (tmp_path / "attention.py").write_text("")
+    (tmp_path / "smollm2.py").write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    argv = ["bench", "smollm2", "--benchmarks", str(tmp_path), "--llama-cpp", "/venv/bin/python"]
+    assert main(argv) == 0
+    assert "ran ['--llama-cpp', '/venv/bin/python']" in capfd.readouterr().out
+
+
 def test_a_failing_benchmark_makes_bench_fail(tmp_path, capfd):
     (tmp_path / "attention.py").write_text("raise SystemExit(3)\n")
     assert main(["bench", "attention", "--benchmarks", str(tmp_path)]) == 1

@@ -62,4 +62,4 @@ def test_bad_int4_shapes_are_refused_with_the_value():
         Int4Linear.from_linear(linear(k=96), 64)
     with pytest.raises(ValueError, match="in_features divisible by 32, got 40"):
         int4_group_size(40)
-    assert int4_group_size(576) == 64 and int4_group_size(96) == 32
+    assert int4_group_size(576) == 32 and int4_group_size(96) == 32

@@ -10,12 +10,14 @@ several repeats, and prints medians and ratios:
   seq2seq-train  Seq2SeqTransformer training step vs a model on nn.Transformer
   classifier     TransformerClassifier training and inference vs nn.TransformerEncoder
                  (its fast path)
-  generate       KV-cache decoding vs Hugging Face generate
+  generate       decoding vs Hugging Face generate: the plain and static cached paths,
+                 fp32/bf16/int8/int4 (--compile: compiled too), the weight-read bound
   embed          SentenceEncoder (all-MiniLM-L6-v2) vs sentence-transformers
   hooks          hook points and run_with_cache vs TransformerLens on GPT-2 small: time and
                  cache size (--before DIR: the forward before the hook points)
   smollm2        SmolLM2-135M-Instruct's GGUF: load time and peak memory, and greedy
-                 tokens/s at batch 1 and 8, vs transformers (needs accelerate)
+                 tokens/s at batch 1 and 8 at each precision, vs transformers (needs
+                 accelerate) and llama.cpp (--llama-cpp PYTHON)
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
   bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
                  side by side and the speed-up (slow; needs a CPU with native bf16)
@@ -23,6 +25,8 @@ several repeats, and prints medians and ratios:
                  austen for the same minutes: validation losses (slow)
   malloc         GPT training steps with glibc's default malloc and with freed memory
                  kept, as `glassformer train` runs (separate processes, alternating)
+  precision-quality  held-out perplexity at fp32, bf16, int8 and int4 (SmolLM2 on IMDb;
+                 --run DIR: a `train lm` run on its validation text)
   scaling        time and peak memory of one attention layer and of a model against
                  sequence length (128 to 16,384 tokens): the readable path, the fused one
                  and local attention; fitted exponents, a PNG and a JSON in --out (slow)
@@ -53,6 +57,7 @@ SCRIPTS = {
     "malloc": "malloc.py",
     "modern-block": "modern_block.py",
     "scaling": "scaling.py",
+    "precision-quality": "precision_quality.py",
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {
@@ -74,6 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nanogpt", help="nanoGPT checkout (or bare mirror) for gpt-train, nanogpt-lm")
     p.add_argument("--repeats", type=int, default=None, help="repeats per measurement")
     p.add_argument("--out", default=None, help="scaling: the folder for its PNG and JSON")
+    p.add_argument(
+        "--llama-cpp",
+        metavar="PYTHON",
+        help="smollm2: also llama.cpp, through a Python that has llama-cpp-python",
+    )
     p.add_argument(
         "--benchmarks",
         default=None,
@@ -111,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
             command += ["--repeats", str(args.repeats)]
         if args.out and name == "scaling":
             command += ["--out", args.out]
+        if args.llama_cpp and name == "smollm2":
+            command += ["--llama-cpp", args.llama_cpp]
         print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:
             failed.append(name)

@@ -147,6 +147,9 @@ def decode_step(
         keys, values: each layer's ``StaticKVCache.buffers``, written at ``slot``.
     """
     x = model.embed(ids, 0, positions)  # (B, 1, D)
+    rotary = model.blocks.layers[0].self_attn.rotary  # one for every layer
+    if rotary is not None:  # the angles of this step's position, once for all the layers
+        cos, sin = rotary.cos_sin(positions, x.dtype)
     for layer, k_cache, v_cache in zip(model.blocks.layers, keys, values, strict=True):
         attn = layer.self_attn
         B, H, Hkv, Dh = ids.size(0), attn.num_heads, attn.num_kv_heads, attn.head_dim
@@ -155,8 +158,8 @@ def decode_step(
         q = q.view(B, 1, H, Dh).transpose(1, 2)  # (B, H, 1, Dh)
         k = k.view(B, 1, Hkv, Dh).transpose(1, 2)  # (B, Hkv, 1, Dh)
         v = v.view(B, 1, Hkv, Dh).transpose(1, 2)
-        if attn.rotary is not None:
-            q, k = attn.rotary(q, positions), attn.rotary(k, positions)
+        if rotary is not None:
+            q, k = rotary.rotate(q, cos, sin), rotary.rotate(k, cos, sin)
         k_cache.index_copy_(2, slot, k.to(k_cache.dtype))
         v_cache.index_copy_(2, slot, v.to(v_cache.dtype))
         z = F.scaled_dot_product_attention(

@@ -214,7 +214,7 @@ class PretrainedModel(nn.Module):
         - ``"fp32"``; ``"bf16"`` (weights cast);
         - ``"int8"`` / ``"int4"``: the linear layers' weights quantised (one scale per
           output row; int4 a scale and a zero per ``group_size`` input columns, by default
-          64 or 32), everything else and so the activations in bf16, which PyTorch's
+          32, GGUF's Q4 blocks), everything else and so the activations in bf16, which PyTorch's
           int8/int4 CPU kernels are built for;
         - ``"auto"``: bf16 where this machine runs the model's decoding products measurably
           faster in it (measured once, cached), else fp32. It never quantises.

@@ -105,8 +105,7 @@ class Int4Linear(nn.Module):
     def from_linear(
         cls, linear: nn.Linear, group_size: int | None = None, dtype: torch.dtype | None = None
     ) -> Int4Linear:
-        """Quantise ``linear``'s weight in groups of ``group_size`` input columns (None: the
-        largest of 32, 64, 128 that divides K, at most 64)."""
+        """Quantise ``linear``'s weight in groups of ``group_size`` input columns (None: 32)."""
         N, K = linear.weight.shape
         group_size = group_size or int4_group_size(K)
         if group_size not in INT4_GROUP_SIZES or K % group_size:
@@ -162,11 +161,11 @@ class Int4Linear(nn.Module):
 
 
 def int4_group_size(in_features: int) -> int:
-    """The int4 group size for K input columns: 64 where it divides K, else 32."""
-    for size in (64, 32):
-        if in_features % size == 0:
-            return size
-    raise ValueError(f"int4 needs in_features divisible by 32, got {in_features}")
+    """The int4 group size for K input columns: 32 (GGUF's Q4_0/Q4_1 blocks, so a model read
+    from one is re-quantised on its own grid; 64 lost SmolLM2's answers)."""
+    if in_features % 32:
+        raise ValueError(f"int4 needs in_features divisible by 32, got {in_features}")
+    return 32
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:

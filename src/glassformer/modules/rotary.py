@@ -56,13 +56,23 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x`` (B, H, T, Dh) by ``positions`` (B, T) or (T,); same shape back."""
+        return self.rotate(x, *self.cos_sin(positions, x.dtype))
+
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The cosines and sines of ``positions`` (B, T) or (T,): each (B or 1, 1, T, Dh),
+        in ``dtype``; computed once, they rotate every layer's q and k (``rotate``)."""
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)  # (1, T)
         # Angles in float32 whatever x's dtype, as Hugging Face does.
         angles = positions.float()[..., None] * self.inv_freq.float()  # (B, T, Dh/2)
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, Dh): pair i with i + Dh/2
-        cos = angles.cos().to(x.dtype).unsqueeze(1)  # (B, 1, T, Dh), broadcast over heads
-        sin = angles.sin().to(x.dtype).unsqueeze(1)
+        cos = angles.cos().to(dtype).unsqueeze(1)  # (B, 1, T, Dh), broadcast over heads
+        sin = angles.sin().to(dtype).unsqueeze(1)
+        return cos, sin
+
+    @staticmethod
+    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``x`` (B, H, T, Dh) rotated by the angles whose ``cos_sin`` are given."""
         return x * cos + rotate_half(x) * sin
 
     def extra_repr(self) -> str:
