@@ -63,3 +63,14 @@ def test_bad_int4_shapes_are_refused_with_the_value():
     with pytest.raises(ValueError, match="in_features divisible by 32, got 40"):
         int4_group_size(40)
     assert int4_group_size(576) == 32 and int4_group_size(96) == 32
+
+
+@pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
+def test_a_strided_input_gives_the_contiguous_ones_output(cls):
+    """The last position of a batch of sequences (what generation feeds the output head) is
+    a view with gaps between its rows; the kernels read rows densely."""
+    q = cls.from_linear(linear(k=64), dtype=torch.bfloat16)
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    last = x[:, -1:]  # (3, 1, 64), rows 5 · 64 apart
+    assert not last.reshape(-1, 64).is_contiguous()
+    torch.testing.assert_close(q(last), q(last.contiguous()))

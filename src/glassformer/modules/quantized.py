@@ -65,7 +65,7 @@ class Int8Linear(nn.Module):
         q, scales = self.qweight[start:stop], self.scales[start:stop]
         bias = None if self.bias is None else self.bias[start:stop]
         if x.device.type == "cpu" and x.dtype == scales.dtype:
-            flat = x.reshape(-1, self.in_features)
+            flat = x.reshape(-1, self.in_features).contiguous()  # as the kernel reads it
             y = torch.ops.aten._weight_int8pack_mm(flat, q, scales)
             y = y.view(*x.shape[:-1], stop - start)
             return y if bias is None else y + bias
@@ -136,7 +136,7 @@ class Int4Linear(nn.Module):
             raise RuntimeError(f"int4 weights run on the CPU only; the input is on {x.device}")
         sz = self.scales_and_zeros
         sz = sz if sz.dtype == x.dtype else sz.to(x.dtype)
-        flat = x.reshape(-1, self.in_features)
+        flat = x.reshape(-1, self.in_features).contiguous()  # the kernel reads rows densely
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, sz)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + _cast(self.bias, y.dtype)
