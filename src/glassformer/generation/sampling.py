@@ -205,10 +205,15 @@ def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: b
     """The static path: the prompt through the model's forward into a ``StaticKVCache``,
     then ``decode_step`` for each new token."""
     B, prompt_len = ids.shape
-    cache = static_cache(model, B, total)
+    # Compiled, the step's shapes include the cache's length: rounded up to a multiple of
+    # 256, one compilation serves every generation of that batch size up to that length.
+    capacity = min(model.config.max_len, -(-total // 256) * 256) if compile else total
+    cache = static_cache(model, B, capacity)
     keys, values = cache_buffers(cache)
     # 0 on the slots filled so far, -inf elsewhere: added to the attention scores.
-    key_bias = torch.full((B, 1, 1, total), float("-inf"), dtype=keys[0].dtype, device=ids.device)
+    key_bias = torch.full(
+        (B, 1, 1, capacity), float("-inf"), dtype=keys[0].dtype, device=ids.device
+    )
     key_bias[:, 0, 0, :prompt_len].masked_fill_(keep, 0.0)
     positions = keep.sum(dim=1, keepdim=True)  # (B, 1) the next token's position
     slot = torch.tensor([prompt_len], device=ids.device)  # its cache column
