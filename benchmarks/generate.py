@@ -9,8 +9,8 @@ Contenders, run interleaved, ``--repeats`` times, median kept:
 - Hugging Face ``GPT2LMHeadModel.generate`` (its KV cache on), fp32: the baseline;
 - glassformer's plain cached path (``static_cache=False``), fp32;
 - glassformer's static path (``glassformer.generation.static``) in fp32, bf16, int8 and
-  int4 (``model.for_inference(dtype)``), and compiled (``compile=True``) in fp32 with
-  ``--compile``.
+  int4 (``model.for_inference(dtype)``), and with ``--compile`` each compiled too
+  (``compile=True``).
 
 For each: tokens/s, the ratio to Hugging Face, whether the tokens equal Hugging Face's
 (fp32) or the fp32 static path's, and the fraction of the weight-read bound reached: a
@@ -145,7 +145,7 @@ def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
         prompt, new_tokens, static_cache=False
     )
     for name, model in models.items():
-        compile = name == "fp32 compiled"
+        compile = name.endswith("compiled")
         fns[f"glassformer static, {name}"] = lambda model=model, compile=compile: model.generate(
             prompt, new_tokens, compile=compile
         )
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,8")
     parser.add_argument("--dtypes", default="fp32,bf16,int8,int4")
-    parser.add_argument("--compile", action="store_true", help="also the compiled fp32 step")
+    parser.add_argument("--compile", action="store_true", help="also each dtype compiled")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -203,9 +203,11 @@ def main() -> None:
     ours, hf = build(args.prompt_len, args.new_tokens)
     import transformers
 
-    models = {d: copy.deepcopy(ours).for_inference(d) for d in args.dtypes.split(",")}
-    if args.compile:
-        models["fp32 compiled"] = models["fp32"]
+    models = {}
+    for dtype in args.dtypes.split(","):
+        models[dtype] = copy.deepcopy(ours).for_inference(dtype)
+        if args.compile:
+            models[f"{dtype} compiled"] = models[dtype]
     read = bandwidth()
     bw = max(read.values())
     print(

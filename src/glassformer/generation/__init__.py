@@ -9,6 +9,7 @@ options as keywords, which override the config's fields.
 
     config.py    GenerationConfig: the options, checked once
     sampling.py  choose_next, apply_repetition_penalty, and the GPT loop gpt_generate
+    static.py    the GPT's static cache and one-token decode step (compilable)
     beam.py      beam_search over the translator's decoder
     seq2seq.py   the translator loop seq2seq_generate (greedy, sampled or beam)
 """
