@@ -125,3 +125,18 @@ def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
         "--dtype: invalid choice: 'fp16' (choose from 'auto', 'fp32', 'bf16', 'int8', 'int4')"
         in err
     )
+
+
+@pytest.mark.parametrize("bf16_gflops, warned", [(50.0, True), (300.0, False)])
+def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
+    char_lm_run, capsys, monkeypatch, bf16_gflops, warned
+):
+    import glassformer.precision as precision
+
+    measured = precision.Measurement(fp32_gflops=100.0, bf16_gflops=bf16_gflops)
+    monkeypatch.setattr(precision, "bf16_measurement", lambda shapes, device: measured)
+    argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "2"]
+    assert main([*argv, "--dtype", "bf16", "--no-stream"]) == 0
+    err = capsys.readouterr().err
+    expected = "warning: --dtype bf16 is slower than fp32 here: bf16 50 vs fp32 100 GFLOP/s"
+    assert (expected in err) is warned

@@ -74,3 +74,18 @@ def test_a_strided_input_gives_the_contiguous_ones_output(cls):
     last = x[:, -1:]  # (3, 1, 64), rows 5 · 64 apart
     assert not last.reshape(-1, 64).is_contiguous()
     torch.testing.assert_close(q(last), q(last.contiguous()))
+
+
+def test_int4_keeps_weights_that_are_already_on_a_4_bit_grid():
+    """A GGUF Q4_1 block is min + q · step with q in 0..15; where a block uses only levels
+    0..9, min/max over 15 steps would round every weight onto another grid."""
+    torch.manual_seed(0)
+    steps = torch.rand(64, 4, 1) * 0.01 + 0.001  # (N, K / 32, 1): one step per block
+    mins = torch.randn(64, 4, 1) * 0.02
+    levels = torch.randint(0, 10, (64, 4, 32))
+    levels[..., 0], levels[..., 1] = 0, 9  # each block spans 9 steps exactly
+    layer = nn.Linear(128, 64, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_((mins + levels * steps).view(64, 128))
+    w = Int4Linear.from_linear(layer, 32).dequantized()
+    torch.testing.assert_close(w, layer.weight, atol=1e-6, rtol=0)

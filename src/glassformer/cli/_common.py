@@ -56,7 +56,19 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
 
 
 def for_inference(model: Any, dtype: str) -> Any:
-    """``model.for_inference(dtype)``, saying on stderr what ``auto`` chose and why."""
+    """``model.for_inference(dtype)``, saying on stderr what ``auto`` chose and why, and
+    warning when an explicit ``bf16`` is measured slower here than fp32."""
+    if dtype == "bf16":
+        from glassformer.models.quantize import decoding_shapes
+        from glassformer.precision import bf16_measurement
+
+        device = next(model.parameters()).device
+        measured = bf16_measurement(decoding_shapes(model), device)
+        if measured.speedup < 1.0:
+            print(
+                f"warning: --dtype bf16 is slower than fp32 here: {measured.describe()}",
+                file=sys.stderr,
+            )
     model = model.for_inference(dtype)
     measured = getattr(model, "precision_measurement", None)
     if dtype == "auto" and measured is not None:

@@ -114,8 +114,8 @@ class Int4Linear(nn.Module):
                 f"got {group_size}"
             )
         w = linear.weight.detach().float().view(N, K // group_size, group_size)
-        low, high = w.amin(dim=-1), w.amax(dim=-1)  # (N, K / G)
-        scales = ((high - low) / 15).clamp(min=1e-12)
+        low = w.amin(dim=-1)  # (N, K / G)
+        scales = _grid_steps(w, low)
         q = ((w - low[..., None]) / scales[..., None]).round().clamp(0, 15)
         zeros = low + 8 * scales  # the kernel computes (q − 8) · scale + zero
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.view(N, K).to(torch.int32), 1)
@@ -158,6 +158,31 @@ class Int4Linear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"int4, group_size={self.group_size}"
         )
+
+
+def _grid_steps(w: Tensor, low: Tensor) -> Tensor:
+    """The step of each group's 4-bit grid, (N, K / G), for groups ``w`` (N, K / G, G).
+
+    Min/max over 15 steps, unless fewer steps fit the group far better: weights already on a
+    4-bit grid (a GGUF Q4_1 block whose values use only some of the 16 levels) then keep that
+    grid instead of being rounded onto another one. Finest grid first, so a coarser one is
+    taken only where it is at least ten times closer."""
+    span = (w.amax(dim=-1) - low).clamp(min=1e-12)
+    best = span / 15
+    best_error = _grid_error(w, low, best)
+    for steps in range(14, 0, -1):
+        step = span / steps
+        error = _grid_error(w, low, step)
+        closer = error < best_error / 10
+        best = torch.where(closer, step, best)
+        best_error = torch.where(closer, error, best_error)
+    return best
+
+
+def _grid_error(w: Tensor, low: Tensor, step: Tensor) -> Tensor:
+    """The largest distance of a group's weights from the grid low + k · step, (N, K / G)."""
+    offset = (w - low[..., None]) / step[..., None]
+    return ((offset - offset.round()).abs() * step[..., None]).amax(dim=-1)
 
 
 def int4_group_size(in_features: int) -> int:
