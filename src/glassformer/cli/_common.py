@@ -63,14 +63,14 @@ def for_inference(model: Any, dtype: str) -> Any:
         from glassformer.precision import bf16_measurement
 
         device = next(model.parameters()).device
-        measured = bf16_measurement(decoding_shapes(model), device)
-        if measured.speedup < 1.0:
+        slower = bf16_measurement(decoding_shapes(model), device)
+        if slower.speedup < 1.0:
             print(
-                f"warning: --dtype bf16 is slower than fp32 here: {measured.describe()}",
+                f"warning: --dtype bf16 is slower than fp32 here: {slower.describe()}",
                 file=sys.stderr,
             )
     model = model.for_inference(dtype)
-    measured = getattr(model, "precision_measurement", None)
-    if dtype == "auto" and measured is not None:
-        print(f"precision: {model.inference_dtype} ({measured.describe()})", file=sys.stderr)
+    chose = getattr(model, "precision_measurement", None)
+    if dtype == "auto" and chose is not None:
+        print(f"precision: {model.inference_dtype} ({chose.describe()})", file=sys.stderr)
     return model
