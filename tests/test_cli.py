@@ -134,7 +134,7 @@ def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
     import glassformer.precision as precision
 
     measured = precision.Measurement(fp32_gflops=100.0, bf16_gflops=bf16_gflops)
-    monkeypatch.setattr(precision, "bf16_measurement", lambda shapes, device: measured)
+    monkeypatch.setattr(precision, "bf16_measurement", lambda shapes, device, **kw: measured)
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "2"]
     assert main([*argv, "--dtype", "bf16", "--no-stream"]) == 0
     err = capsys.readouterr().err

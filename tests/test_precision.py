@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from glassformer import precision
 from glassformer.precision import Measurement, bf16_measurement, resolve_bf16
@@ -23,7 +24,7 @@ def measured(monkeypatch, tmp_path):
         result = FASTER
         calls = 0
 
-    def fake(shapes, device, seconds):
+    def fake(shapes, device, seconds, linear=False):
         Stub.calls += 1
         return Stub.result
 
@@ -81,3 +82,21 @@ def test_the_real_timing_gives_both_throughputs(tmp_path):
     m = bf16_measurement([(256, 128, 256)], seconds=0.05, cache_dir=tmp_path)
     assert m.fp32_gflops > 0 and m.bf16_gflops > 0
     assert m.speedup == pytest.approx(m.bf16_gflops / m.fp32_gflops)
+
+
+def test_linear_layout_is_measured_and_cached_apart(tmp_path, monkeypatch):
+    """Decoding times its products as linear layers run them, F.linear(x, w) with w stored
+    (n, k): bf16 speed can differ by layout, so the two are separate cache entries."""
+    import json
+
+    calls = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(
+        torch.nn.functional, "linear", lambda x, w: calls.append(tuple(w.shape)) or real(x, w)
+    )
+    shapes = [(2, 3, 5)]  # k = 3, n = 5: a (k, n) weight would not fit F.linear
+    bf16_measurement(shapes, cache_dir=tmp_path, seconds=0.01, linear=True)
+    assert calls and set(calls) == {(5, 3)}
+    bf16_measurement(shapes, cache_dir=tmp_path, seconds=0.01)
+    keys = list(json.loads((tmp_path / "precision.json").read_text()))
+    assert len(keys) == 2 and sum(k.endswith("; linear") for k in keys) == 1

@@ -99,6 +99,7 @@ def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
 
     def stub(shapes, device, **options):
         seen.append(shapes)
+        assert options == {"linear": True}  # timed as the linear layers run: weights (n, k)
         return measured
 
     monkeypatch.setattr(quantize, "bf16_measurement", stub)

@@ -63,7 +63,7 @@ def for_inference(model: Any, dtype: str) -> Any:
         from glassformer.precision import bf16_measurement
 
         device = next(model.parameters()).device
-        slower = bf16_measurement(decoding_shapes(model), device)
+        slower = bf16_measurement(decoding_shapes(model), device, linear=True)
         if slower.speedup < 1.0:
             print(
                 f"warning: --dtype bf16 is slower than fp32 here: {slower.describe()}",

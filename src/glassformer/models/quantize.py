@@ -52,7 +52,7 @@ def resolve_dtype(
     check_dtype(dtype)
     if dtype != "auto":
         return dtype, None
-    measured = bf16_measurement(decoding_shapes(model), device, **options)
+    measured = bf16_measurement(decoding_shapes(model), device, linear=True, **options)
     return ("bf16" if measured.bf16_faster else "fp32"), measured
 
 
