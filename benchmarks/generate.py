@@ -30,9 +30,9 @@ import argparse
 import copy
 import json
 import statistics
-import time
 
 import torch
+from _common import timed
 from torch import nn
 
 from glassformer import GPT, GPTConfig
@@ -115,15 +115,9 @@ def bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
     out = {}
     for name, fn in (("sum", lambda: big.sum()), ("matrix-vector", lambda: big @ x)):
         fn()
-        best = min(_seconds(fn) for _ in range(repeats))
+        best = min(timed(fn, 1) for _ in range(repeats))
         out[name] = big.numel() * 4 / best
     return out
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
@@ -161,7 +155,7 @@ def measure(fns: dict, repeats: int, tokens: int) -> tuple[dict[str, float], dic
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(repeats):
             for name, fn in fns.items():  # interleaved: drift hits every contender alike
-                times[name].append(_seconds(fn))
+                times[name].append(timed(fn, 1))
     return {name: statistics.median(t) for name, t in times.items()}, outs
 
 
@@ -181,7 +175,7 @@ def prefill(models: dict, hf, prompt_len: int, repeats: int) -> dict[str, float]
         for fn in fns.values():
             fn()
         times = {
-            name: statistics.median(_seconds(fn) for _ in range(repeats))
+            name: statistics.median(timed(fn, 1) for _ in range(repeats))
             for name, fn in fns.items()
         }
     return {name: prompt_len / t for name, t in times.items()}

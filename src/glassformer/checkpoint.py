@@ -37,6 +37,7 @@ from safetensors.torch import load_model, save_model
 
 from glassformer._version import __version__
 from glassformer.errors import CheckpointError, CheckpointSaveError
+from glassformer.modules.quantized import QUANTISED
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -110,7 +111,7 @@ def save_checkpoint(
     if not isinstance(model, kinds):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
     quantised = getattr(model, "inference_dtype", None)
-    if quantised in ("int8", "int4"):
+    if quantised in QUANTISED:
         raise ValueError(
             f"this model's weights are quantised to {quantised} for inference; save the "
             "model before for_inference(), or load its checkpoint again"

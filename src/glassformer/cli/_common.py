@@ -9,7 +9,7 @@ from typing import Any
 
 from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
-from glassformer.models.quantize import DTYPES
+from glassformer.models.quantize import DTYPES, decoding_measurement
 
 
 def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:
@@ -59,11 +59,7 @@ def for_inference(model: Any, dtype: str) -> Any:
     """``model.for_inference(dtype)``, saying on stderr what ``auto`` chose and why, and
     warning when an explicit ``bf16`` is measured slower here than fp32."""
     if dtype == "bf16":
-        from glassformer.models.quantize import decoding_shapes
-        from glassformer.precision import bf16_measurement
-
-        device = next(model.parameters()).device
-        slower = bf16_measurement(decoding_shapes(model), device, linear=True)
+        slower = decoding_measurement(model, next(model.parameters()).device)
         if slower.speedup < 1.0:
             print(
                 f"warning: --dtype bf16 is slower than fp32 here: {slower.describe()}",

@@ -219,10 +219,10 @@ def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: b
     slot = torch.tensor([prompt_len], device=ids.device)  # its cache column
     token = ids.new_zeros(B, 1)  # the newest token, in one buffer for every step
     step = compiled_step(model) if compile else decode_step
+    padded = not bool(keep.all())
 
     def next_logits(out: Tensor, real: Tensor, length: int) -> Tensor:
         if length == prompt_len:  # the prompt, all at once: fused causal attention
-            padded = not bool(keep.all())
             prompt_positions = (keep.cumsum(dim=1) - 1).clamp(min=0) if padded else None
             mask = keep[:, None, None, :] if padded else None
             return model(

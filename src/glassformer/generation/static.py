@@ -89,19 +89,12 @@ def static_cache(model: Any, batch: int, capacity: int) -> DecoderCache:
     attn = model.blocks.layers[0].self_attn
     weight = model.embed.token.embedding.weight  # the activations' dtype (quantised too)
     dtype = torch.float32 if weight.device.type == "cpu" else weight.dtype
-    cache = DecoderCache(c.num_layers)
-    cache.self_attn = [
-        StaticKVCache(
-            batch,
-            attn.num_kv_heads,
-            capacity,
-            attn.head_dim,
-            dtype=dtype,
-            device=weight.device,
-        )
-        for _ in range(c.num_layers)
-    ]
-    return cache
+    return DecoderCache(
+        c.num_layers,
+        make=lambda: StaticKVCache(
+            batch, attn.num_kv_heads, capacity, attn.head_dim, dtype=dtype, device=weight.device
+        ),
+    )
 
 
 def cache_buffers(cache: DecoderCache) -> tuple[list[Tensor], list[Tensor]]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from glassformer.modules.quantized import Int4Linear, Int8Linear, int4_group_size
+from glassformer.modules.quantized import QUANTISED, Int4Linear, Int8Linear, int4_group_size
 from glassformer.precision import Measurement, bf16_measurement
 
 DTYPES = ("auto", "fp32", "bf16", "int8", "int4")
@@ -44,6 +44,14 @@ def decoding_shapes(model: nn.Module, batch: int = 1) -> list[tuple[int, int, in
     ]
 
 
+def decoding_measurement(
+    model: nn.Module, device: str | torch.device = "cpu", **options: Any
+) -> Measurement:
+    """bf16 against fp32 on ``model``'s decoding products, timed as its linear layers run
+    them (measured once per machine, then cached)."""
+    return bf16_measurement(decoding_shapes(model), device, linear=True, **options)
+
+
 def resolve_dtype(
     model: nn.Module, dtype: str, device: str | torch.device = "cpu", **options: Any
 ) -> tuple[str, Measurement | None]:
@@ -52,7 +60,7 @@ def resolve_dtype(
     check_dtype(dtype)
     if dtype != "auto":
         return dtype, None
-    measured = bf16_measurement(decoding_shapes(model), device, linear=True, **options)
+    measured = decoding_measurement(model, device, **options)
     return ("bf16" if measured.bf16_faster else "fp32"), measured
 
 
@@ -64,12 +72,12 @@ def prepare_for_inference(
     ``model.precision_measurement``)."""
     check_dtype(dtype)
     current = getattr(model, "inference_dtype", "fp32")
-    if current in ("int8", "int4"):
+    if current in QUANTISED:
         raise ValueError(f"this model is already quantised to {current}; load it again first")
+    if group_size is not None and dtype != "int4":  # before auto spends time measuring
+        raise ValueError(f"group_size is for int4 weights, not {dtype}")
     device = next(model.parameters()).device
     chosen, measured = resolve_dtype(model, dtype, device, **options)
-    if group_size is not None and chosen != "int4":
-        raise ValueError(f"group_size is for int4 weights, not {chosen}")
     model.eval()
     if chosen in _TORCH_DTYPES:
         model.to(_TORCH_DTYPES[chosen])

@@ -21,6 +21,8 @@ many positions have been seen, which is where the next token's position starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -158,6 +160,8 @@ class DecoderCache:
         window: the self-attention's reach to the left w, for sliding-window layers
             (``window=(w, 0)``): each layer's cache is then a ``RollingKVCache``.
         global_tokens: with a window, the global tokens each rolling cache keeps.
+        make: builds each layer's self-attention cache instead (the static decoding path's
+            preallocated ``StaticKVCache``).
     """
 
     def __init__(
@@ -167,11 +171,11 @@ class DecoderCache:
         cross_attention: bool = False,
         window: int | None = None,
         global_tokens: int = 0,
+        make: Callable[[], KVCache] | None = None,
     ) -> None:
-        self.self_attn: list[KVCache] = [
-            KVCache() if window is None else RollingKVCache(window, global_tokens)
-            for _ in range(num_layers)
-        ]
+        if make is None:
+            make = KVCache if window is None else lambda: RollingKVCache(window, global_tokens)
+        self.self_attn: list[KVCache] = [make() for _ in range(num_layers)]
         self.cross_attn = [KVCache() for _ in range(num_layers)] if cross_attention else None
 
     @property

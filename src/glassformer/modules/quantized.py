@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
+QUANTISED = ("int8", "int4")  # the inference precisions whose weights these layers hold
 
 
 class Int8Linear(nn.Module):
