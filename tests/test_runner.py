@@ -1,6 +1,7 @@
 """glassformer.fit(RunConfig): a whole run from Python, the same run as the CLI's, and
 runs written before RunConfig existed still load and resume."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -247,3 +248,58 @@ def test_a_keras_run_gives_the_pytorch_twin_of_its_weights(tmp_path, capsys):
     saved = glassformer.load_checkpoint(result.run_dir)
     for name, tensor in saved.state_dict().items():
         assert torch.equal(tensor, result.model.state_dict()[name]), name
+
+
+# ---- run directories written at 7a7e08c, before the blocks were built from parts ------------
+
+BEFORE_ANATOMY = Path(__file__).parent / "data" / "runs_7a7e08c"
+ANATOMY_RUNS = {  # run directory: (task, model class name)
+    "lm": ("lm", "GPT"),
+    "lm-modern": ("lm", "GPT"),
+    "translate": ("translate", "Seq2SeqTransformer"),
+    "classify": ("classify", "TransformerClassifier"),
+    "classify-gpt": ("classify", "GPTClassifier"),
+    "mlm": ("mlm", "EncoderLM"),
+    "vision": ("vision", "VisionTransformer"),
+}
+
+
+@pytest.fixture
+def before_anatomy(tmp_path, monkeypatch):
+    """A private copy of the 7a7e08c runs, in a working directory holding their data."""
+    shutil.copytree(BEFORE_ANATOMY, tmp_path / "old")
+    monkeypatch.chdir(tmp_path / "old")
+    return tmp_path / "old"
+
+
+def weight_digest(checkpoint: Path) -> list[str]:
+    """Each tensor's shape and SHA-256 prefix, sorted: the weights, whatever their names."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(checkpoint / "model.safetensors"))
+    return sorted(
+        f"{tuple(v.shape)} {hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()[:16]}"
+        for v in state.values()
+    )
+
+
+@pytest.mark.parametrize("run", sorted(ANATOMY_RUNS))
+def test_runs_from_before_the_anatomy_load(before_anatomy, run):
+    model, tokenizer = load_run(before_anatomy / "runs" / run)
+    assert type(model).__name__ == ANATOMY_RUNS[run][1]
+    assert tokenizer is not None  # a tokenizer, or the vision run's image processor
+
+
+@pytest.mark.parametrize("run", sorted(ANATOMY_RUNS))
+def test_runs_from_before_the_anatomy_resume_bit_for_bit(before_anatomy, run, capsys):
+    path = before_anatomy / "runs" / run
+    task = ANATOMY_RUNS[run][0]
+    assert main(["train", task, "--resume", str(path), "--max-steps", "9", "--threads", "1"]) == 0
+    expected = (before_anatomy / "expected" / f"{run}.resumed.metrics.jsonl").read_text()
+    got = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    for old, new in zip(map(json.loads, expected.splitlines()), got, strict=True):
+        for key in old:
+            if key not in ("elapsed_s", "tokens_per_s", "examples_per_s"):
+                assert new[key] == old[key], (key, new, old)
+    digests = json.loads((before_anatomy / "expected" / "weights.json").read_text())
+    assert weight_digest(path / "checkpoint") == sorted(digests[run])
