@@ -37,6 +37,7 @@ from torch import nn
 
 from glassformer import GPT, GPTConfig
 from glassformer.generation.static import static_cache
+from glassformer.interop import to_gpt2_state
 
 SHAPE = dict(vocab_size=65, d_model=384, num_heads=6, num_layers=6)
 
@@ -70,31 +71,7 @@ def build(prompt_len: int, new_tokens: int):
 
 def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """``model``'s weights under GPT2LMHeadModel's names (its Conv1D stores them transposed)."""
-    sd = {
-        "transformer.wte.weight": model.embed.token.embedding.weight,
-        "transformer.wpe.weight": model.embed.position.embedding.weight,
-        "transformer.ln_f.weight": model.blocks.norm.weight,
-        "transformer.ln_f.bias": model.blocks.norm.bias,
-        "lm_head.weight": model.lm_head.weight,
-    }
-    for i, layer in enumerate(model.blocks.layers):
-        p = f"transformer.h.{i}."
-        attn, ff = layer.self_attn, layer.feed_forward
-        sd |= {
-            p + "ln_1.weight": layer.norm1.weight,
-            p + "ln_1.bias": layer.norm1.bias,
-            p + "ln_2.weight": layer.norm2.weight,
-            p + "ln_2.bias": layer.norm2.bias,
-            p + "attn.c_attn.weight": attn.qkv_proj.weight.t(),
-            p + "attn.c_attn.bias": attn.qkv_proj.bias,
-            p + "attn.c_proj.weight": attn.out_proj.weight.t(),
-            p + "attn.c_proj.bias": attn.out_proj.bias,
-            p + "mlp.c_fc.weight": ff.linear1.weight.t(),
-            p + "mlp.c_fc.bias": ff.linear1.bias,
-            p + "mlp.c_proj.weight": ff.linear2.weight.t(),
-            p + "mlp.c_proj.bias": ff.linear2.bias,
-        }
-    return {k: v.detach().clone() for k, v in sd.items()}
+    return to_gpt2_state(model)
 
 
 def step_bytes(model: nn.Module) -> int:

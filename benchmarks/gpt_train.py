@@ -169,7 +169,7 @@ def contenders(s: dict, nanogpt: Path | None, hf: bool, bf16: bool, compiled: bo
 
 def flops_per_token(model: GPT, s: dict) -> float:
     n = sum(p.numel() for p in model.parameters()) - sum(
-        p.numel() for p in model.embed.position.parameters()
+        p.numel() for p in model.pos_embed.parameters()
     )
     return 6 * n + 12 * s["layers"] * s["context"] * s["width"]
 

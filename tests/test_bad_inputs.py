@@ -402,7 +402,7 @@ CASES = [
         _spoil("lm", "config.json", "{not json", "generate", "--model", "RUN"),
         "config.json is not a glassformer config",
     ),
-    Case("mismatched tokenizer", _other_tokenizer, "tokens but the model expects"),
+    Case("mismatched tokenizer", _other_tokenizer, "tokens, the model 18"),
     Case(
         "no tokenizer.json",
         _spoil("lm", "tokenizer.json", None, "generate", "--model", "RUN"),

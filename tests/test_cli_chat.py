@@ -147,8 +147,8 @@ def test_generate_attention_and_trace_take_smollm2_by_name(
     assert out.stat().st_size > 0 and "30 layers × 9 heads, 2 × 2 tokens" in capsys.readouterr().out
     assert main(["trace", "Hi", *argv, "--layer", "1"]) == 0
     text = capsys.readouterr().out
-    assert "Q and K rotated by position (RoPE, theta=100000)" in text
-    assert "3 K/V heads each shared by 3 query heads" in text
+    assert "Q rotated by position (RoPE, theta=100000)" in text
+    assert "K = x·W_k, in 3 heads of 64, each shared by 3 query heads" in text
 
 
 def test_a_reply_budget_larger_than_the_context_is_one_line(tiny_chat_run, monkeypatch, capsys):

@@ -77,15 +77,15 @@ def test_patch_errors_are_one_line(run, extra, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_lens_refuses_a_model_without_a_vocabulary_head_in_one_line(tmp_path, capsys):
-    from glassformer import ClassifierConfig, TransformerClassifier
+def test_lens_refuses_a_model_without_a_head_in_one_line(tmp_path, capsys):
+    from glassformer import BertConfig, BertEncoder
 
     tok = CharTokenizer(list("abc"))
-    config = ClassifierConfig(vocab_size=tok.vocab_size, num_classes=2, max_len=8, d_model=16,
-                              num_heads=2, num_layers=1, d_ff=32)  # fmt: skip
-    TransformerClassifier(config).save_pretrained(tmp_path)
+    config = BertConfig(vocab_size=tok.vocab_size, max_len=8, d_model=16, num_heads=2,
+                        num_layers=1, d_ff=32)  # fmt: skip
+    BertEncoder(config).save_pretrained(tmp_path)
     tok.save(tmp_path)
     assert main(["lens", "--model", str(tmp_path), "abc"]) == 2
     err = capsys.readouterr().err
-    assert "holds a 'classifier' model; the lens reads a GPT or an encoder LM" in err
+    assert "through a vocabulary or class head, which a 'bert' model does not have" in err
     assert len(err.strip().splitlines()) == 1

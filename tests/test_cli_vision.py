@@ -123,8 +123,10 @@ def test_attention_draws_the_image_and_names_the_verdict(shapes, run, tmp_path, 
     assert out.stat().st_size > 5000 and out.read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "where the class token looks, 2 layers × 2 heads, and the rollout" in printed
-    assert main(["attention", "--model", str(run), image, "--out", str(tmp_path / "a.html")]) == 2
-    assert "draw a ViT's attention with --out FILE.png" in capsys.readouterr().err
+    page = tmp_path / "a.html"
+    assert main(["attention", "--model", str(run), image, "--out", str(page)]) == 0
+    html = page.read_text()  # the patches are the page's tokens, by row and column
+    assert '"[class]","r1c1"' in html and "an attention viewer page" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

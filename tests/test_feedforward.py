@@ -36,7 +36,7 @@ def test_the_activation_name_picks_the_block():
     assert isinstance(feed_forward(d_model=8, d_ff=16, activation="gelu"), FeedForward)
     layer = EncoderLayer(d_model=8, num_heads=2, d_ff=16, activation="swiglu")
     assert {"gate_proj", "up_proj", "down_proj"} <= {
-        n.split(".")[1] for n in layer.state_dict() if n.startswith("feed_forward.")
+        n.split(".")[1] for n in layer.state_dict() if n.startswith("mlp.")
     }
 
 

@@ -22,7 +22,7 @@ def tiny_gpt(seed=0, **overrides):
     with torch.no_grad():
         # GPT-2's 0.02 init gives near-uniform logits (and, tied, a copy of the last token);
         # spread them so greedy and sampled continuations vary.
-        model.embed.token.embedding.weight.mul_(10.0)
+        model.embed.weight.mul_(10.0)
         model.lm_head.weight.mul_(8.0)
     return model
 

@@ -3,6 +3,8 @@ from the weights, identity hooks change nothing (bit for bit), a hook can replac
 and the fused attention kernel stays in use unless scores or weights are asked for."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -123,27 +125,25 @@ def test_cached_values_equal_a_recomputation_from_the_weights(modern):
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.eps) * module.weight
         return F.layer_norm(x, (c.d_model,), module.weight, module.bias, module.eps)
 
-    x = model.embed.token.embedding.weight[ids]
-    torch.testing.assert_close(cache["embed.hook_embed"], x, rtol=0, atol=0)
+    x = model.embed.weight[ids]
+    torch.testing.assert_close(cache["hook_embed"], x, rtol=0, atol=0)
     if not modern:
-        pos = model.embed.position.embedding.weight[:T]
-        torch.testing.assert_close(cache["embed.position.hook_pos_embed"], pos)
+        pos = model.pos_embed.weight[:T]
+        torch.testing.assert_close(cache["hook_pos_embed"], pos)
         x = x + pos
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    for i, layer in enumerate(model.blocks.layers):
-        at = f"blocks.layers.{i}."
+    for i, layer in enumerate(model.blocks):
+        at = f"blocks.{i}."
         torch.testing.assert_close(cache[at + "hook_resid_pre"], x, atol=1e-6, rtol=0)
-        h = norm(layer.norm1, x)
-        torch.testing.assert_close(cache[at + "norm1.hook_normalized"], h, atol=1e-5, rtol=0)
-        attn = layer.self_attn
+        h = norm(layer.ln1, x)
+        torch.testing.assert_close(cache[at + "ln1.hook_normalized"], h, atol=1e-5, rtol=0)
+        attn = layer.attn
         W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
         qkv = F.linear(h, W, b)
         q, k, v = qkv.split([H * Dh, Hkv * Dh, Hkv * Dh], dim=-1)
         q, k, v = q.view(2, T, H, Dh), k.view(2, T, Hkv, Dh), v.view(2, T, Hkv, Dh)
         for name, value in (("q", q), ("k", k), ("v", v)):
-            torch.testing.assert_close(
-                cache[at + f"self_attn.hook_{name}"], value, atol=1e-5, rtol=0
-            )
+            torch.testing.assert_close(cache[at + f"attn.hook_{name}"], value, atol=1e-5, rtol=0)
         if modern:  # rotate pairs (i, i + Dh/2) by position × frequency
             inv = 1.0 / c.rope_theta ** (torch.arange(0, Dh, 2).float() / Dh)
             angle = torch.arange(T).float()[:, None] * inv  # (T, Dh/2)
@@ -154,23 +154,21 @@ def test_cached_values_equal_a_recomputation_from_the_weights(modern):
                 return t * cos[:, None] + half * sin[:, None]
 
             q, k = rotate(q), rotate(k)
-            torch.testing.assert_close(cache[at + "self_attn.hook_rot_q"], q, atol=1e-5, rtol=0)
+            torch.testing.assert_close(cache[at + "attn.hook_rot_q"], q, atol=1e-5, rtol=0)
         k, v = k.repeat_interleave(H // Hkv, 2), v.repeat_interleave(H // Hkv, 2)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
         scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
-        torch.testing.assert_close(
-            cache[at + "self_attn.hook_attn_scores"], scores, atol=1e-5, rtol=0
-        )
+        torch.testing.assert_close(cache[at + "attn.hook_attn_scores"], scores, atol=1e-5, rtol=0)
         pattern = scores.softmax(-1)
-        torch.testing.assert_close(cache[at + "self_attn.hook_pattern"], pattern, atol=1e-6, rtol=0)
+        torch.testing.assert_close(cache[at + "attn.hook_pattern"], pattern, atol=1e-6, rtol=0)
         z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
-        torch.testing.assert_close(cache[at + "self_attn.hook_z"], z, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[at + "attn.hook_z"], z, atol=1e-5, rtol=0)
         attn_out = F.linear(z.reshape(2, T, H * Dh), attn.out_proj.weight, attn.out_proj.bias)
         torch.testing.assert_close(cache[at + "hook_attn_out"], attn_out, atol=1e-5, rtol=0)
         x = x + attn_out
         torch.testing.assert_close(cache[at + "hook_resid_mid"], x, atol=1e-5, rtol=0)
-        h = norm(layer.norm2, x)
-        ff = layer.feed_forward
+        h = norm(layer.ln2, x)
+        ff = layer.mlp
         if modern:
             pre = F.linear(h, ff.gate_proj.weight)
             post = F.silu(pre) * F.linear(h, ff.up_proj.weight)
@@ -179,13 +177,13 @@ def test_cached_values_equal_a_recomputation_from_the_weights(modern):
             pre = F.linear(h, ff.linear1.weight, ff.linear1.bias)
             post = F.gelu(pre)
             mlp = F.linear(post, ff.linear2.weight, ff.linear2.bias)
-        torch.testing.assert_close(cache[at + "feed_forward.hook_pre"], pre, atol=1e-5, rtol=0)
-        torch.testing.assert_close(cache[at + "feed_forward.hook_post"], post, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[at + "mlp.hook_pre"], pre, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cache[at + "mlp.hook_post"], post, atol=1e-5, rtol=0)
         torch.testing.assert_close(cache[at + "hook_mlp_out"], mlp, atol=1e-5, rtol=0)
         x = x + mlp
         torch.testing.assert_close(cache[at + "hook_resid_post"], x, atol=1e-5, rtol=0)
-    final = norm(model.blocks.norm, x)
-    torch.testing.assert_close(cache["blocks.norm.hook_normalized"], final, atol=1e-5, rtol=0)
+    final = norm(model.ln_final, x)
+    torch.testing.assert_close(cache["ln_final.hook_normalized"], final, atol=1e-5, rtol=0)
     logits = final @ model.lm_head.weight.T
     torch.testing.assert_close(cache["hook_logits"], logits, atol=1e-4, rtol=0)
     assert torch.equal(cache["hook_logits"], out.logits)
@@ -195,27 +193,27 @@ def test_cross_attention_values_equal_a_recomputation():
     model, (src, tgt) = models()["translator"]
     model.eval()
     _, cache = model.run_with_cache(src, tgt)
-    layer = model.decoder.layers[1]
-    memory = cache["encoder.norm.hook_normalized"] if model.encoder.norm else None
-    memory = memory if memory is not None else cache["encoder.layers.1.hook_resid_post"]
+    layer = model.decoder.blocks[1]
+    memory = cache["encoder.ln_final.hook_normalized"] if model.encoder.ln_final else None
+    memory = memory if memory is not None else cache["encoder.blocks.1.hook_resid_post"]
     attn, H, Dh = layer.cross_attn, 4, 8
     query = (
-        cache["decoder.layers.1.norm2.hook_normalized"]
+        cache["decoder.blocks.1.ln_cross.hook_normalized"]
         if layer.norm_first
-        else (cache["decoder.layers.1.hook_resid_mid"])
+        else (cache["decoder.blocks.1.hook_resid_mid"])
     )
     W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
     q = F.linear(query, W[: H * Dh], b[: H * Dh]).view(2, 7, H, Dh)
     k = F.linear(memory, W[H * Dh : 2 * H * Dh], b[H * Dh : 2 * H * Dh]).view(2, 9, H, Dh)
-    torch.testing.assert_close(cache["decoder.layers.1.cross_attn.hook_q"], q, atol=1e-5, rtol=0)
-    torch.testing.assert_close(cache["decoder.layers.1.cross_attn.hook_k"], k, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cache["decoder.blocks.1.cross_attn.hook_q"], q, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cache["decoder.blocks.1.cross_attn.hook_k"], k, atol=1e-5, rtol=0)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
     real = (src != 0)[:, None, None, :]  # the source's padding is masked
     pattern = scores.masked_fill(~real, torch.finfo(scores.dtype).min).softmax(-1)
     torch.testing.assert_close(
-        cache["decoder.layers.1.cross_attn.hook_pattern"], pattern, atol=1e-6, rtol=0
+        cache["decoder.blocks.1.cross_attn.hook_pattern"], pattern, atol=1e-6, rtol=0
     )
-    assert cache["decoder.layers.1.cross_attn.hook_pattern"][1, :, :, -2:].abs().max() == 0
+    assert cache["decoder.blocks.1.cross_attn.hook_pattern"][1, :, :, -2:].abs().max() == 0
 
 
 def test_zeroing_a_head_through_a_hook_equals_zeroing_its_output_columns():
@@ -228,22 +226,22 @@ def test_zeroing_a_head_through_a_hook_equals_zeroing_its_output_columns():
         z[:, :, head] = 0.0
         return z
 
-    hooked = model.run_with_hooks(ids, hooks=[(f"blocks.layers.{layer}.self_attn.hook_z", ablate)])
+    hooked = model.run_with_hooks(ids, hooks=[(f"blocks.{layer}.attn.hook_z", ablate)])
     with torch.no_grad():
-        model.blocks.layers[layer].self_attn.out_proj.weight[:, head * Dh : (head + 1) * Dh] = 0
+        model.blocks[layer].attn.out_proj.weight[:, head * Dh : (head + 1) * Dh] = 0
     torch.testing.assert_close(hooked.logits, model(ids).logits, atol=1e-6, rtol=0)
 
 
 def test_per_head_results_add_up_to_the_attention_output():
     model = gpt()
     ids = torch.randint(0, V, (1, 6))
-    name = "blocks.layers.0.self_attn.hook_result"
-    _, cache = model.run_with_cache(ids, names=[name, "blocks.layers.0.hook_attn_out"])
+    name = "blocks.0.attn.hook_result"
+    _, cache = model.run_with_cache(ids, names=[name, "blocks.0.hook_attn_out"])
     result = cache[name]  # (B, T, H, D)
     assert result.shape == (1, 6, 4, 32)
-    bias = model.blocks.layers[0].self_attn.out_proj.bias
+    bias = model.blocks[0].attn.out_proj.bias
     torch.testing.assert_close(
-        result.sum(2) + bias, cache["blocks.layers.0.hook_attn_out"], atol=1e-6, rtol=0
+        result.sum(2) + bias, cache["blocks.0.hook_attn_out"], atol=1e-6, rtol=0
     )
     _, everything = model.run_with_cache(ids)
     assert name not in everything  # opt-in: H times the output
@@ -258,7 +256,7 @@ def test_the_fused_kernel_stays_in_use_unless_scores_or_weights_are_asked_for(mo
         F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     model.run_with_cache(ids, names="*hook_resid_*")
-    model.run_with_cache(ids, names=["blocks.layers.0.self_attn.hook_q", "hook_logits"])
+    model.run_with_cache(ids, names=["blocks.0.attn.hook_q", "hook_logits"])
     model.run_with_cache(ids, names="*.hook_z")
     assert len(calls) == 3 * 2  # every layer of all three runs
     calls.clear()
@@ -286,9 +284,7 @@ def test_a_steering_vector_moves_the_output():
     ids = torch.randint(0, V, (1, 5))
     plain = model(ids).logits
     push = torch.randn(32)
-    steered = model.run_with_hooks(
-        ids, hooks=[("blocks.layers.0.hook_resid_post", lambda v, n: v + push)]
-    )
+    steered = model.run_with_hooks(ids, hooks=[("blocks.0.hook_resid_post", lambda v, n: v + push)])
     assert not torch.allclose(steered.logits, plain)
 
 
@@ -297,10 +293,10 @@ def test_bad_names_are_one_clear_error():
     ids = torch.randint(0, V, (1, 4))
     with pytest.raises(
         ValueError,
-        match="no hook point 'blocks.layers.0.self_attn.hook_patern'; "
-        "did you mean 'blocks.layers.0.self_attn.hook_pattern'",
+        match="no hook point 'blocks.0.attn.hook_patern'; "
+        "did you mean 'blocks.0.attn.hook_pattern'",
     ):
-        model.run_with_cache(ids, names=["blocks.layers.0.self_attn.hook_patern"])
+        model.run_with_cache(ids, names=["blocks.0.attn.hook_patern"])
     with pytest.raises(ValueError, match="no hook point matches"):
         model.run_with_cache(ids, names="*.hook_nothing")
 
@@ -308,17 +304,17 @@ def test_bad_names_are_one_clear_error():
 def test_the_cache_stacks_layers_and_moves():
     model = gpt()
     _, cache = model.run_with_cache(torch.randint(0, V, (2, 6)), names="*hook_resid_post")
-    stacked = cache.stack("blocks.layers.*.hook_resid_post")
+    stacked = cache.stack("blocks.*.hook_resid_post")
     assert stacked.shape == (2, 2, 6, 32)
-    assert torch.equal(stacked[1], cache["blocks.layers.1.hook_resid_post"])
+    assert torch.equal(stacked[1], cache["blocks.1.hook_resid_post"])
     half = cache.to(torch.bfloat16)
     assert (
         isinstance(half, ActivationCache)
-        and half["blocks.layers.0.hook_resid_post"].dtype == torch.bfloat16
+        and half["blocks.0.hook_resid_post"].dtype == torch.bfloat16
     )
     assert cache.nbytes() == 2 * 2 * 6 * 32 * 4 and "ActivationCache(2 values" in repr(cache)
     with pytest.raises(KeyError, match="did you mean"):
-        cache["blocks.layers.0.hook_resid_pots"]
+        cache["blocks.0.hook_resid_pots"]
 
 
 # --- against TransformerLens, on the same GPT-2 weights, nothing folded ----------------------
@@ -342,19 +338,19 @@ def test_every_shared_activation_equals_transformer_lens(tmp_path):
     ids = torch.randint(0, 50, (2, 9))
     their_logits, their_cache = theirs.run_with_cache(ids)
     our_out, our_cache = ours.run_with_cache(ids)
-    pairs = {"hook_embed": "embed.hook_embed", "hook_pos_embed": "embed.position.hook_pos_embed"}
+    pairs = {"hook_embed": "hook_embed", "hook_pos_embed": "hook_pos_embed"}
     for i in range(2):
-        ti, oi = f"blocks.{i}.", f"blocks.layers.{i}."
+        ti, oi = f"blocks.{i}.", f"blocks.{i}."
         for name in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out",
                      "hook_mlp_out"):  # fmt: skip
             pairs[ti + name] = oi + name
         for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"):
-            pairs[ti + "attn." + name] = oi + "self_attn." + name
-        pairs[ti + "mlp.hook_pre"] = oi + "feed_forward.hook_pre"
-        pairs[ti + "mlp.hook_post"] = oi + "feed_forward.hook_post"
-        pairs[ti + "ln1.hook_out"] = oi + "norm1.hook_normalized"
-        pairs[ti + "ln2.hook_out"] = oi + "norm2.hook_normalized"
-    pairs["ln_final.hook_out"] = "blocks.norm.hook_normalized"
+            pairs[ti + "attn." + name] = oi + "attn." + name
+        pairs[ti + "mlp.hook_pre"] = oi + "mlp.hook_pre"
+        pairs[ti + "mlp.hook_post"] = oi + "mlp.hook_post"
+        pairs[ti + "ln1.hook_out"] = oi + "ln1.hook_normalized"
+        pairs[ti + "ln2.hook_out"] = oi + "ln2.hook_normalized"
+    pairs["ln_final.hook_out"] = "ln_final.hook_normalized"
     for their_name, our_name in pairs.items():
         mine = our_cache[our_name]
         torch.testing.assert_close(
@@ -371,6 +367,39 @@ def test_the_cache_can_be_kept_smaller_as_it_is_taken():
     _, half = model.run_with_cache(ids, names="*hook_resid_post", dtype=torch.bfloat16)
     assert half.nbytes() * 2 == full.nbytes()
     torch.testing.assert_close(
-        half["blocks.layers.1.hook_resid_post"].float(), full["blocks.layers.1.hook_resid_post"],
+        half["blocks.1.hook_resid_post"].float(), full["blocks.1.hook_resid_post"],
         atol=0.05, rtol=0.02,
     )  # fmt: skip
+
+
+# --- the table of names in the docs ---------------------------------------------------------
+
+DOCS = Path(__file__).parents[1] / "docs" / "hooks.md"
+
+
+def documented_names() -> set[str]:
+    """The names in docs/hooks.md's tables, ``{stack}`` spelled out as "", encoder., decoder."""
+    names = set()
+    for line in DOCS.read_text().splitlines():
+        found = re.match(r"\| `([^`]+)` \|", line)
+        if found:
+            for stack in ("", "encoder.", "decoder.") if "{stack}" in found[1] else ("",):
+                names.add(found[1].replace("{stack}", stack))
+    return names
+
+
+def test_the_table_of_names_is_every_kinds_names():
+    """Every hook point of every model kind is in the docs' table (its block index as {i}),
+    and every name in the table is a hook point of some kind."""
+    from test_hook_replacement import KINDS
+
+    documented = documented_names()
+    seen = set()
+    for kind, (model, _) in KINDS.items():
+        names = {re.sub(r"blocks\.\d+\.", "blocks.{i}.", n) for n in model.hook_names()}
+        assert names <= documented, (kind, sorted(names - documented))
+        seen |= names
+    spelled = {n for n in documented if not n.startswith(("encoder.", "decoder."))}
+    stacked = {n for n in documented if n.startswith(("encoder.", "decoder."))}
+    assert spelled <= seen, sorted(spelled - seen)  # a one-stack name no model has
+    assert {n for n in stacked if "cross" in n} <= seen  # the translator's own

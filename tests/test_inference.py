@@ -40,7 +40,7 @@ def test_load_run_errors_name_the_problem(run):
         load_run(run)
     small = CharTokenizer("abc")
     small.save(run / "checkpoint" / "tokenizer.json")
-    with pytest.raises(ValueError, match=f"has {small.vocab_size} tokens but the model expects"):
+    with pytest.raises(ValueError, match=f"has {small.vocab_size} tokens, the model"):
         load_run(run)
     assert spec  # the run had one
 

@@ -40,8 +40,8 @@ def test_the_lens_reads_each_layer_and_ends_in_the_models_logits(modern):
     lens = logit_lens(model, ids)
     assert lens.stages[0] == "embeddings" and len(lens.stages) == model.config.num_layers + 1
     torch.testing.assert_close(lens.logits[-1], model(ids).logits[0], atol=1e-5, rtol=0)
-    _, cache = model.run_with_cache(ids, names=["blocks.layers.0.hook_resid_post"])
-    after_1 = model.lm_head(model.blocks.norm(cache["blocks.layers.0.hook_resid_post"]))[0]
+    _, cache = model.run_with_cache(ids, names=["blocks.0.hook_resid_post"])
+    after_1 = model.lm_head(model.ln_final(cache["blocks.0.hook_resid_post"]))[0]
     torch.testing.assert_close(lens.logits[1], after_1, atol=1e-5, rtol=0)
     top, p = lens.top(3)
     assert top.shape == (model.config.num_layers + 1, 8, 3) and (p[..., 0] >= p[..., 1]).all()
@@ -93,23 +93,23 @@ def test_ablating_a_head_equals_removing_its_output_weights():
     ids = torch.randint(1, V, (2, 7))
     ablated = ablate_heads(model, ids, [(1, 2), (2, 0)]).logits
     with torch.no_grad():
-        model.blocks.layers[1].self_attn.out_proj.weight[:, 16:24] = 0
-        model.blocks.layers[2].self_attn.out_proj.weight[:, 0:8] = 0
+        model.blocks[1].attn.out_proj.weight[:, 16:24] = 0
+        model.blocks[2].attn.out_proj.weight[:, 0:8] = 0
     torch.testing.assert_close(ablated, model(ids).logits, atol=1e-6, rtol=0)
 
 
 def test_bad_requests_are_one_line():
     model = gpt(False)
     ids = torch.randint(1, V, (1, 5))
-    with pytest.raises(ValueError, match="one length"):
+    with pytest.raises(ValueError, match="the same shapes"):
         activation_patching(model, ids, ids[:, :4], logit_difference(1, 2))
     with pytest.raises(ValueError, match="what must be"):
         activation_patching(model, ids, ids, logit_difference(1, 2), what="q")
     with pytest.raises(ValueError, match="layer 7 does not exist"):
         ablate_heads(model, ids, [(7, 0)])
-    with pytest.raises(TypeError, match="reads a model with a vocabulary head"):
+    with pytest.raises(TypeError, match="through a vocabulary or class head"):
         logit_lens(torch.nn.Linear(2, 2), ids)
-    with pytest.raises(TypeError, match="decoder-only GPT"):
+    with pytest.raises(TypeError, match="through a vocabulary or class head"):
         direct_logit_attribution(torch.nn.Linear(2, 2), ids)
 
 
@@ -133,3 +133,24 @@ def test_the_lens_reads_a_translators_decoder_and_an_encoder_lm(norm_first):
     ids = torch.randint(1, V, (1, 6))
     lens = logit_lens(encoder_lm, ids)
     torch.testing.assert_close(lens.logits[-1], encoder_lm(ids).logits[0], atol=1e-5, rtol=0)
+
+
+def test_attribution_splits_a_translators_decoder_cross_attention_heads_included():
+    """A pre-norm translator's decoder stream holds its cross-attention's outputs too, and its
+    head has a bias: every part, each cross-attention head among them, adds up to the logits."""
+    from glassformer import Seq2SeqConfig, Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(
+        Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, max_len=16, d_model=32, num_heads=4,
+                      num_encoder_layers=1, num_decoder_layers=2, d_ff=64, dropout=0.0,
+                      norm_first=True)
+    ).eval()  # fmt: skip
+    src, tgt = torch.randint(3, V, (1, 7)), torch.randint(3, V, (1, 5))
+    parts = direct_logit_attribution(model, src, tgt, position=2)
+    torch.testing.assert_close(parts.logits.sum(0), model(src, tgt).logits[0, 2], atol=1e-4, rtol=0)
+    assert {"L2 crossH4", "L1 cross attention bias", "head bias"} <= set(parts.parts)
+    post_norm = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=32,
+                                                 num_heads=4, d_ff=64))  # fmt: skip
+    with pytest.raises(ValueError, match="needs pre-norm blocks"):
+        direct_logit_attribution(post_norm, src, tgt)

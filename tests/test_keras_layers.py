@@ -133,7 +133,7 @@ def test_encoder_stack_equals_pytorch_and_copies_back(norm_first):
     kwargs = dict(d_model=D, num_heads=2, head_dim=D, d_ff=32, norm_first=norm_first)
     ref = modules.Encoder(num_layers=3, **kwargs)
     layer = twin(ref, gk.Encoder(num_layers=3, **kwargs))
-    assert (layer.norm is None) == (ref.norm is None)
+    assert (layer.ln_final is None) == (ref.ln_final is None)
     x = randn(3, 6, D)
     close(layer(x.numpy(), attention_mask=MASK.numpy()).hidden, ref(x, MASK).hidden)
     back = modules.Encoder(num_layers=3, **kwargs)

@@ -63,7 +63,7 @@ LAYER_MODULES = [
     "attention",
     "position",
     "feedforward",
-    "layers",
+    "block",
     "masks",
     "common",
     "classifier",

@@ -13,9 +13,9 @@ import torch
 import glassformer.keras as gk
 from glassformer import ClassifierConfig
 from glassformer.data.batching import collate_labelled
-from glassformer.keras.training import TorchView, compile_classifier, fit
 from glassformer.training import Schedule, TrainConfig
 from glassformer.training.evaluation import score
+from glassformer.training.keras_fit import TorchView, compile_classifier, fit
 
 # Keras's torch backend calls np.array(tensor, copy=False), which torch's __array__ predates
 # (and one torch thread: on a busy 2-core machine two make these small steps many times slower)

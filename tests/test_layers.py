@@ -116,7 +116,7 @@ def test_encoder_stack_equals_nn(norm_first, activation, train):
     ref = randomise(nn.TransformerEncoder(layer, 3, norm=norm, enable_nested_tensor=False))
     ours = Encoder(num_layers=3, **kwargs(norm_first, activation))
     ours.load_state_dict(from_torch_nn(ref.state_dict()))
-    assert (ours.norm is not None) == norm_first
+    assert (ours.ln_final is not None) == norm_first
     ref.train(train), ours.train(train)
     x, _, mask, _ = batch()
     real = mask[:, 0, 0]
@@ -241,7 +241,7 @@ def test_attention_dropout_matches_nn_in_eval_and_drops_weights_in_training():
     ref = randomise(nn.TransformerEncoderLayer(**{**nn_kwargs(False, "relu"), "dropout": 0.3}))
     ours = EncoderLayer(**{**kwargs(False, "relu"), "dropout": 0.3, "attention_dropout": 0.3})
     ours.load_state_dict(from_torch_nn(ref.state_dict()))
-    assert ours.self_attn.dropout == 0.3
+    assert ours.attn.dropout == 0.3
     ref.eval(), ours.eval()
     x, _, mask, _ = batch()
     real = mask[:, 0, 0]
@@ -251,7 +251,7 @@ def test_attention_dropout_matches_nn_in_eval_and_drops_weights_in_training():
     torch.manual_seed(0)
     w = ours(x, mask, need_weights=True).self_attn_weights
     assert 0.2 < (w[0] == 0).float().mean() < 0.4  # batch 0 has no padding: zeros are dropout
-    assert EncoderLayer(d_model=D, num_heads=H, d_ff=FF).self_attn.dropout == 0.0  # the paper's
+    assert EncoderLayer(d_model=D, num_heads=H, d_ff=FF).attn.dropout == 0.0  # the paper's
 
 
 def test_dropout_is_active_in_training_and_off_in_eval():

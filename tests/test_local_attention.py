@@ -134,7 +134,7 @@ def test_multi_head_attention_with_a_window_equals_the_dense_module_with_its_mas
     torch.testing.assert_close(got, want, **TOL)
 
 
-def test_hook_points_fire_on_the_local_path():
+def test_hook_points_see_the_dense_maps_of_a_windowed_layer_and_replace_them():
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=16, num_heads=2, window=(2, 2), global_tokens=1).eval()
     x = torch.randn(1, 10, 16)
@@ -150,14 +150,17 @@ def test_hook_points_fire_on_the_local_path():
         point.fns.append(keep)
     out = mha(x).output
     assert seen["0"].shape == seen["1"].shape == seen["2"].shape == (1, 10, 2, 8)
-    assert seen["3"].shape == seen["4"].shape == (1, 2, 10, 1 + 5)  # band form: G + W
+    assert seen["3"].shape == seen["4"].shape == (1, 2, 10, 10)  # as every layer's: T × T
+    allowed = window_mask(10, window=(2, 2), global_tokens=1)
+    assert torch.equal(seen["4"][0, 0] > 0, allowed)  # zero outside the window
     assert seen["5"].shape == (1, 10, 2, 8)
-    # A replacement takes effect: zeroing every weight zeroes every non-global output row.
+    torch.testing.assert_close(out, mha(x).output, **TOL)  # hooked or not: the same numbers
+    # A replacement takes effect: zeroing every weight zeroes every output row.
     mha.hook_pattern.fns = [lambda value, name: torch.zeros_like(value)]
     zeroed = mha(x).output
-    bias = mha.out_proj.bias.expand(9, 16)
-    torch.testing.assert_close(zeroed[0, 1:], bias)
-    assert not torch.allclose(out[0, 1:], bias)
+    bias = mha.out_proj.bias.expand(10, 16)
+    torch.testing.assert_close(zeroed[0], bias)
+    assert not torch.allclose(out[0], bias)
 
 
 def _lengthen(config, **overrides):
@@ -186,7 +189,8 @@ def test_every_model_kind_takes_the_window_from_its_config(G):
         mask = mask & (ids != 0)[:, None, None, :]
         got = local(ids).logits
         if cls is TransformerClassifier:  # its pooling reads a key mask, not a (T, T) one
-            want = dense.head(dense.pool(dense.encoder(dense.embed(ids), mask).hidden, ids != 0))
+            hidden = dense.run_blocks(dense.embed_tokens(ids), mask).hidden
+            want = dense.head(dense.pool(hidden, ids != 0))
         else:
             want = dense(ids, mask=mask).logits
         torch.testing.assert_close(got, want, **TOL)
@@ -196,9 +200,9 @@ def test_every_model_kind_takes_the_window_from_its_config(G):
         num_decoder_layers=1, d_ff=64, dropout=0.0,
     )  # fmt: skip
     local = Seq2SeqTransformer(_lengthen(config, attention_window=4, global_tokens=G)).eval()
-    assert local.encoder.layers[0].self_attn.window == (4, 4)
-    assert local.decoder.layers[0].self_attn.window == (4, 0)
-    assert local.decoder.layers[0].cross_attn.window is None
+    assert local.encoder.blocks[0].attn.window == (4, 4)
+    assert local.decoder.blocks[0].attn.window == (4, 0)
+    assert local.decoder.blocks[0].cross_attn.window is None
     assert local(ids, tgt).logits.shape == (2, 33, 50)
 
 

@@ -374,16 +374,16 @@ def test_bad_seq2seq_attention_masks_name_the_argument():
 def test_gpt_head_is_tied_to_the_embedding():
     model = gpt(vocab_size=50)
     assert model.config.tie_weights
-    assert model.lm_head.weight is model.embed.token.embedding.weight
+    assert model.lm_head.weight is model.embed.weight
     untied = gpt(vocab_size=50, tie_weights=False)
-    assert untied.lm_head.weight is not untied.embed.token.embedding.weight
+    assert untied.lm_head.weight is not untied.embed.weight
     assert untied.num_parameters() == n_params(untied)
     assert untied.num_parameters() - model.num_parameters() == 50 * 128
 
 
 def test_encoder_lm_head_can_be_tied_to_the_embedding():
     plain, tied = encoder_lm(vocab_size=50), encoder_lm(vocab_size=50, tie_weights=True)
-    assert tied.lm_head.weight is tied.embed.token.embedding.weight
+    assert tied.lm_head.weight is tied.embed.weight
     assert plain.num_parameters() - tied.num_parameters() == 50 * 64
 
 
@@ -399,12 +399,12 @@ def test_seq2seq_sharing_and_tying_remove_exactly_one_matrix_each():
     assert plain.num_parameters() - shared.num_parameters() == matrix
     assert plain.num_parameters() - tied.num_parameters() == matrix
     assert shared.num_parameters() - both.num_parameters() == matrix
-    assert shared.tgt_embed.token.embedding.weight is shared.src_embed.token.embedding.weight
-    assert shared.output_proj.weight is not shared.tgt_embed.token.embedding.weight
-    assert tied.output_proj.weight is tied.tgt_embed.token.embedding.weight
-    assert tied.tgt_embed.token.embedding.weight is not tied.src_embed.token.embedding.weight
-    assert both.output_proj.weight is both.src_embed.token.embedding.weight
-    assert both.tgt_embed.token.embedding.weight is both.src_embed.token.embedding.weight
+    assert shared.decoder.embed.weight is shared.encoder.embed.weight
+    assert shared.output_proj.weight is not shared.decoder.embed.weight
+    assert tied.output_proj.weight is tied.decoder.embed.weight
+    assert tied.decoder.embed.weight is not tied.encoder.embed.weight
+    assert both.output_proj.weight is both.encoder.embed.weight
+    assert both.decoder.embed.weight is both.encoder.embed.weight
 
 
 def test_a_tied_matrix_gets_the_sum_of_both_gradients():
@@ -412,13 +412,13 @@ def test_a_tied_matrix_gets_the_sum_of_both_gradients():
     tied = gpt()
     untied = gpt(tie_weights=False)
     state = tied.state_dict()
-    state["lm_head.weight"] = state["embed.token.embedding.weight"].clone()
+    state["lm_head.weight"] = state["embed.weight"].clone()
     untied.load_state_dict(state)
     ids = torch.randint(1, 30, (2, 6))
     tied(ids, labels=ids).loss.backward()
     untied(ids, labels=ids).loss.backward()
-    expected = untied.lm_head.weight.grad + untied.embed.token.embedding.weight.grad
-    torch.testing.assert_close(tied.embed.token.embedding.weight.grad, expected)
+    expected = untied.lm_head.weight.grad + untied.embed.weight.grad
+    torch.testing.assert_close(tied.embed.weight.grad, expected)
 
 
 # ---- attention maps ----------------------------------------------------------------------
@@ -625,9 +625,9 @@ def test_modern_gpt_preset_decodes_with_a_cache_like_without():
     config = GPTConfig.preset("llama-tiny", vocab_size=50, pad_id=None, num_layers=2)
     model = GPT(config).eval()
     names = set(model.state_dict())
-    assert "embed.position.embedding.weight" not in names  # rope: no position table
-    assert "blocks.layers.0.feed_forward.gate_proj.weight" in names
-    assert model.blocks.layers[0].self_attn.qkv_proj.weight.shape == ((4 + 2 * 2) * 32, 128)
+    assert "pos_embed.weight" not in names  # rope: no position table
+    assert "blocks.0.mlp.gate_proj.weight" in names
+    assert model.blocks[0].attn.qkv_proj.weight.shape == ((4 + 2 * 2) * 32, 128)
     ids = torch.randint(0, 50, (2, 9))
     with torch.no_grad():
         whole = model(ids).logits

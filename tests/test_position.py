@@ -37,8 +37,8 @@ def test_sinusoidal_keeps_the_input_dtype():
 def test_learned_positions_are_an_embedding_per_position():
     pe = LearnedPositionalEmbedding(max_len=10, d_model=4)
     x = torch.randn(3, 6, 4)
-    torch.testing.assert_close(pe(x), x + pe.embedding.weight[:6])
-    torch.testing.assert_close(pe(x[:, 2:], start=2), x[:, 2:] + pe.embedding.weight[2:6])
+    torch.testing.assert_close(pe(x), x + pe.weight[:6])
+    torch.testing.assert_close(pe(x[:, 2:], start=2), x[:, 2:] + pe.weight[2:6])
 
 
 @pytest.mark.parametrize("cls", [SinusoidalPositionalEncoding, LearnedPositionalEmbedding])

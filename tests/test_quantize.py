@@ -76,9 +76,9 @@ def test_each_precision_changes_what_it_says(trained):
     int4 = copy.deepcopy(model).for_inference("int4")
     kinds = {name: type(m) for name, m in int4.named_modules() if "Linear" in type(m).__name__}
     assert kinds["lm_head"] is Int8Linear  # the vocabulary head stays in 8 bits
-    assert kinds["blocks.layers.0.self_attn.qkv_proj"] is Int4Linear
-    assert kinds["blocks.layers.0.feed_forward.linear1"] is Int4Linear
-    assert int4.embed.token.embedding.weight.dtype == torch.bfloat16  # the activations
+    assert kinds["blocks.0.attn.qkv_proj"] is Int4Linear
+    assert kinds["blocks.0.mlp.linear1"] is Int4Linear
+    assert int4.embed.weight.dtype == torch.bfloat16  # the activations
     fp32 = copy.deepcopy(model).for_inference("fp32")
     assert all(isinstance(m, nn.Linear) for name, m in fp32.named_modules() if "proj" in name)
 

@@ -10,11 +10,12 @@ import torch
 from glassformer import GPT, GPTConfig
 from glassformer.generation import static as static_module
 from glassformer.generation.static import (
-    StaticKVCache,
     can_decode_statically,
     decode_step,
     static_cache,
+    use_whole_buffers,
 )
+from glassformer.modules.cache import StaticKVCache
 
 
 def gpt(seed=0, **overrides):
@@ -22,7 +23,7 @@ def gpt(seed=0, **overrides):
     config = dict(vocab_size=50, max_len=48, num_layers=2, tie_weights=False) | overrides
     model = GPT(GPTConfig.preset("tiny", **config)).eval()
     with torch.no_grad():  # spread the logits so greedy continuations vary
-        model.embed.token.embedding.weight.mul_(10.0)
+        model.embed.weight.mul_(10.0)
         model.lm_head.weight.mul_(8.0)
     return model
 
@@ -73,15 +74,13 @@ def test_the_step_gives_the_forwards_logits_to_1e_5(kind):
         cache = static_cache(model, 2, 20)
         first = model(ids[:, :8], cache=cache, logits_to_keep=1).logits[:, -1]
         torch.testing.assert_close(first, full[:, 7], atol=1e-5, rtol=0)
-        keys, values = zip(*(c.buffers for c in cache.self_attn), strict=True)
-        key_bias = torch.full((2, 1, 1, 20), float("-inf"))
-        key_bias[..., :8] = 0.0
+        use_whole_buffers(cache)  # the compiled step's shapes: every step the whole cache
+        filled = torch.zeros(2, 1, 1, 20, dtype=torch.bool)
+        filled[..., :8] = True
         for t in range(8, 20):
-            key_bias[..., t] = 0.0
+            filled[..., t] = True
             position = torch.full((2, 1), t)
-            logits = decode_step(
-                model, ids[:, t : t + 1], position, torch.tensor([t]), key_bias, keys, values
-            )
+            logits = decode_step(model, ids[:, t : t + 1], position, filled, cache)
             torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=0)
 
 
@@ -122,7 +121,7 @@ def test_models_the_static_path_cannot_take_fall_back_to_the_plain_one(monkeypat
     assert "rolling cache" in can_decode_statically(windowed)
     hooked = gpt()
     seen = []
-    with hooked.hooks([("blocks.layers.0.hook_resid_pre", lambda x, name: seen.append(x))]):
+    with hooked.hooks([("blocks.0.hook_resid_pre", lambda x, name: seen.append(x))]):
         assert "hooks" in can_decode_statically(hooked)
         calls = counting_steps(monkeypatch)
         hooked.generate(torch.tensor([[3, 4]]), 5)
@@ -144,10 +143,8 @@ def test_the_compiled_step_gives_the_plain_paths_tokens_and_logits(kind):
         full = model(ids).logits
         cache = static_cache(model, 1, 12)
         model(ids[:, :11], cache=cache)
-        keys, values = zip(*(c.buffers for c in cache.self_attn), strict=True)
-        bias = torch.zeros(1, 1, 1, 12)
+        use_whole_buffers(cache)
+        filled = torch.ones(1, 1, 1, 12, dtype=torch.bool)
         step = static_module.compiled_step(model)
-        logits = step(
-            model, ids[:, 11:], torch.tensor([[11]]), torch.tensor([11]), bias, keys, values
-        )
+        logits = step(model, ids[:, 11:], torch.tensor([[11]]), filled, cache)
     torch.testing.assert_close(logits, full[:, 11], atol=1e-5, rtol=0)

@@ -57,14 +57,15 @@ def test_one_patch_per_pixel_without_class_token_is_the_plain_encoder(norm_first
         norm=nn.LayerNorm(c.d_model) if norm_first else None,
         enable_nested_tensor=False,
     ).eval()
-    reference.load_state_dict(to_torch_nn(model.encoder.state_dict()))
+    stack = {k: v for k, v in model.state_dict().items() if k.startswith(("blocks.", "ln_final."))}
+    reference.load_state_dict(to_torch_nn(stack))
     pixel = nn.Linear(1, c.d_model)
     with torch.no_grad():
-        pixel.weight.copy_(model.patches.proj.weight.reshape(c.d_model, 1))
-        pixel.bias.copy_(model.patches.proj.bias)
+        pixel.weight.copy_(model.embed.proj.weight.reshape(c.d_model, 1))
+        pixel.bias.copy_(model.embed.proj.bias)
     images = torch.rand(3, 1, 4, 5)
     tokens = pixel(images.flatten(1)[..., None])  # (B, 20, D): one token per pixel
-    tokens = tokens + model.position.embedding.weight  # (B, 20, D)
+    tokens = tokens + model.pos_embed.weight  # (B, 20, D)
     expected = model.head(reference(tokens).mean(dim=1))  # (B, classes)
     torch.testing.assert_close(model(images).logits, expected, atol=1e-5, rtol=0)
 
@@ -73,11 +74,11 @@ def test_cls_pooling_reads_the_class_token_at_position_zero():
     model = small()
     images = torch.rand(2, 1, 8, 8)
     out, cache = model.run_with_cache(images)
-    final = cache["encoder.norm.hook_normalized"]  # (B, 1 + 16, D)
+    final = cache["ln_final.hook_normalized"]  # (B, 1 + 16, D)
     assert final.shape == (2, 17, 32)
     torch.testing.assert_close(out.logits, model.head(final[:, 0]), atol=1e-6, rtol=0)
     # the class token enters as the learned vector, the same for every image
-    first = cache["encoder.layers.0.hook_resid_pre"][:, 0]  # (B, D)
+    first = cache["blocks.0.hook_resid_pre"][:, 0]  # (B, D)
     torch.testing.assert_close(first, model.cls_token[0].expand(2, -1))
 
 
@@ -106,7 +107,7 @@ def test_save_and_from_pretrained_give_the_same_logits(tmp_path, positional):
 
 def test_sinusoidal_positions_follow_the_patch_grid():
     model = small(positional="sinusoidal", image_size=(4, 6))
-    pe = model.position.pe  # (rows·cols, D) = (2·3, 32)
+    pe = model.pos_embed.pe  # (rows·cols, D) = (2·3, 32)
     assert pe.shape == (6, 32)
     half = 16
     # patches in one row share the row half; patches in one column share the column half

@@ -130,9 +130,10 @@ def scores_of(model, args, kind: str) -> torch.Tensor:
         b_k = None if b is None else b[H * Dh : (H + Hkv) * Dh]
         q = F.linear(query, w_q, b_q)[0].view(-1, H, Dh).transpose(0, 1)  # (H, Tq, Dh)
         k = F.linear(memory, w_k, b_k)[0].view(-1, Hkv, Dh).transpose(0, 1)  # (Hkv, Tk, Dh)
-        if module.rotary is not None and key is None:
+        rotary = getattr(model, "rotary", None) or module.rotary  # the model's, for every layer
+        if rotary is not None and key is None:
             positions = torch.arange(q.size(1))
-            q, k = module.rotary(q[None], positions)[0], module.rotary(k[None], positions)[0]
+            q, k = rotary(q[None], positions)[0], rotary(k[None], positions)[0]
         k = k.repeat_interleave(H // Hkv, 0)  # (H, Tk, Dh): head h reads k head h // group
         this = "cross" if name.endswith("cross_attn") else "decoder" if module.causal else "encoder"
         if this == kind:
@@ -654,7 +655,7 @@ def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browse
     $GLASSFORMER_TRANSLATOR), in the head view at its cross-attention head whose queries look
     at one key the most."""
     from glassformer import RunConfig, fit
-    from glassformer.cli.attention import load_model_and_tokenizer
+    from glassformer.inference import load_run
 
     run = os.environ.get("GLASSFORMER_TRANSLATOR")
     title = f"a translator (seq2seq, the run in {run})"
@@ -663,7 +664,7 @@ def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browse
         title = "a translator (seq2seq, tiny preset, 10 minutes on bible-en-es)"
         config = RunConfig(task="translate", preset="tiny", minutes=10, no_test=True, out=run)
         fit(config)
-    model, tokenizer = load_model_and_tokenizer(run)
+    model, tokenizer = load_run(run)
     text = "In the beginning God created the heaven and the earth."
     target = "En el principio creó Dios los cielos y la tierra."
     maps = attention_maps(model, tokenizer, text, target=target)

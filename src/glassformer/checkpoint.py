@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_model
 
 from glassformer._version import __version__
 from glassformer.errors import CheckpointError, CheckpointSaveError
@@ -287,20 +287,35 @@ def load_checkpoint(
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_NAME}")
-    try:
-        missing, unexpected = load_model(
-            model, str(weights), strict=False, device=str(map_location)
-        )
-    except Exception as e:  # safetensors raises its own types for corrupt files and shapes
-        raise CheckpointError(f"cannot load {weights}: {e}") from None
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{weights} does not match the {saved_kind!r} config: missing {sorted(missing)}, "
-            f"unexpected {sorted(unexpected)}"
-        )
+    _load_weights(model, weights, saved_kind, map_location)
     model.load_extra_files(path)
     model.eval()
     return model
+
+
+def _load_weights(model: Any, weights: Path, kind: str, map_location: Any) -> None:
+    """The safetensors file's weights into ``model``, under today's names (a model class may
+    rename what older versions saved: ``upgrade_state_dict``). Every weight must fit; one
+    tied to another (stored once) is loaded through it."""
+    try:
+        state = load_file(str(weights), device=str(map_location))
+    except Exception as e:  # safetensors raises its own types for corrupt files
+        raise CheckpointError(f"cannot load {weights}: {e}") from None
+    upgrade = getattr(model, "upgrade_state_dict", None)
+    if upgrade is not None:
+        state = upgrade(state)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a shape that does not fit
+        raise CheckpointError(f"cannot load {weights}: {e}") from None
+    current = model.state_dict()
+    loaded = {current[k].data_ptr() for k in state if k in current}
+    missing = [k for k in missing if current[k].data_ptr() not in loaded]  # tied ones are
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights} does not match the {kind!r} config: missing {sorted(missing)}, "
+            f"unexpected {sorted(unexpected)}"
+        )
 
 
 def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:

@@ -70,12 +70,18 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
     if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         raise ValueError(f"{ckpt} has no tokenizer.json; was it written by `glassformer train`?")
     tokenizer = load_tokenizer(ckpt)
-    vocab = getattr(model.config, "vocab_size", None) or model.config.tgt_vocab_size
-    if tokenizer.vocab_size != vocab:
-        raise ValueError(
-            f"tokenizer in {ckpt} has {tokenizer.vocab_size} tokens but the model expects {vocab}"
-        )
+    _check_vocabulary(tokenizer.vocab_size, model, ckpt)
     return model, tokenizer
+
+
+def _check_vocabulary(tokens: int, model: Any, ckpt: Path) -> None:
+    """The tokenizer must fit the model: the same size for glassformer's own runs; for a
+    Hugging Face directory no larger (their embedding tables are often padded past the
+    tokenizer, to a multiple of 64 or 128, for speed)."""
+    vocab = getattr(model.config, "vocab_size", None) or model.config.tgt_vocab_size
+    foreign = "model_type" in json.loads((ckpt / "config.json").read_text())
+    if tokens > vocab or (tokens < vocab and not foreign):
+        raise ValueError(f"the tokenizer in {ckpt} has {tokens} tokens, the model {vocab}")
 
 
 def read_labels(path: str | Path) -> list[str]:

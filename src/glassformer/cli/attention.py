@@ -18,7 +18,11 @@ rollout across the layers (--resize scales an image of another size first).
 --out view.html writes instead one self-contained page (no network needed) with every
 kind of attention in it: the head view (a line per query and key, as opaque as its
 weight), the model view (every layer × head) and the neuron view (the q·k products per
-dimension that make a score). --which, --layer and --head are for images only.
+dimension that make a score). --which, --layer and --head are for images only. For a ViT
+the page's tokens are its class token and patches (r1c1 is the top-left patch).
+
+Every picture is drawn from the hook points (``run_with_cache``): each layer's
+``hook_pattern``, and for the page its queries and keys.
 """
 
 from __future__ import annotations
@@ -49,30 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load_model_and_tokenizer(path: str):
-    """(model, tokenizer) for any model directory glassformer reads, or a packaged model by
-    name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct)."""
-    from glassformer.checkpoint import NAMED_MODELS, load_checkpoint, resolve_checkpoint_dir
-    from glassformer.data.images import IMAGE_PROCESSOR_FILE
-    from glassformer.data.tokenizers import load_tokenizer
-    from glassformer.inference import load_run
-
-    if path in NAMED_MODELS or (Path(path) / "modules.json").is_file():
-        return load_run(path)
-    if (resolve_checkpoint_dir(path) / IMAGE_PROCESSOR_FILE).is_file():  # a vision run
-        return load_run(path)
-    model = load_checkpoint(path)
-    tokenizer = load_tokenizer(resolve_checkpoint_dir(path))
-    config = model.config
-    vocab = getattr(config, "vocab_size", None) or config.tgt_vocab_size
-    if tokenizer.vocab_size > vocab:
-        raise ValueError(
-            f"the tokenizer in {path} has {tokenizer.vocab_size} tokens, the model {vocab}"
-        )
-    return model, tokenizer
-
-
 def run(args: argparse.Namespace) -> int:
+    from glassformer.inference import load_run
     from glassformer.viz.attention import attention_maps, plot_attention, save_figure
 
     out = Path(args.out)
@@ -82,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if args.which != "all" or args.layer is not None or args.head is not None:
             raise ValueError("--which, --layer and --head choose images; the page has them all")
         return _page(args, out)
-    model, tokenizer = load_model_and_tokenizer(args.model)
+    model, tokenizer = load_run(args.model)
     if model.kind == "vit":
         return _image(args, model, tokenizer, out)
     if args.resize:
@@ -124,11 +106,10 @@ def _image(args: argparse.Namespace, model, processor, out: Path) -> int:
 
 
 def _page(args: argparse.Namespace, out: Path) -> int:
+    from glassformer.inference import load_run
     from glassformer.viz.viewer import attention_html
 
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    if model.kind == "vit":
-        raise ValueError("the HTML viewer shows text; draw a ViT's attention with --out FILE.png")
+    model, tokenizer = load_run(args.model)
     title = f"{Path(args.model).name} ({model.kind})"
     view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
     view.save(out)

@@ -1,11 +1,11 @@
 """Print a step-by-step account of one real forward pass on TEXT.
 
-Each line is one step — token embedding, positional encoding, and in every layer the
-Q/K/V projections, the split into heads, scores, scaling, mask, softmax, the weighted
-sum, the merge, residual sums, LayerNorms, the feed-forward network — then the output,
-with the tensor's shape and its first values (first example, first head, first
-position). Forward hooks record it; attention's inner steps are recomputed from the
-module's weights and checked against what the module returned.
+Each line is one step — token embedding, positions, and in every block the norms, Q, K
+and V per head, the scaled and masked scores, the softmax, the weighted sum, the output
+projection, the residual sums, the MLP — then the final norm and the output, with the
+tensor's shape and its first values (first example, first head, first position). Every
+value is the model's own, read at its hook points (``run_with_cache``), in the order the
+forward pass reached them. A ViT's TEXT is an image file.
 
 --model takes the same directories as `glassformer attention` (or all-MiniLM-L6-v2).
 """
@@ -26,13 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassformer.cli.attention import load_model_and_tokenizer
+    from glassformer.inference import load_run
     from glassformer.viz.attention import model_inputs
     from glassformer.viz.trace import format_trace, trace
 
     if args.values < 0:
         raise ValueError(f"--values must be 0 or more, got {args.values}")
-    model, tokenizer = load_model_and_tokenizer(args.model)
+    model, tokenizer = load_run(args.model)
     _, _, labels = model_inputs(model, tokenizer, args.text, args.target)
     for role, tokens in labels.items():
         print(f"{role} tokens ({len(tokens)}): {' '.join(tokens)}")

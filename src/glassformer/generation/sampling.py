@@ -24,11 +24,11 @@ from glassformer.generation.config import (
     resolve_config,
 )
 from glassformer.generation.static import (
-    cache_buffers,
     can_decode_statically,
     compiled_step,
     decode_step,
     static_cache,
+    use_whole_buffers,
 )
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.masks import attention_mask_to_key_mask
@@ -202,21 +202,16 @@ def _next_logits_function(model, gen: GenerationConfig, ids: Tensor, keep: Tenso
 
 
 def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: bool):
-    """The static path: the prompt through the model's forward into a ``StaticKVCache``,
-    then ``decode_step`` for each new token."""
+    """The static path: the prompt through the model's forward into a static cache, then
+    ``decode_step`` (the model's forward again, one token) for each new token."""
     B, prompt_len = ids.shape
     # Compiled, the step's shapes include the cache's length: rounded up to a multiple of
     # 256, one compilation serves every generation of that batch size up to that length.
     capacity = min(model.config.max_len, -(-total // 256) * 256) if compile else total
     cache = static_cache(model, B, capacity)
-    keys, values = cache_buffers(cache)
-    # 0 on the slots filled so far, -inf elsewhere: added to the attention scores.
-    key_bias = torch.full(
-        (B, 1, 1, capacity), float("-inf"), dtype=keys[0].dtype, device=ids.device
-    )
-    key_bias[:, 0, 0, :prompt_len].masked_fill_(keep, 0.0)
+    filled = torch.zeros(B, 1, 1, capacity, dtype=torch.bool, device=ids.device)
+    filled[:, 0, 0, :prompt_len] = keep  # the slots holding real tokens so far
     positions = keep.sum(dim=1, keepdim=True)  # (B, 1) the next token's position
-    slot = torch.tensor([prompt_len], device=ids.device)  # its cache column
     token = ids.new_zeros(B, 1)  # the newest token, in one buffer for every step
     step = compiled_step(model) if compile else decode_step
     padded = not bool(keep.all())
@@ -225,18 +220,17 @@ def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: b
         if length == prompt_len:  # the prompt, all at once: fused causal attention
             prompt_positions = (keep.cumsum(dim=1) - 1).clamp(min=0) if padded else None
             mask = keep[:, None, None, :] if padded else None
-            return model(
+            logits = model(
                 ids, mask=mask, cache=cache, positions=prompt_positions, logits_to_keep=1
             ).logits[:, -1]
-        key_bias[:, 0, 0, length - 1] = 0.0  # the newest token's slot
+            if compile:  # from now on the same shapes every step: one compilation
+                use_whole_buffers(cache)
+            return logits
+        filled[:, 0, 0, length - 1] = True  # the newest token's slot
         token.copy_(out[:, length - 1 : length])
-        if compile:  # the whole buffers: the same shapes every step, one compilation
-            logits = step(model, token, positions, slot, key_bias, keys, values)
-        else:  # the filled columns only: less attention work early on
-            filled = [k[:, :, :length] for k in keys], [v[:, :, :length] for v in values]
-            logits = step(model, token, positions, slot, key_bias[..., :length], *filled)
+        mask = filled if compile else filled[..., :length]
+        logits = step(model, token, positions, mask, cache)
         positions.add_(1)
-        slot.add_(1)
         return logits
 
     return next_logits

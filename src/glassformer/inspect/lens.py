@@ -1,26 +1,73 @@
 """Reading the residual stream: the logit lens and direct logit attribution.
 
-Both work on a decoder-only ``GPT`` (GPT-2's block or the modern one), whose residual stream
-is a sum: the embeddings, then each layer's attention and MLP outputs added in turn; the
-final norm and the unembedding turn the last sum into logits.
+Both read a stack of blocks whose residual stream ends in a head: a ``GPT``'s, an
+``EncoderLM``'s or a translator's decoder's vocabulary head (the lens reads a classifier's
+pooled class head too). The stream is a sum: the embeddings, then each
+block's attention (and cross-attention) and MLP outputs added in turn; the final norm and
+the head turn the last sum into logits.
 
 - ``logit_lens``: each layer's residual stream read as if it were the last one (through the
-  final norm and the unembedding): what the model would say after that layer.
+  final norm and the head): what the model would say after that layer.
 - ``direct_logit_attribution``: the final residual split into its parts (the embeddings,
   each attention head, each attention output bias, each MLP), each taken through the final
   norm with the full stream's own scale (a norm is linear once its scale is fixed), so the
   parts add up to the logits.
+
+Everything is read at the hook points (``run_with_cache``), by the names every model kind
+shares: ``{stack}blocks.{i}.hook_resid_post``, ``{stack}blocks.{i}.attn.hook_result``, ...
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.gpt import GPT
+from glassformer.models.common import pool
+from glassformer.modules.norms import RMSNorm
+
+
+class Readout(NamedTuple):
+    """Where a model's residual stream becomes logits: the hook-name prefix of its stack
+    ("" or "decoder."), the stack (a ``Backbone``), the head that turns normalised states
+    (S, T, D) into logits (S, T, V) (a classifier's: pooled, (S, 1, C)), and the vocabulary
+    head's ``nn.Linear`` (None for a class head)."""
+
+    prefix: str
+    stack: Any
+    head: Callable[[Tensor], Tensor]
+    vocabulary: nn.Module | None
+
+
+def readout(model: Any, inputs: tuple[Tensor, ...] = ()) -> Readout:
+    """The stack and head a lens reads: a GPT's or an encoder LM's vocabulary head, a
+    translator's decoder's, a classifier's pooling and class head (``inputs``, the ids,
+    say which positions are padding). Other models have no head: a one-line error says so."""
+    kind = getattr(model, "kind", type(model).__name__)
+    if kind == "seq2seq":
+        return Readout("decoder.", model.decoder, model.output_proj, model.output_proj)
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Module) and hasattr(model, "blocks"):
+        return Readout("", model, head, head)
+    if isinstance(getattr(model, "head", None), nn.Module) and hasattr(model, "hook_pooled"):
+        pad_id = getattr(model.config, "pad_id", None)
+        ids = inputs[0] if inputs and not inputs[0].is_floating_point() else None
+        mask = None if ids is None or pad_id is None else (ids != pad_id)[:, None, None, :]
+
+        def classify(states: Tensor) -> Tensor:  # (S, T, D) → (S, 1, C)
+            pooled = pool(states, None if mask is None else mask.expand(len(states), -1, -1, -1),
+                          model.config.pooling)  # fmt: skip
+            return model.head(pooled)[:, None]
+
+        return Readout("", model, classify, None)
+    raise TypeError(
+        f"the lens reads a residual stream through a vocabulary or class head, which a "
+        f"{kind!r} model does not have (a language model, a classifier and a translator's "
+        "decoder do)"
+    )
 
 
 @dataclass(frozen=True)
@@ -39,65 +86,29 @@ class Lens:
         return ids, p
 
 
-def _check_gpt(model: nn.Module) -> GPT:
-    if not isinstance(model, GPT):
-        raise TypeError(
-            f"the lens reads a decoder-only GPT's residual stream, not a {type(model).__name__}"
-        )
-    if not model.config.norm_first:
-        raise ValueError("the lens needs a pre-norm GPT (its residual stream is a plain sum)")
-    return model
-
-
-def _unembed(model: GPT, resid: Tensor, scale_from: Tensor | None = None) -> Tensor:
-    """Logits of residual vectors through the final norm and the head. With
-    ``scale_from``, the norm's scale (and LayerNorm's mean) come from that stream instead."""
-    norm: Any = model.blocks.norm
-    x = resid.float()
-    ref = x if scale_from is None else scale_from.float()
-    if model.config.norm == "rms":
-        rms = ref.pow(2).mean(-1, keepdim=True).add(norm.eps).rsqrt()
-        normed = x * rms * norm.weight.float()
-    else:
-        var = ref.var(-1, keepdim=True, unbiased=False)
-        centred = x - x.mean(-1, keepdim=True)
-        normed = centred * (var + norm.eps).rsqrt() * norm.weight.float()
-    return normed @ model.lm_head.weight.float().T
-
-
-# model kind -> (its stack of layers, its vocabulary head): what a logit lens reads through
-LENS_PARTS = {"gpt": ("blocks", "lm_head"), "encoder_lm": ("encoder", "lm_head"),
-              "seq2seq": ("decoder", "output_proj")}  # fmt: skip
-
-
 @torch.no_grad()
 def logit_lens(model: nn.Module, *inputs: Tensor) -> Lens:
     """What each layer's residual stream predicts, read through the stack's final norm (if it
-    has one: a post-norm stream is normalised already) and the vocabulary head.
+    has one: a post-norm stream is normalised already) and the head: a language model's
+    next (or masked) token at every position, a classifier's class (its pooling of the
+    states first: one "position").
 
     Args:
-        model: a ``GPT``, an ``EncoderLM`` or a ``Seq2SeqTransformer`` (its decoder).
+        model: a ``GPT``, an ``EncoderLM``, a classifier or a ``Seq2SeqTransformer`` (its
+            decoder).
         inputs: what the model's forward takes, for one example: ids (T,) or (1, T); a
-            translator's source and target ids.
+            translator's source and target ids; a ViT's image (C, H, W) or (1, C, H, W).
     """
-    kind = getattr(model, "kind", None)
-    if kind not in LENS_PARTS:
-        raise TypeError(
-            f"the logit lens reads a model with a vocabulary head (GPT, encoder LM, "
-            f"translator), not a {type(model).__name__}"
-        )
-    stack_name, head_name = LENS_PARTS[kind]
-    stack: Any = getattr(model, stack_name)
-    head: Any = getattr(model, head_name)
-    inputs = tuple(x.view(1, -1) for x in inputs)
-    L = len(stack.layers)
-    names = [f"{stack_name}.layers.0.hook_resid_pre"]
-    names += [f"{stack_name}.layers.{i}.hook_resid_post" for i in range(L)]
+    inputs = tuple(x[None] if x.dim() in (1, 3) else x for x in inputs)  # one example
+    prefix, stack, head, _ = readout(model, inputs)
+    L = len(stack.blocks)
+    names = [f"{prefix}blocks.0.hook_resid_pre"]
+    names += [f"{prefix}blocks.{i}.hook_resid_post" for i in range(L)]
     _, cache = model.run_with_cache(*inputs, names=names)  # type: ignore[operator]
     stream = torch.stack([cache[n][0] for n in names])  # (L + 1, T, D)
-    if stack.norm is not None:
-        stream = stack.norm(stream)
-    logits = head(stream)  # (L + 1, T, V)
+    if stack.ln_final is not None:
+        stream = stack.ln_final(stream)
+    logits = head(stream)  # (L + 1, T, V); a classifier's (L + 1, 1, C)
     stages = ["embeddings"] + [f"layer {i + 1}" for i in range(L)]
     return Lens(stages, logits.float())
 
@@ -106,8 +117,8 @@ def logit_lens(model: nn.Module, *inputs: Tensor) -> Lens:
 class Attribution:
     """The parts of one position's logits: ``logits[i]`` (V,) is what ``parts[i]`` adds.
 
-    Their sum is the model's logits at that position (the last part is the final norm's
-    bias, where it has one)."""
+    Their sum is the model's logits at that position (the last parts are the final norm's
+    bias and the head's, where there are)."""
 
     parts: list[str]
     logits: Tensor  # (P, V)
@@ -119,51 +130,84 @@ class Attribution:
 
 
 @torch.no_grad()
-def direct_logit_attribution(model: nn.Module, ids: Tensor, *, position: int = -1) -> Attribution:
-    """The logits at ``position`` split into the embeddings, each head, each attention
-    output bias, each MLP and the final norm's bias.
+def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = -1) -> Attribution:
+    """The logits at ``position`` split into the embeddings, each head (of self- and
+    cross-attention), each attention output bias, each MLP and the biases of the final
+    norm and the head.
 
     Args:
-        model: a pre-norm ``GPT``.
-        ids: one sequence, (T,) or (1, T).
+        model: a pre-norm model with a vocabulary head (a ``GPT``; a pre-norm encoder LM or
+            translator).
+        inputs: one example, as the model's forward takes it (ids (T,) or (1, T)).
         position: which position's logits (default the last).
     """
-    gpt = _check_gpt(model)
-    ids = ids.view(1, -1)
-    L = gpt.config.num_layers
-    names = ["embed.hook_embed", "embed.position.hook_pos_embed"]
-    names += [f"blocks.layers.{i}.self_attn.hook_result" for i in range(L)]
-    names += [f"blocks.layers.{i}.hook_mlp_out" for i in range(L)]
-    names.append(f"blocks.layers.{L - 1}.hook_resid_post")
-    names = [n for n in names if n in gpt.hook_names()]  # rotary models add no positions
-    _, cache = gpt.run_with_cache(ids, names=names)
-    T = ids.size(1)
-    pos = position % T
-    parts: list[str] = []
-    vectors: list[Tensor] = []
-    embed = cache["embed.hook_embed"][0, pos]
-    parts.append("embeddings")
-    vectors.append(embed)
-    if "embed.position.hook_pos_embed" in cache:
-        pe = cache["embed.position.hook_pos_embed"]
+    prefix, stack, _, head = readout(model)
+    if head is None:
+        raise TypeError("direct logit attribution splits a vocabulary head's logits; a "
+                        f"{model.kind!r} model's head reads a pooled vector")  # fmt: skip
+    if not all(block.norm_first for block in stack.blocks):
+        raise ValueError("direct logit attribution needs pre-norm blocks (a plain-sum stream)")
+    inputs = tuple(x.view(1, -1) for x in inputs)
+    L = len(stack.blocks)
+    _, cache = model.run_with_cache(  # type: ignore[operator]
+        *inputs, names=lambda name: name.startswith(prefix) and _is_part(name)
+    )
+    pos = position % cache[f"{prefix}hook_embed"].size(1)
+    parts, vectors = _stream_parts(cache, prefix, stack, pos)
+    final = cache[f"{prefix}blocks.{L - 1}.hook_resid_post"][0, pos]
+    logits = _unembed(stack.ln_final, head, torch.stack(vectors), scale_from=final)  # (P, V)
+    norm_bias = getattr(stack.ln_final, "bias", None)
+    if norm_bias is not None:
+        parts.append("final norm bias")
+        logits = torch.cat([logits, (norm_bias.float() @ head.weight.float().T)[None]])
+    head_bias = getattr(head, "bias", None)
+    if head_bias is not None:
+        parts.append("head bias")
+        logits = torch.cat([logits, head_bias.float()[None]])
+    return Attribution(parts, logits)
+
+
+_PARTS = ("hook_embed", "hook_pos_embed", "hook_result", "hook_mlp_out", "hook_resid_post")
+
+
+def _is_part(name: str) -> bool:
+    return name.endswith(_PARTS)
+
+
+def _stream_parts(cache: Any, prefix: str, stack: Any, pos: int) -> tuple[list[str], list[Tensor]]:
+    """The residual stream at ``pos`` as its summands, each named: (names, vectors (D,))."""
+    parts, vectors = ["embeddings"], [cache[f"{prefix}hook_embed"][0, pos]]
+    if f"{prefix}hook_pos_embed" in cache:
+        pe = cache[f"{prefix}hook_pos_embed"]
         parts.append("positions")
         vectors.append(pe[pos] if pe.dim() == 2 else pe[0, pos])
-    layers: Any = gpt.blocks.layers
-    for i in range(L):
-        attn = layers[i].self_attn
-        result = cache[f"blocks.layers.{i}.self_attn.hook_result"][0, pos]  # (H, D)
-        for h in range(result.size(0)):
-            parts.append(f"L{i + 1}H{h + 1}")
-            vectors.append(result[h])
-        if attn.out_proj.bias is not None:
-            parts.append(f"L{i + 1} attention bias")
-            vectors.append(attn.out_proj.bias)
+    for i, block in enumerate(stack.blocks):
+        for attn_name, short in (("attn", ""), ("cross_attn", " cross")):
+            attn = getattr(block, attn_name, None)
+            if attn is None:
+                continue
+            result = cache[f"{prefix}blocks.{i}.{attn_name}.hook_result"][0, pos]  # (H, D)
+            for h in range(result.size(0)):
+                parts.append(f"L{i + 1}{short}H{h + 1}")
+                vectors.append(result[h])
+            if attn.out_proj.bias is not None:
+                parts.append(f"L{i + 1}{short} attention bias")
+                vectors.append(attn.out_proj.bias)
         parts.append(f"L{i + 1} MLP")
-        vectors.append(cache[f"blocks.layers.{i}.hook_mlp_out"][0, pos])
-    final = cache[f"blocks.layers.{L - 1}.hook_resid_post"][0, pos]
-    logits = _unembed(gpt, torch.stack(vectors), scale_from=final)  # (P, V)
-    bias = getattr(gpt.blocks.norm, "bias", None)
-    if bias is not None:
-        parts.append("final norm bias")
-        logits = torch.cat([logits, (bias.float() @ gpt.lm_head.weight.float().T)[None]])
-    return Attribution(parts, logits)
+        vectors.append(cache[f"{prefix}blocks.{i}.hook_mlp_out"][0, pos])
+    return parts, vectors
+
+
+def _unembed(norm: Any, head: nn.Module, resid: Tensor, scale_from: Tensor) -> Tensor:
+    """Logits of residual vectors through the final norm (its scale, and LayerNorm's mean,
+    taken from the stream ``scale_from``: the norm is then linear) and the head's weight."""
+    x, ref = resid.float(), scale_from.float()
+    if norm is None:
+        normed = x
+    elif isinstance(norm, RMSNorm):
+        normed = x * ref.pow(2).mean(-1, keepdim=True).add(norm.eps).rsqrt() * norm.weight.float()
+    else:
+        var = ref.var(-1, keepdim=True, unbiased=False)
+        centred = x - x.mean(-1, keepdim=True)
+        normed = centred * (var + norm.eps).rsqrt() * norm.weight.float()
+    return normed @ head.weight.float().T  # type: ignore[operator]

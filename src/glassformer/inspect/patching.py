@@ -7,6 +7,10 @@ stream at every layer × position, or for every attention head (its ``z``, all p
 
     metric = logit_difference(answer_id=tok.encode(" Paris")[0], wrong_id=tok.encode(" Rome")[0])
     effect = activation_patching(model, clean_ids, corrupt_ids, metric)   # (layers, positions)
+
+Every model kind names its blocks alike (``blocks.{i}``; a translator's ``encoder.blocks.{i}``
+and ``decoder.blocks.{i}``), so the same call works on a GPT, a classifier (a metric on its
+class logits) or a translator (its inputs a (source, target) pair, ``stack="decoder"``).
 """
 
 from __future__ import annotations
@@ -17,58 +21,69 @@ from typing import Any
 import torch
 from torch import Tensor
 
-Metric = Callable[[Tensor], float]  # the model's logits (1, T, V) -> a number
+Metric = Callable[[Tensor], float]  # the model's logits (1, T, V) or (1, C) -> a number
+Inputs = Tensor | tuple[Tensor, ...]  # what the model's forward takes, for one example
+
+PATCHABLE = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
+             "mlp_out": "hook_mlp_out", "z": "attn.hook_z"}  # fmt: skip
 
 
 def logit_difference(answer_id: int, wrong_id: int, position: int = -1) -> Metric:
-    """A metric: the answer's logit minus the wrong one's, at ``position``."""
+    """A metric: the answer's logit minus the wrong one's, at ``position`` (a language
+    model's logits (1, T, V)); a classifier's logits (1, C) have one position."""
 
     def metric(logits: Tensor) -> float:
-        return float((logits[0, position, answer_id] - logits[0, position, wrong_id]).detach())
+        last = logits[0] if logits.dim() == 2 else logits[0, position]
+        return float((last[answer_id] - last[wrong_id]).detach())
 
     return metric
 
 
-def _logits(output) -> Tensor:
+def _logits(output: Any) -> Tensor:
     return output.logits if hasattr(output, "logits") else output
+
+
+def _as_inputs(x: Inputs) -> tuple[Tensor, ...]:
+    """One example's inputs as a tuple of (1, T) tensors."""
+    return tuple(t.view(1, -1) for t in (x if isinstance(x, tuple) else (x,)))
 
 
 @torch.no_grad()
 def activation_patching(
     model: Any,
-    clean: Tensor,
-    corrupt: Tensor,
+    clean: Inputs,
+    corrupt: Inputs,
     metric: Metric,
     *,
     what: str = "resid_pre",
-    layers_prefix: str = "blocks.layers",
+    stack: str | None = None,
 ) -> Tensor:
     """The metric of the corrupted run with one clean activation patched in, for each place.
 
     Args:
-        model: a model with hook points (a ``GPT``: its layers under ``blocks.layers``).
-        clean, corrupt: two inputs of the same length, (1, T).
+        model: any glassformer model.
+        clean, corrupt: two inputs of the same shapes: ids (1, T), or a translator's
+            (source, target) pair.
         metric: the model's logits → a number (``logit_difference``).
         what: ``"resid_pre"`` (each layer × position of the residual stream entering the
             layer: (L, T)), ``"attn_out"``, ``"mlp_out"`` (the same places of those outputs),
             or ``"z"`` (each layer × head, all positions: (L, H)).
-        layers_prefix: where the layers are in the module tree.
+        stack: whose blocks: None for a one-stack model's own, "encoder" or "decoder" for
+            a translator's (None means "decoder" there).
     """
-    clean, corrupt = clean.view(1, -1), corrupt.view(1, -1)
-    if clean.shape != corrupt.shape:
+    clean, corrupt = _as_inputs(clean), _as_inputs(corrupt)
+    if [x.shape for x in clean] != [x.shape for x in corrupt]:
+        shapes = [tuple(x.shape) for x in clean], [tuple(x.shape) for x in corrupt]
         raise ValueError(
-            f"the clean and corrupted inputs must have one length, got {clean.size(1)} "
-            f"and {corrupt.size(1)}"
+            f"the clean and corrupted inputs must have the same shapes, got {shapes[0]} "
+            f"and {shapes[1]}"
         )
+    if what not in PATCHABLE:
+        raise ValueError(f"what must be one of {', '.join(PATCHABLE)}, got {what!r}")
+    names = per_layer(model, PATCHABLE[what], stack)
+    _, cache = model.run_with_cache(*clean, names=names)
     per_head = what == "z"
-    suffix = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
-              "mlp_out": "hook_mlp_out", "z": "self_attn.hook_z"}.get(what)  # fmt: skip
-    if suffix is None:
-        raise ValueError(f"what must be resid_pre, attn_out, mlp_out or z, got {what!r}")
-    names = _per_layer(model, layers_prefix, suffix)
-    _, cache = model.run_with_cache(clean, names=names)
-    T = clean.size(1)
-    width = cache[names[0]].size(2) if per_head else T
+    width = cache[names[0]].size(2 if per_head else 1)
     effect = torch.zeros(len(names), width)
     for layer, name in enumerate(names):
         for i in range(width):
@@ -81,19 +96,20 @@ def activation_patching(
                     value[:, i] = cache[name][:, i]
                 return value
 
-            effect[layer, i] = metric(_logits(model.run_with_hooks(corrupt, hooks=[(name, patch)])))
+            output = model.run_with_hooks(*corrupt, hooks=[(name, patch)])
+            effect[layer, i] = metric(_logits(output))
     return effect
 
 
 @torch.no_grad()
 def ablate_heads(
     model: Any,
-    ids: Tensor,
+    inputs: Inputs,
     heads: Sequence[tuple[int, int]],
     *,
     how: str = "zero",
-    layers_prefix: str = "blocks.layers",
-):
+    stack: str | None = None,
+) -> Any:
     """The model's output with the heads ``(layer, head)`` (counting from 0) removed:
     their ``z`` set to zero, or to its mean over the positions (``how="mean"``)."""
     if how not in ("zero", "mean"):
@@ -101,8 +117,7 @@ def ablate_heads(
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
-
-    names = _per_layer(model, layers_prefix, "self_attn.hook_z")
+    names = per_layer(model, "attn.hook_z", stack)
     for layer in by_layer:
         if not 0 <= layer < len(names):
             raise ValueError(f"layer {layer} does not exist: the model has {len(names)}")
@@ -115,11 +130,16 @@ def ablate_heads(
         return value
 
     chosen = [names[layer] for layer in by_layer]
-    return model.run_with_hooks(ids, hooks=[(chosen, ablate)])
+    batch = inputs if isinstance(inputs, tuple) else (inputs,)
+    return model.run_with_hooks(*batch, hooks=[(chosen, ablate)])
 
 
-def _per_layer(model: Any, prefix: str, suffix: str) -> list[str]:
-    """The hook point ``suffix`` of every layer under ``prefix``, in layer order."""
+def per_layer(model: Any, suffix: str, stack: str | None = None) -> list[str]:
+    """The hook point ``suffix`` of every block of a stack, in layer order:
+    ``blocks.{i}.{suffix}``, or a translator's ``{stack}.blocks.{i}.{suffix}``."""
+    if stack is None:
+        stack = "decoder" if getattr(model, "kind", None) == "seq2seq" else ""
+    prefix = f"{stack}.blocks" if stack else "blocks"
     known = set(model.hook_names())
     names: list[str] = []
     while f"{prefix}.{len(names)}.{suffix}" in known:

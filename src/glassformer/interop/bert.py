@@ -1,20 +1,19 @@
 """Hugging Face BERT checkpoints (and sentence-transformers' MiniLM) into ``BertEncoder``.
 
     BERT (BertModel)                               glassformer BertEncoder
-    embeddings.word/position/token_type_embeddings embed.token.embedding / embed.position
-                                                   .embedding / embed.token_type
-    embeddings.LayerNorm                           embed.norm
-    encoder.layer.N.attention.self.query/key/value encoder.layers.N.self_attn.qkv_proj
+    embeddings.word/position/token_type_embeddings embed / pos_embed / token_type
+    embeddings.LayerNorm                           ln_embed
+    encoder.layer.N.attention.self.query/key/value blocks.N.attn.qkv_proj
                                                    (the three stacked as rows [q; k; v])
-    encoder.layer.N.attention.output.dense         encoder.layers.N.self_attn.out_proj
-    encoder.layer.N.attention.output.LayerNorm     encoder.layers.N.norm1
-    encoder.layer.N.intermediate.dense             encoder.layers.N.feed_forward.linear1
-    encoder.layer.N.output.dense                   encoder.layers.N.feed_forward.linear2
-    encoder.layer.N.output.LayerNorm               encoder.layers.N.norm2
+    encoder.layer.N.attention.output.dense         blocks.N.attn.out_proj
+    encoder.layer.N.attention.output.LayerNorm     blocks.N.ln1
+    encoder.layer.N.intermediate.dense             blocks.N.mlp.linear1
+    encoder.layer.N.output.dense                   blocks.N.mlp.linear2
+    encoder.layer.N.output.LayerNorm               blocks.N.ln2
     pooler.dense                                   pooler
 
-BERT is post-norm with GELU (erf) and LayerNorm eps 1e-12: ``EncoderLayer`` with
-``norm_first=False`` is the same computation. The released checkpoints (bert-base-uncased
+BERT is post-norm with GELU (erf) and LayerNorm eps 1e-12: glassformer's post-norm block
+(``models.parts.bert``) is the same computation. The released checkpoints (bert-base-uncased
 and its kin) keep the original TensorFlow port's names: a ``bert.`` prefix and LayerNorm
 ``gamma``/``beta`` for ``weight``/``bias``; both are read.
 """
@@ -39,17 +38,17 @@ _ACTIVATIONS: dict[str, Activation] = {
     "gelu_pytorch_tanh": "gelu_tanh",
 }
 _LAYER = (
-    ("self_attn.out_proj", "attention.output.dense"),
-    ("norm1", "attention.output.LayerNorm"),
-    ("feed_forward.linear1", "intermediate.dense"),
-    ("feed_forward.linear2", "output.dense"),
-    ("norm2", "output.LayerNorm"),
+    ("attn.out_proj", "attention.output.dense"),
+    ("ln1", "attention.output.LayerNorm"),
+    ("mlp.linear1", "intermediate.dense"),
+    ("mlp.linear2", "output.dense"),
+    ("ln2", "output.LayerNorm"),
 )
 _TOP = (
-    ("embed.token.embedding", "embeddings.word_embeddings"),
-    ("embed.position.embedding", "embeddings.position_embeddings"),
-    ("embed.token_type", "embeddings.token_type_embeddings"),
-    ("embed.norm", "embeddings.LayerNorm"),
+    ("embed", "embeddings.word_embeddings"),
+    ("pos_embed", "embeddings.position_embeddings"),
+    ("token_type", "embeddings.token_type_embeddings"),
+    ("ln_embed", "embeddings.LayerNorm"),
 )
 
 
@@ -89,12 +88,12 @@ def from_bert_state(state: dict[str, Tensor], config: BertConfig) -> dict[str, T
     out: dict[str, Tensor] = {}
     for ours, theirs in _TOP:
         out[f"{ours}.weight"] = take(f"{theirs}.weight")
-        if ours == "embed.norm":
+        if ours == "ln_embed":
             out[f"{ours}.bias"] = take(f"{theirs}.bias")
     for i in range(config.num_layers):
-        ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
+        ours, theirs = f"blocks.{i}.", f"encoder.layer.{i}."
         for part in ("weight", "bias"):
-            out[f"{ours}self_attn.qkv_proj.{part}"] = torch.cat(
+            out[f"{ours}attn.qkv_proj.{part}"] = torch.cat(
                 [take(f"{theirs}attention.self.{x}.{part}") for x in ("query", "key", "value")]
             )
             for mine, hf_name in _LAYER:

@@ -7,12 +7,12 @@ conversion is renaming, plus one transpose: GPT-2 stores its projections as ``Co
 with the weight (in, out), where ``nn.Linear`` keeps (out, in).
 
     GPT-2 (GPT2LMHeadModel)          glassformer GPT
-    transformer.wte / wpe            embed.token.embedding / embed.position.embedding
-    h.N.ln_1 / ln_2                  blocks.layers.N.norm1 / norm2
-    h.N.attn.c_attn (Conv1D)         blocks.layers.N.self_attn.qkv_proj  (transposed)
-    h.N.attn.c_proj (Conv1D)         blocks.layers.N.self_attn.out_proj  (transposed)
-    h.N.mlp.c_fc / c_proj (Conv1D)   blocks.layers.N.feed_forward.linear1 / linear2  (T)
-    ln_f                             blocks.norm
+    transformer.wte / wpe            embed / pos_embed
+    h.N.ln_1 / ln_2                  blocks.N.ln1 / ln2
+    h.N.attn.c_attn (Conv1D)         blocks.N.attn.qkv_proj  (transposed)
+    h.N.attn.c_proj (Conv1D)         blocks.N.attn.out_proj  (transposed)
+    h.N.mlp.c_fc / c_proj (Conv1D)   blocks.N.mlp.linear1 / linear2  (transposed)
+    ln_f                             ln_final
     lm_head (tied to wte)            lm_head (tied to the token embedding)
 
 ``c_attn``'s output columns are [q; k; v], each head-major: the layout of ``qkv_proj``.
@@ -42,24 +42,24 @@ _ACTIVATIONS: dict[str, Activation] = {
 _EXPORT_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 # glassformer name piece inside a block → GPT-2's, and whether it is a Conv1D weight.
 _BLOCK = (
-    ("norm1.weight", "ln_1.weight", False),
-    ("norm1.bias", "ln_1.bias", False),
-    ("self_attn.qkv_proj.weight", "attn.c_attn.weight", True),
-    ("self_attn.qkv_proj.bias", "attn.c_attn.bias", False),
-    ("self_attn.out_proj.weight", "attn.c_proj.weight", True),
-    ("self_attn.out_proj.bias", "attn.c_proj.bias", False),
-    ("norm2.weight", "ln_2.weight", False),
-    ("norm2.bias", "ln_2.bias", False),
-    ("feed_forward.linear1.weight", "mlp.c_fc.weight", True),
-    ("feed_forward.linear1.bias", "mlp.c_fc.bias", False),
-    ("feed_forward.linear2.weight", "mlp.c_proj.weight", True),
-    ("feed_forward.linear2.bias", "mlp.c_proj.bias", False),
+    ("ln1.weight", "ln_1.weight", False),
+    ("ln1.bias", "ln_1.bias", False),
+    ("attn.qkv_proj.weight", "attn.c_attn.weight", True),
+    ("attn.qkv_proj.bias", "attn.c_attn.bias", False),
+    ("attn.out_proj.weight", "attn.c_proj.weight", True),
+    ("attn.out_proj.bias", "attn.c_proj.bias", False),
+    ("ln2.weight", "ln_2.weight", False),
+    ("ln2.bias", "ln_2.bias", False),
+    ("mlp.linear1.weight", "mlp.c_fc.weight", True),
+    ("mlp.linear1.bias", "mlp.c_fc.bias", False),
+    ("mlp.linear2.weight", "mlp.c_proj.weight", True),
+    ("mlp.linear2.bias", "mlp.c_proj.bias", False),
 )
 _TOP = (
-    ("embed.token.embedding.weight", "wte.weight"),
-    ("embed.position.embedding.weight", "wpe.weight"),
-    ("blocks.norm.weight", "ln_f.weight"),
-    ("blocks.norm.bias", "ln_f.bias"),
+    ("embed.weight", "wte.weight"),
+    ("pos_embed.weight", "wpe.weight"),
+    ("ln_final.weight", "ln_f.weight"),
+    ("ln_final.bias", "ln_f.bias"),
 )
 
 
@@ -108,9 +108,9 @@ def from_gpt2_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Te
         out[ours] = take(theirs)
     for i in range(config.num_layers):
         for ours, theirs, conv in _BLOCK:
-            out[f"blocks.layers.{i}.{ours}"] = take(f"h.{i}.{theirs}", conv)
+            out[f"blocks.{i}.{ours}"] = take(f"h.{i}.{theirs}", conv)
     if config.tie_weights:
-        out["lm_head.weight"] = out["embed.token.embedding.weight"]
+        out["lm_head.weight"] = out["embed.weight"]
     else:
         out["lm_head.weight"] = take("lm_head.weight")
     return out
@@ -124,7 +124,7 @@ def to_gpt2_state(model: GPT) -> dict[str, Tensor]:
         out[f"transformer.{theirs}"] = state[ours]
     for i in range(model.config.num_layers):
         for ours, theirs, conv in _BLOCK:
-            value = state[f"blocks.layers.{i}.{ours}"]
+            value = state[f"blocks.{i}.{ours}"]
             out[f"transformer.h.{i}.{theirs}"] = value.t() if conv else value
     out["lm_head.weight"] = state["lm_head.weight"]
     return {k: v.detach().contiguous().clone() for k, v in out.items()}

@@ -6,13 +6,13 @@ modern parts: rotary positions, RMSNorm, the SwiGLU MLP, grouped-query attention
 biases, usually an untied head.
 
     Llama (LlamaForCausalLM)                       glassformer GPT
-    model.embed_tokens                             embed.token.embedding
-    model.layers.N.input_layernorm                 blocks.layers.N.norm1
-    model.layers.N.self_attn.q/k/v_proj            blocks.layers.N.self_attn.qkv_proj (stacked)
-    model.layers.N.self_attn.o_proj                blocks.layers.N.self_attn.out_proj
-    model.layers.N.post_attention_layernorm        blocks.layers.N.norm2
-    model.layers.N.mlp.gate_proj/up_proj/down_proj blocks.layers.N.feed_forward.(same names)
-    model.norm                                     blocks.norm
+    model.embed_tokens                             embed
+    model.layers.N.input_layernorm                 blocks.N.ln1
+    model.layers.N.self_attn.q/k/v_proj            blocks.N.attn.qkv_proj (stacked)
+    model.layers.N.self_attn.o_proj                blocks.N.attn.out_proj
+    model.layers.N.post_attention_layernorm        blocks.N.ln2
+    model.layers.N.mlp.gate_proj/up_proj/down_proj blocks.N.mlp.(same names)
+    model.norm                                     ln_final
     lm_head (or tied to embed_tokens)              lm_head
 
 Hugging Face's q/k projections are already in the ``rotate_half`` layout that
@@ -34,16 +34,16 @@ from glassformer.models.gpt import GPT, GPTConfig
 
 # glassformer name inside a block → Llama's, for the weights that are simply renamed.
 _BLOCK = (
-    ("norm1.weight", "input_layernorm.weight"),
-    ("norm2.weight", "post_attention_layernorm.weight"),
-    ("self_attn.out_proj.weight", "self_attn.o_proj.weight"),
-    ("self_attn.out_proj.bias", "self_attn.o_proj.bias"),
-    ("feed_forward.gate_proj.weight", "mlp.gate_proj.weight"),
-    ("feed_forward.gate_proj.bias", "mlp.gate_proj.bias"),
-    ("feed_forward.up_proj.weight", "mlp.up_proj.weight"),
-    ("feed_forward.up_proj.bias", "mlp.up_proj.bias"),
-    ("feed_forward.down_proj.weight", "mlp.down_proj.weight"),
-    ("feed_forward.down_proj.bias", "mlp.down_proj.bias"),
+    ("ln1.weight", "input_layernorm.weight"),
+    ("ln2.weight", "post_attention_layernorm.weight"),
+    ("attn.out_proj.weight", "self_attn.o_proj.weight"),
+    ("attn.out_proj.bias", "self_attn.o_proj.bias"),
+    ("mlp.gate_proj.weight", "mlp.gate_proj.weight"),
+    ("mlp.gate_proj.bias", "mlp.gate_proj.bias"),
+    ("mlp.up_proj.weight", "mlp.up_proj.weight"),
+    ("mlp.up_proj.bias", "mlp.up_proj.bias"),
+    ("mlp.down_proj.weight", "mlp.down_proj.weight"),
+    ("mlp.down_proj.bias", "mlp.down_proj.bias"),
 )
 
 
@@ -105,24 +105,24 @@ def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, T
             raise CheckpointError(f"Llama weights have no {theirs!r}")
         return state[theirs]
 
-    out = {"embed.token.embedding.weight": take("embed_tokens.weight")}
-    out["blocks.norm.weight"] = take("norm.weight")
+    out = {"embed.weight": take("embed_tokens.weight")}
+    out["ln_final.weight"] = take("norm.weight")
     for i in range(config.num_layers):
-        theirs, ours = f"layers.{i}.", f"blocks.layers.{i}."
+        theirs, ours = f"layers.{i}.", f"blocks.{i}."
         for name, their_name in _BLOCK:
             if name.endswith(".bias") and not config.bias:
                 continue
             out[ours + name] = take(theirs + their_name)
         qkv = ("q_proj", "k_proj", "v_proj")  # rows [q; k; v]: qkv_proj's layout
-        out[ours + "self_attn.qkv_proj.weight"] = torch.cat(
+        out[ours + "attn.qkv_proj.weight"] = torch.cat(
             [take(f"{theirs}self_attn.{p}.weight") for p in qkv]
         )
         if config.qkv_bias:
-            out[ours + "self_attn.qkv_proj.bias"] = torch.cat(
+            out[ours + "attn.qkv_proj.bias"] = torch.cat(
                 [take(f"{theirs}self_attn.{p}.bias") for p in qkv]
             )
     if config.tie_weights:
-        out["lm_head.weight"] = out["embed.token.embedding.weight"]
+        out["lm_head.weight"] = out["embed.weight"]
     else:
         out["lm_head.weight"] = take("lm_head.weight")
     return out

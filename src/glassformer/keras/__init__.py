@@ -6,7 +6,7 @@
     torch_model = gk.to_torch(keras_model)      # and back; the state dict is unchanged
 
 Every layer mirrors a PyTorch module of ``glassformer.modules`` by class name and by the
-names of its sub-layers (``self_attn.qkv_proj``, ``feed_forward.linear1``, ``norm1``...),
+names of its sub-layers (``blocks.0.attn.qkv_proj``, ``mlp.linear1``, ``ln1``...),
 so moving weights is a name map and a transpose. The layers use ``keras.ops`` only, so
 they run on any Keras backend; this package picks the torch backend when the user has not
 chosen one (``KERAS_BACKEND``), so it needs neither TensorFlow nor JAX.
@@ -27,12 +27,12 @@ if importlib.util.find_spec("keras") is None:
 os.environ.setdefault("KERAS_BACKEND", "torch")  # respect a backend the user chose
 
 from glassformer.keras.attention import MultiHeadAttention, scaled_dot_product_attention
+from glassformer.keras.block import Encoder, EncoderLayer
 from glassformer.keras.classifier import TransformerClassifier
-from glassformer.keras.common import Embeddings
+from glassformer.keras.common import EncoderModel
 from glassformer.keras.convert import copy_from_torch, copy_to_torch, from_torch, to_torch
 from glassformer.keras.encoder_lm import EncoderLM
 from glassformer.keras.feedforward import FeedForward
-from glassformer.keras.layers import Encoder, EncoderLayer
 from glassformer.keras.masks import causal_mask, padding_mask
 from glassformer.keras.position import (
     LearnedPositionalEmbedding,
@@ -41,10 +41,10 @@ from glassformer.keras.position import (
 )
 
 __all__ = [
-    "Embeddings",
     "Encoder",
     "EncoderLM",
     "EncoderLayer",
+    "EncoderModel",
     "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",

@@ -1,6 +1,6 @@
 """The encoder-only sequence classifier in Keras: the twin of ``glassformer.TransformerClassifier``.
 
-ids (B, T) → embeddings + positions → encoder layers → pool over T → Dense → logits (B, C).
+ids (B, T) → embeddings + positions → encoder blocks → pool over T → Dense → logits (B, C).
 Built from the same ``ClassifierConfig``; ``call`` returns the logits, so ``fit`` and
 ``evaluate`` work with a sparse cross-entropy on them.
 """
@@ -19,8 +19,7 @@ from glassformer.models.classifier import ClassifierConfig
 class TransformerClassifier(EncoderModel):
     """Classify a token sequence into one of ``config.num_classes``.
 
-    Sub-layers as in PyTorch: ``embed`` (``token``, ``position``), ``encoder``
-    (``layers``, ``norm``), ``head``.
+    Sub-layers as in PyTorch: ``embed``, ``pos_embed``, ``blocks``, ``ln_final``, ``head``.
 
     Args:
         config: a ``ClassifierConfig`` (or its dict, as ``get_config`` stores it).

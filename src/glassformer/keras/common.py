@@ -1,6 +1,7 @@
-"""What the Keras models share: the embedding front end, the automatic mask, pooling.
+"""What the Keras models share: the backbone, the automatic mask, pooling.
 
-The twin of ``glassformer.models.common``. Shapes: B batch, T length, D d_model.
+The twin of ``glassformer.models.backbone`` and ``glassformer.models.common``. Shapes: B
+batch, T length, D d_model.
 """
 
 from __future__ import annotations
@@ -11,59 +12,15 @@ import keras
 from keras import ops
 
 from glassformer.keras.attention import most_negative
-from glassformer.keras.layers import Encoder
+from glassformer.keras.block import build_stack, encoder_blocks, run_blocks
 from glassformer.keras.masks import padding_mask
 from glassformer.keras.position import TokenEmbedding, positional_encoding
-from glassformer.models.common import layer_options
-
-
-@keras.saving.register_keras_serializable(package="glassformer")
-class Embeddings(keras.layers.Layer):
-    """Token embedding (optionally ×√D), plus positions, then dropout: ids (B, T) → (B, T, D).
-
-    Sub-layers as in PyTorch: ``token``, ``position``.
-    """
-
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        d_model: int,
-        max_len: int,
-        positional: str,
-        dropout: float,
-        scale: bool = False,
-        **kwargs,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.options = dict(
-            vocab_size=vocab_size,
-            d_model=d_model,
-            max_len=max_len,
-            positional=positional,
-            dropout=dropout,
-            scale=scale,
-        )
-        self.token = TokenEmbedding(
-            vocab_size=vocab_size, d_model=d_model, scale=scale, name="token"
-        )
-        self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
-        self.dropout = keras.layers.Dropout(dropout, name="dropout")
-
-    def build(self, ids_shape) -> None:
-        self.token.build(ids_shape)
-        self.position.build((None, None, self.options["d_model"]))
-
-    def call(self, ids, training: bool | None = None):
-        """ids (B, T) → (B, T, D)."""
-        return self.dropout(self.position(self.token(ids)), training=training)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), **self.options}
+from glassformer.models.parts import layer_options
 
 
 class EncoderModel(keras.Model):
-    """What the classifier and the encoder LM share: a config, ``embed`` and ``encoder``.
+    """What the classifier and the encoder LM share: a config and the twin of PyTorch's
+    ``Backbone``: ``embed``, ``pos_embed``, ``blocks`` and ``ln_final``.
 
     A subclass names its ``config_class`` and adds its head; ``encode`` runs the body.
     """
@@ -75,15 +32,6 @@ class EncoderModel(keras.Model):
         if isinstance(config, dict):  # as get_config stores it
             config = self.config_class.from_dict(config)
         self.config = c = config
-        self.embed = Embeddings(
-            vocab_size=c.vocab_size,
-            d_model=c.d_model,
-            max_len=c.max_len,
-            positional=c.positional,
-            dropout=c.dropout,
-            scale=getattr(c, "scale_embeddings", False),
-            name="embed",
-        )
         options = layer_options(c)
         if not options.pop("bias"):  # the classifier and encoder LM configs always have them
             raise ValueError("the Keras twin has biases in its linear layers and LayerNorms")
@@ -93,19 +41,29 @@ class EncoderModel(keras.Model):
             raise ValueError(
                 f"the Keras twin attends densely; this model has attention_window={window}"
             )
-        self.encoder = Encoder(num_layers=c.num_layers, **options, name="encoder")
+        scale = getattr(c, "scale_embeddings", False)
+        self.embed = TokenEmbedding(
+            vocab_size=c.vocab_size, d_model=c.d_model, scale=scale, name="embed"
+        )
+        self.pos_embed = positional_encoding(c.positional, d_model=c.d_model, max_len=c.max_len)
+        self.dropout = keras.layers.Dropout(c.dropout, name="dropout")
+        self.blocks = encoder_blocks(c.num_layers, options)
+        self.ln_final = None
+        if c.norm_first:
+            self.ln_final = keras.layers.LayerNormalization(epsilon=1e-5, name="ln_final")
 
     def build(self, ids_shape) -> None:
         self.embed.build(ids_shape)
-        self.encoder.build((None, None, self.config.d_model))
+        self.pos_embed.build((None, None, self.config.d_model))
+        build_stack(self.blocks, self.ln_final, self.config.d_model)
 
     def encode(self, ids, attention_mask=None, training: bool | None = None):
         """(hidden (B, T, D), the mask used) for ids (B, T); the mask built from ``pad_id``."""
         if attention_mask is None:
             attention_mask = auto_padding_mask(ids, self.config.pad_id)
-        x = self.embed(ids, training=training)  # (B, T, D)
-        x = self.encoder(x, attention_mask=attention_mask, training=training).hidden
-        return x, attention_mask
+        x = self.dropout(self.pos_embed(self.embed(ids)), training=training)  # (B, T, D)
+        x = run_blocks(self.blocks, x, attention_mask, False, training).hidden
+        return x if self.ln_final is None else self.ln_final(x), attention_mask
 
     def get_config(self) -> dict:
         return {**super().get_config(), "config": self.config.to_dict()}

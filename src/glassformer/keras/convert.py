@@ -1,7 +1,7 @@
 """Weights between a glassformer PyTorch model and its Keras twin, both ways.
 
 The two trees have the same names, so the map is structural: every PyTorch leaf module
-with weights (``encoder.layers.0.self_attn.qkv_proj``) has a Keras layer at the same
+with weights (``blocks.0.attn.qkv_proj``) has a Keras layer at the same
 path, and the three kinds of leaf convert as
 
     nn.Linear     weight (out, in), bias   ↔  Dense               kernel (in, out), bias
@@ -25,6 +25,7 @@ from glassformer.keras.encoder_lm import EncoderLM
 from glassformer.models import EncoderLM as TorchEncoderLM
 from glassformer.models import TransformerClassifier as TorchClassifier
 from glassformer.modules.norms import LayerNorm
+from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
 # model kind → (Keras twin, PyTorch model)
 TWINS: dict[str, tuple[type, type]] = {
@@ -42,6 +43,8 @@ _LEAVES: dict[type, tuple[type, list[tuple[str, str, bool]]]] = {
     nn.Embedding: (keras.layers.Embedding, [("weight", "embeddings", False)]),
 }
 _LEAVES[LayerNorm] = _LEAVES[nn.LayerNorm]  # glassformer's: nn.LayerNorm with a hook point
+_LEAVES[TokenEmbedding] = _LEAVES[nn.Embedding]  # glassformer's: nn.Embeddings that check ids
+_LEAVES[LearnedPositionalEmbedding] = _LEAVES[nn.Embedding]  # or add rows to the stream
 
 
 def from_torch(model: nn.Module) -> keras.Model:

@@ -1,6 +1,6 @@
 """The encoder language model in Keras: the twin of ``glassformer.EncoderLM``.
 
-ids (B, T) → token + position embeddings → encoder layers → Dense(V) → logits (B, T, V).
+ids (B, T) → token + position embeddings → encoder blocks → Dense(V) → logits (B, T, V).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from glassformer.models.encoder_lm import EncoderLMConfig
 class EncoderLM(EncoderModel):
     """Bidirectional encoder that predicts a token at every position.
 
-    Sub-layers as in PyTorch: ``embed``, ``encoder``, ``lm_head``. Tied weights
-    (``tie_weights=True``) are not mirrored and are refused.
+    Sub-layers as in PyTorch: ``embed``, ``pos_embed``, ``blocks``, ``ln_final``,
+    ``lm_head``. Tied weights (``tie_weights=True``) are not mirrored and are refused.
 
     Args:
         config: an ``EncoderLMConfig`` (or its dict, as ``get_config`` stores it).

@@ -15,8 +15,10 @@ from glassformer.modules.position import POSITIONAL, check_length, sinusoidal_ta
 
 
 @keras.saving.register_keras_serializable(package="glassformer")
-class TokenEmbedding(keras.layers.Layer):
-    """Token ids (B, T) → vectors (B, T, D), optionally scaled by √D (the paper, section 3.4).
+class TokenEmbedding(keras.layers.Embedding):
+    """Token ids (B, T) → vectors (B, T, D), optionally scaled by √D (the paper, section 3.4):
+    a Keras ``Embedding`` (its table is ``embeddings``, (V, D)), as PyTorch's is an
+    ``nn.Embedding``.
 
     Args:
         vocab_size: V.
@@ -25,22 +27,18 @@ class TokenEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, *, vocab_size: int, d_model: int, scale: bool = False, **kwargs) -> None:
-        super().__init__(**kwargs)
         if vocab_size <= 0:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
+        super().__init__(vocab_size, d_model, **kwargs)
         self.vocab_size, self.d_model, self.scale = vocab_size, d_model, scale
-        self.embedding = keras.layers.Embedding(vocab_size, d_model, name="embedding")
-
-    def build(self, ids_shape) -> None:
-        self.embedding.build(ids_shape)
 
     def call(self, ids):
-        x = self.embedding(ids)  # (B, T, D)
+        x = super().call(ids)  # (B, T, D)
         return x * math.sqrt(self.d_model) if self.scale else x
 
     def get_config(self) -> dict:
         return {
-            **super().get_config(),
+            **keras.layers.Layer.get_config(self),
             "vocab_size": self.vocab_size,
             "d_model": self.d_model,
             "scale": self.scale,
@@ -78,8 +76,9 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="glassformer")
-class LearnedPositionalEmbedding(keras.layers.Layer):
-    """A trained vector per position (Bloem, GPT, BERT).
+class LearnedPositionalEmbedding(keras.layers.Embedding):
+    """A trained vector per position (Bloem, GPT, BERT): a Keras ``Embedding`` indexed by
+    position, whose ``call`` adds its rows to the token embeddings.
 
     Args:
         max_len: number of positions.
@@ -87,14 +86,13 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, *, max_len: int, d_model: int, **kwargs) -> None:
-        super().__init__(**kwargs)
         if max_len <= 0:
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
+        super().__init__(max_len, d_model, **kwargs)
         self.max_len, self.d_model = max_len, d_model
-        self.embedding = keras.layers.Embedding(max_len, d_model, name="embedding")
 
-    def build(self, x_shape) -> None:
-        self.embedding.build((None,))
+    def build(self, x_shape=None) -> None:
+        super().build((None,))
 
     def call(self, x, start: int = 0):
         """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
@@ -102,10 +100,15 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         if T is not None:
             check_length(start + T, self.max_len)
         positions = ops.arange(start, start + ops.shape(x)[1])  # (T,)
-        return x + ops.cast(self.embedding(positions), x.dtype)  # (T, D) broadcasts over B
+        rows = ops.take(self.embeddings, positions, axis=0)  # (T, D), broadcast over B
+        return x + ops.cast(rows, x.dtype)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "max_len": self.max_len, "d_model": self.d_model}
+        return {
+            **keras.layers.Layer.get_config(self),
+            "max_len": self.max_len,
+            "d_model": self.d_model,
+        }
 
 
 KERAS_POSITIONAL = {
@@ -119,4 +122,4 @@ def positional_encoding(kind: str, *, d_model: int, max_len: int) -> keras.layer
     """The positional layer named by a config's ``positional`` value."""
     if kind not in KERAS_POSITIONAL:
         raise ValueError(f"positional must be one of {sorted(KERAS_POSITIONAL)}, got {kind!r}")
-    return KERAS_POSITIONAL[kind](d_model=d_model, max_len=max_len, name="position")
+    return KERAS_POSITIONAL[kind](d_model=d_model, max_len=max_len, name="pos_embed")

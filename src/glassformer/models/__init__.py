@@ -1,5 +1,6 @@
 """Whole models assembled from the building blocks, each built from a dataclass config."""
 
+from glassformer.models.backbone import Backbone
 from glassformer.models.base import MODEL_KINDS, ModelOutput, PretrainedModel
 from glassformer.models.bert import (
     BertClassifier,
@@ -8,15 +9,22 @@ from glassformer.models.bert import (
     BertEncoder,
     BertOutput,
 )
-from glassformer.models.classifier import ClassifierConfig, TransformerClassifier
+from glassformer.models.classifier import (
+    ClassifierConfig,
+    GPTClassifier,
+    SequenceClassifier,
+    TransformerClassifier,
+)
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
-from glassformer.models.gpt import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
+from glassformer.models.gpt import GPT, GPTClassifierConfig, GPTConfig
 from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.models.vit import VisionTransformer, ViTConfig
 
 __all__ = [
     "GPT",
+    "Backbone",
+    "SequenceClassifier",
     "MODEL_KINDS",
     "GPTClassifier",
     "GPTClassifierConfig",

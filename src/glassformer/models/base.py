@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
+from glassformer.models.legacy import upgrade_state_dict
 from glassformer.models.quantize import prepare_for_inference
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
@@ -203,6 +204,12 @@ class PretrainedModel(nn.Module):
         """Load a checkpoint directory written by ``save_pretrained`` (or a foreign one
         that ``glassformer.interop`` reads, or a packaged model by name)."""
         return load_checkpoint(path, kind=cls.kind, **kwargs)
+
+    @classmethod
+    def upgrade_state_dict(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """A saved state dict under today's names: checkpoints written before the blocks
+        took their parts are renamed (``models.legacy``); others come back as they are."""
+        return upgrade_state_dict(cls.kind, state)
 
     def load_extra_files(self, directory: Path) -> None:
         """Read what a checkpoint holds beside the weights (a tokenizer, ...); nothing here."""

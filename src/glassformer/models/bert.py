@@ -1,8 +1,9 @@
 """A BERT-style encoder, built from glassformer's blocks, for pretrained checkpoints.
 
 ids (B, T) (+ token types) → word + position + token-type embeddings → LayerNorm →
-post-norm encoder layers (GELU) → hidden states (B, T, D); the pooler turns the first
-([CLS]) position into a sentence vector through Linear + tanh.
+post-norm blocks (GELU) → hidden states (B, T, D); the pooler turns the first ([CLS])
+position into a sentence vector through Linear + tanh. The builder is
+``models.parts.bert``.
 
 This is the architecture of BERT and of the sentence-transformers MiniLM models; the
 weights come from Hugging Face directories through ``glassformer.interop``.
@@ -16,20 +17,11 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import (
-    Activation,
-    ModelConfig,
-    ModelOutput,
-    Pooling,
-    Positional,
-    PretrainedModel,
-    cross_entropy,
-)
-from glassformer.models.common import key_mask, layer_options, pool
-from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Encoder
-from glassformer.modules.norms import make_norm
-from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
+from glassformer.models.base import Activation, ModelConfig, Pooling, Positional
+from glassformer.models.classifier import SequenceClassifier
+from glassformer.models.common import key_mask
 
 
 @dataclass(kw_only=True)
@@ -70,49 +62,20 @@ class BertOutput(NamedTuple):
     attentions: tuple[Tensor, ...] | None  # per layer (B, H, T, T), when asked for
 
 
-class BertEmbeddings(nn.Module):
-    """word + position + token type, then LayerNorm and dropout (BERT normalises here)."""
-
-    def __init__(self, c: BertConfig) -> None:
-        super().__init__()
-        self.token = TokenEmbedding(vocab_size=c.vocab_size, d_model=c.d_model)
-        self.position = LearnedPositionalEmbedding(max_len=c.max_len, d_model=c.d_model)
-        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model)
-        self.norm = make_norm("layer", c.d_model, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.dropout)
-        self.hook_embed = HookPoint()  # the token embeddings, (B, T, D)
-
-    def forward(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(ids)
-        x = self.position(self.hook_embed(self.token(ids))) + self.token_type(token_type_ids)
-        return self.dropout(self.norm(x))
-
-
-class BertEncoder(PretrainedModel):
+class BertEncoder(Backbone):
     """BERT's encoder (post-norm, GELU) with its pooler."""
 
     kind = "bert"
     config_class = BertConfig
+    config: BertConfig
+    HEADS = ("pooler",)
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.embed = BertEmbeddings(c)
-        self.encoder = Encoder(
-            num_layers=c.num_layers, **layer_options(c), layer_norm_eps=c.layer_norm_eps
-        )
-        self.pooler = nn.Linear(c.d_model, c.d_model) if c.pooler else None
-        self.apply(self._init_weights)
+        super().__init__(config, **parts.bert(config))
+        self.pooler = nn.Linear(config.d_model, config.d_model) if config.pooler else None
+        init_bert_weights(self)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         ids: Tensor,
         *,
@@ -133,10 +96,19 @@ class BertEncoder(PretrainedModel):
             need_weights: return every layer's attention weights.
         """
         mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
-        x = self.embed(ids, token_type_ids)
-        hidden, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
+        x = self.embed_tokens(ids, token_type_ids=token_type_ids)
+        hidden, attentions, _ = self.run_blocks(x, mask, need_weights=need_weights)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))
         return BertOutput(hidden, pooled, attentions)
+
+
+def init_bert_weights(model: nn.Module) -> None:
+    """BERT's initialisation: N(0, 0.02) for every matrix and embedding, zero biases."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 @dataclass(kw_only=True)
@@ -155,7 +127,7 @@ class BertClassifierConfig(BertConfig):
             raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
 
 
-class BertClassifier(BertEncoder):
+class BertClassifier(SequenceClassifier):
     """A BERT-style encoder (pretrained: all-MiniLM-L6-v2, a BERT directory) fine-tuned to
     classify: ids (B, T) → hidden (B, T, D) → pooled (B, D) → dropout → Linear → (B, C)."""
 
@@ -164,28 +136,7 @@ class BertClassifier(BertEncoder):
     config: BertClassifierConfig
 
     def __init__(self, config: BertClassifierConfig) -> None:
-        super().__init__(config)
-        self.dropout = nn.Dropout(config.dropout)
-        self.head = nn.Linear(config.d_model, config.num_classes)
-        self._init_weights(self.head)
-        self.hook_logits = HookPoint()  # (B, C)
-
-    def forward(  # type: ignore[override]
-        self,
-        ids: Tensor,
-        *,
-        labels: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        mask: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> ModelOutput:
-        """Class logits (B, C), and their cross-entropy with ``labels`` (B,) when given; the
-        other arguments are ``BertEncoder.forward``'s."""
-        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
-        hidden, _, attentions = super().forward(
-            ids, token_type_ids=token_type_ids, mask=mask, need_weights=need_weights
-        )
-        logits = self.hook_logits(self.head(self.dropout(pool(hidden, mask, self.config.pooling))))
-        loss = None if labels is None else cross_entropy(logits, labels, None)
-        return ModelOutput(logits, loss, encoder_attentions=attentions)
+        super().__init__(config, head_dropout=config.dropout, **parts.bert(config))
+        if config.pooler:  # a pooler the classifier does not read, kept for its weights
+            self.pooler = nn.Linear(config.d_model, config.d_model)
+        init_bert_weights(self)

@@ -1,6 +1,12 @@
-"""Encoder-only sequence classifier (Bloem's "Transformers from scratch").
+"""Sequence classifiers: a backbone, a pooling of its states, and a class head.
 
-ids (B, T) → embeddings + positions → encoder layers → pool over T → linear → (B, C).
+ids (B, T) → backbone → hidden (B, T, D) → pool over T → linear → logits (B, C)
+
+Every classifier is this, with another backbone: ``TransformerClassifier`` (Bloem's
+encoder, mean pooling), ``GPTClassifier`` (a GPT's causal blocks, the last real token's
+state) and ``BertClassifier`` (``models.bert``). They are siblings of the language
+models on the same backbones, so one starts from the other's weights
+(``backbone_state_dict``).
 """
 
 from __future__ import annotations
@@ -10,23 +16,72 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
 from glassformer.models.base import (
     ModelConfig,
     ModelOutput,
     Pooling,
     Positional,
-    PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import (
-    POOLING,
-    Embeddings,
-    key_mask,
-    layer_options,
-    pool,
-)
+from glassformer.models.common import POOLING, key_mask, pool
+from glassformer.models.gpt import GPTClassifierConfig, init_gpt_weights
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Encoder
+
+
+class SequenceClassifier(Backbone):
+    """A backbone with a class head on its pooled states: ids (B, T) → logits (B, C).
+
+    Subclasses build the backbone's parts; the config gives ``num_classes`` and
+    ``pooling``. ``head_dropout`` is applied to the pooled vector (BERT's classifier has one).
+    """
+
+    HEADS = ("head",)
+    causal: ClassVar[bool] = False  # whose attention maps a forward returns: the decoder's
+
+    def __init__(self, config, head_dropout: float = 0.0, **backbone) -> None:
+        super().__init__(config, **backbone)
+        self.head_dropout = nn.Dropout(head_dropout)
+        self.head = nn.Linear(config.d_model, config.num_classes)
+        self.hook_pooled = HookPoint()  # the vector the head reads, (B, D)
+        self.hook_logits = HookPoint()  # (B, C)
+
+    def forward(  # type: ignore[override]
+        self,
+        ids: Tensor,
+        *,
+        labels: Tensor | None = None,
+        mask: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Classify a batch.
+
+        Args:
+            ids: token ids, (B, T); ``pad_id`` marks padding.
+            labels: class indices (B,); when given, ``loss`` is their cross-entropy.
+            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
+                (and no ``attention_mask`` is given). Pooling ignores the masked positions.
+            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
+                of ``mask``.
+            token_type_ids: segment ids (B, T) where the backbone has them (BERT).
+            need_weights: return every layer's attention weights.
+        """
+        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
+        x = self.embed_tokens(ids, token_type_ids=token_type_ids)  # (B, T, D)
+        x, attentions, _ = self.run_blocks(x, mask, need_weights=need_weights)
+        pooled = self.head_dropout(self.hook_pooled(self.pool(x, mask)))  # (B, D)
+        logits = self.hook_logits(self.head(pooled))  # (B, C)
+        loss = None if labels is None else cross_entropy(logits, labels, None)
+        if self.causal:
+            return ModelOutput(logits, loss, decoder_attentions=attentions)
+        return ModelOutput(logits, loss, encoder_attentions=attentions)
+
+    def pool(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """(B, T, D) → (B, D) by the config's ``pooling``, ignoring padded positions."""
+        return pool(x, mask, self.config.pooling)
 
 
 @dataclass(kw_only=True)
@@ -72,58 +127,29 @@ class ClassifierConfig(ModelConfig):
             raise ValueError(f"pooling must be one of {list(POOLING)}, got {self.pooling!r}")
 
 
-class TransformerClassifier(PretrainedModel):
-    """Classify a token sequence into one of ``num_classes``."""
+class TransformerClassifier(SequenceClassifier):
+    """Classify a token sequence into one of ``num_classes`` (Bloem's "Transformers from
+    scratch"): bidirectional blocks, their states pooled."""
 
     kind = "classifier"
     config_class = ClassifierConfig
+    config: ClassifierConfig
 
     def __init__(self, config: ClassifierConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.embed = Embeddings(
-            vocab_size=c.vocab_size,
-            d_model=c.d_model,
-            max_len=c.max_len,
-            positional=c.positional,
-            dropout=c.dropout,
-            scale=c.scale_embeddings,
-        )
-        self.encoder = Encoder(
-            num_layers=c.num_layers,
-            **layer_options(c),
-        )
-        self.head = nn.Linear(c.d_model, c.num_classes)
-        self.hook_logits = HookPoint()  # (B, C)
+        super().__init__(config, **parts.encoder_only(config))
 
-    def forward(
-        self,
-        ids: Tensor,
-        *,
-        labels: Tensor | None = None,
-        mask: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> ModelOutput:
-        """Classify a batch.
 
-        Args:
-            ids: token ids, (B, T); ``pad_id`` marks padding.
-            labels: class indices (B,); when given, ``loss`` is their cross-entropy.
-            mask: key mask (B, 1, 1, T), True = real token; built from ``pad_id`` if None
-                (and no ``attention_mask`` is given). Pooling ignores the masked positions.
-            attention_mask: Hugging Face's (B, T) of 1 (real token) / 0 (padding), instead
-                of ``mask``.
-            need_weights: return every layer's attention weights.
-        """
-        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
-        x = self.embed(ids)  # (B, T, D)
-        x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
-        pooled = self.pool(x, mask)  # (B, D)
-        logits = self.hook_logits(self.head(pooled))  # (B, C)
-        loss = None if labels is None else cross_entropy(logits, labels, None)
-        return ModelOutput(logits, loss, encoder_attentions=attentions)
+class GPTClassifier(SequenceClassifier):
+    """A GPT's causal blocks (a pretrained ``lm`` run, SmolLM2) with a class head on the last
+    real token's state (or the mean of the states): (B, T) → (B, C). Texts are
+    right-padded, so every real token reads only real tokens before it."""
 
-    def pool(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        """(B, T, D) → (B, D), ignoring padded positions."""
-        return pool(x, mask, self.config.pooling)
+    kind = "gpt_classifier"
+    config_class = GPTClassifierConfig
+    config: GPTClassifierConfig
+    causal = True
+
+    def __init__(self, config: GPTClassifierConfig) -> None:
+        super().__init__(config, **parts.decoder_only(config))
+        init_gpt_weights(self, config.num_layers)  # the backbone as a GPT's is initialised
+        self.head.reset_parameters()  # the head as nn.Linear initialises itself

@@ -1,63 +1,14 @@
-"""Pieces the model assemblies share: the embedding front end, automatic masks, pooling."""
+"""What the models' forwards share: the masks they build from their inputs, and pooling."""
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import (
     attention_mask_to_key_mask,
     auto_padding_mask,  # lives with the other masks; the models import it from here too
 )
-from glassformer.modules.position import ATTENTION_POSITIONAL, TokenEmbedding, positional_encoding
-
-
-class Embeddings(nn.Module):
-    """Token embedding (optionally ×√D), plus positions, then dropout: ids (B, T) → (B, T, D)."""
-
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        d_model: int,
-        max_len: int,
-        positional: str,
-        dropout: float,
-        scale: bool = False,
-    ) -> None:
-        super().__init__()
-        self.token = TokenEmbedding(vocab_size=vocab_size, d_model=d_model, scale=scale)
-        self.position: nn.Module
-        if positional in ATTENTION_POSITIONAL:  # positions enter in attention (rotary)
-            self.position = ATTENTION_POSITIONAL[positional](d_model=d_model, max_len=max_len)
-        else:
-            self.position = positional_encoding(positional, d_model=d_model, max_len=max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.hook_embed = HookPoint()  # the token embeddings, (B, T, D)
-
-    def forward(self, ids: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
-        """ids (B, T) at positions ``start..start+T-1`` (or ``positions`` (B, T)) → (B, T, D)."""
-        tokens = self.hook_embed(self.token(ids))
-        return self.dropout(self.position(tokens, start, positions))  # (B, T, D)
-
-
-def layer_options(c) -> dict:
-    """The keyword arguments every encoder/decoder layer takes, read from a model config."""
-    return dict(
-        d_model=c.d_model,
-        num_heads=c.num_heads,
-        d_ff=c.d_ff,
-        dropout=c.dropout,
-        attention_dropout=c.attention_dropout,
-        activation=c.activation,
-        norm_first=c.norm_first,
-        head_dim=c.head_dim,
-        qkv_bias=c.qkv_bias and getattr(c, "bias", True),
-        bias=getattr(c, "bias", True),
-        attention_window=getattr(c, "attention_window", None),  # a ViT attends densely
-        global_tokens=getattr(c, "global_tokens", 0),
-    )
 
 
 def key_mask(
@@ -85,17 +36,26 @@ def key_mask(
     return None if keys.all() else keys
 
 
-POOLING = ("mean", "cls", "max")
+POOLING = ("mean", "cls", "max")  # and "last", a causal model's
 
 
 def pool(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
-    """(B, T, D) → (B, D) by ``pooling`` ("mean", "cls" or "max"), ignoring padded positions.
+    """(B, T, D) → (B, D) by ``pooling``, ignoring padded positions: "mean" or "max" over
+    the real tokens, "cls" (the first position), or "last" (each row's last real token:
+    the only one that has read the whole text in a causal model).
 
     ``mask`` is a padding mask whose last dimension is T (True for real tokens), or None.
-    A row with no real token pools to zeros.
+    A row with no real token pools to zeros (by "mean" and "max").
     """
     if pooling == "cls":
         return x[:, 0]
+    if pooling == "last":
+        B, T = x.shape[:2]
+        if mask is None:
+            return x[:, -1]
+        real = mask.reshape(B, T)
+        last = (real * torch.arange(T, device=x.device)).argmax(dim=1)  # (B,) last real token
+        return x[torch.arange(B, device=x.device), last]  # (B, D)
     if mask is None:
         return x.mean(dim=1) if pooling == "mean" else x.amax(dim=1)
     real = mask.reshape(mask.size(0), -1, 1).to(x.dtype)  # (B, T, 1), 1 for real tokens

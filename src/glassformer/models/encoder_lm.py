@@ -11,16 +11,12 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from glassformer.models.base import (
-    ModelConfig,
-    ModelOutput,
-    Positional,
-    PretrainedModel,
-    cross_entropy,
-)
-from glassformer.models.common import Embeddings, key_mask, layer_options
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
+from glassformer.models.base import ModelConfig, ModelOutput, Positional, cross_entropy
+from glassformer.models.common import key_mask
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Encoder
+from glassformer.modules.position import TokenEmbedding
 
 
 @dataclass(kw_only=True)
@@ -47,32 +43,23 @@ class EncoderLMConfig(ModelConfig):
         self._check()
 
 
-class EncoderLM(PretrainedModel):
+class EncoderLM(Backbone):
     """Bidirectional encoder that predicts a token at every position."""
 
     kind = "encoder_lm"
     config_class = EncoderLMConfig
+    config: EncoderLMConfig
+    embed: TokenEmbedding
+    HEADS = ("lm_head",)
 
     def __init__(self, config: EncoderLMConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.embed = Embeddings(
-            vocab_size=c.vocab_size,
-            d_model=c.d_model,
-            max_len=c.max_len,
-            positional=c.positional,
-            dropout=c.dropout,
-        )
-        self.encoder = Encoder(
-            num_layers=c.num_layers,
-            **layer_options(c),
-        )
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size)
+        super().__init__(config, **parts.encoder_only(config))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
         self.hook_logits = HookPoint()  # (B, T, V)
-        if c.tie_weights:
-            self.lm_head.weight = self.embed.token.embedding.weight
+        if config.tie_weights:
+            self.lm_head.weight = self.embed.weight
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         ids: Tensor,
         *,
@@ -97,8 +84,7 @@ class EncoderLM(PretrainedModel):
             need_weights: return every layer's attention weights.
         """
         mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
-        x = self.embed(ids)  # (B, T, D)
-        x, attentions, _ = self.encoder(x, mask, need_weights=need_weights)
+        x, attentions, _ = super().forward(ids, mask, need_weights=need_weights)  # (B, T, D)
         if labelled_only:
             if labels is None:
                 raise ValueError("labelled_only needs labels")

@@ -3,11 +3,15 @@
 ids (B, T) → token + learned position embeddings → causal pre-norm blocks → final
 LayerNorm → lm_head (tied to the token embedding) → logits (B, T, V).
 
-A GPT block is an ``EncoderLayer`` with ``causal=True``: self-attention and
-feed-forward, no cross-attention. The modern decoder is the same assembly with other
-parts: ``positional="rope"`` (rotary q/k, no position table), ``norm="rms"``,
-``activation="swiglu"``, ``num_kv_heads`` < ``num_heads`` (grouped-query attention),
-``bias=False`` and often ``tie_weights=False`` (the ``"llama-tiny"`` preset).
+The backbone (``models.backbone``) runs the embeddings, the blocks and the final norm; the
+builder ``models.parts.decoder_only`` chooses them from the config. The modern decoder is
+the same assembly with other parts: ``positional="rope"`` (rotary q/k, no position table),
+``norm="rms"``, ``activation="swiglu"``, ``num_kv_heads`` < ``num_heads`` (grouped-query
+attention), ``bias=False`` and often ``tie_weights=False`` (the ``"llama-tiny"`` preset).
+
+Reading order of one forward: this file, ``models/backbone.py``, ``modules/block.py``,
+``modules/attention.py`` (and ``modules/sdpa.py``), ``modules/feedforward.py``,
+``modules/norms.py``, ``modules/position.py``.
 """
 
 from __future__ import annotations
@@ -20,21 +24,21 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.generation import GenerationConfig, gpt_generate
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
 from glassformer.models.base import (
     Activation,
     ModelConfig,
     ModelOutput,
     Norm,
     Positional,
-    PretrainedModel,
     cross_entropy,
 )
-from glassformer.models.common import Embeddings, key_mask, layer_options, pool
+from glassformer.models.common import key_mask
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Encoder
 from glassformer.modules.norms import NORMS
-from glassformer.modules.rotary import RotaryEmbedding
+from glassformer.modules.position import TokenEmbedding
 
 
 @dataclass(kw_only=True)
@@ -121,56 +125,28 @@ class GPTConfig(ModelConfig):
             )
 
 
-class GPT(PretrainedModel):
-    """Decoder-only Transformer language model."""
+class GPT(Backbone):
+    """Decoder-only Transformer language model: a causal ``Backbone`` and a vocabulary head."""
 
     kind = "gpt"
     config_class = GPTConfig
+    config: GPTConfig
+    embed: TokenEmbedding
+    HEADS = ("lm_head",)
 
     def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.embed = Embeddings(
-            vocab_size=c.vocab_size,
-            d_model=c.d_model,
-            max_len=c.max_len,
-            positional=c.positional,
-            dropout=c.dropout,
-        )
-        head_dim = c.head_dim or c.d_model // c.num_heads
-        rotary = RotaryEmbedding(head_dim, c.rope_theta) if c.positional == "rope" else None
-        self.blocks = Encoder(
-            num_layers=c.num_layers,
-            **layer_options(c),
-            causal=True,
-            layer_norm_eps=c.layer_norm_eps,
-            norm=c.norm,
-            num_kv_heads=c.num_kv_heads,
-            rotary=rotary,
-            final_norm=True,
-        )
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        super().__init__(config, **parts.decoder_only(config))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.hook_logits = HookPoint()  # (B, T, V)
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            # GPT-2: shrink the projections that write into the residual stream.
-            if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.num_layers))
-        if c.tie_weights:
+        init_gpt_weights(self, config.num_layers)
+        if config.tie_weights:
             self.tie_weights()
 
     def tie_weights(self) -> None:
         """The output head reads the token embedding (one Parameter for both)."""
-        self.lm_head.weight = self.embed.token.embedding.weight
+        self.lm_head.weight = self.embed.weight
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         ids: Tensor,
         *,
@@ -204,17 +180,16 @@ class GPT(PretrainedModel):
             logits_to_keep: the logits of the last this many positions only (0: all), as
                 generation needs after a prompt: the vocabulary head is the largest matmul.
         """
-        start = 0 if cache is None else cache.length
+        if logits_to_keep and labels is not None:
+            raise ValueError("logits_to_keep leaves out logits that labels score")
         # With a cache, pads are not guessed from ids: a mask must cover the cached keys too.
         pad_id = self.config.pad_id if cache is None else None
-        mask = key_mask(ids, pad_id, mask, attention_mask, cached=start)
-        x = self.embed(ids, start, positions)  # (B, T, D)
-        x, attentions, _ = self.blocks(
-            x, mask, need_weights=need_weights, cache=cache, positions=positions
+        cached = cache.length if cache is not None and attention_mask is not None else 0
+        mask = key_mask(ids, pad_id, mask, attention_mask, cached=cached)
+        x, attentions, _ = super().forward(
+            ids, mask, need_weights=need_weights, cache=cache, positions=positions
         )
         if logits_to_keep:
-            if labels is not None:
-                raise ValueError("logits_to_keep leaves out logits that labels score")
             x = x[:, -logits_to_keep:]
         logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
@@ -246,6 +221,19 @@ class GPT(PretrainedModel):
         )
 
 
+def init_gpt_weights(model: nn.Module, num_layers: int) -> None:
+    """GPT-2's initialisation: N(0, 0.02) for every matrix and embedding, zero biases, and
+    the projections that write into the residual stream shrunk by √(2 · layers)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    for name, p in model.named_parameters():
+        if name.endswith(("out_proj.weight", "linear2.weight", "down_proj.weight")):
+            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * num_layers))
+
+
 @dataclass(kw_only=True)
 class GPTClassifierConfig(GPTConfig):
     """Configuration of ``GPTClassifier``: a GPT's shape, and a head on its last real token
@@ -261,50 +249,3 @@ class GPTClassifierConfig(GPTConfig):
             raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
         if self.pooling not in ("last", "mean"):
             raise ValueError(f"pooling must be 'last' or 'mean', got {self.pooling!r}")
-
-
-class GPTClassifier(GPT):
-    """A GPT (a pretrained ``lm`` run, SmolLM2) fine-tuned to classify: its causal blocks,
-    then a head on the last real token's state (or the mean of the states): (B, T) → (B, C).
-    Texts are right-padded, so every real token reads only real tokens before it."""
-
-    kind = "gpt_classifier"
-    config_class = GPTClassifierConfig
-    config: GPTClassifierConfig
-
-    def __init__(self, config: GPTClassifierConfig) -> None:
-        super().__init__(config)
-        del self.lm_head  # the vocabulary head has no use here; hook_logits sees (B, C)
-        self.head = nn.Linear(config.d_model, config.num_classes)
-
-    def tie_weights(self) -> None:
-        """Nothing to tie: the classifier has no vocabulary head."""
-
-    def forward(  # type: ignore[override]
-        self,
-        ids: Tensor,
-        *,
-        labels: Tensor | None = None,
-        mask: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> ModelOutput:
-        """Class logits (B, C), and their cross-entropy with ``labels`` (B,) when given."""
-        mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
-        x, attentions, _ = self.blocks(self.embed(ids), mask, need_weights=need_weights)
-        if self.config.pooling == "mean":
-            pooled = pool(x, mask, "mean")
-        else:
-            real = (
-                torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.reshape(ids.shape)
-            )
-            positions = torch.arange(ids.size(1), device=ids.device)
-            last = (real * positions).argmax(dim=1)  # (B,) each row's last real token
-            pooled = x[torch.arange(ids.size(0), device=ids.device), last]  # (B, D)
-        logits = self.hook_logits(self.head(pooled))
-        loss = None if labels is None else cross_entropy(logits, labels, None)
-        return ModelOutput(logits, loss, decoder_attentions=attentions)
-
-    def generate(self, *args: Any, **kwargs: Any) -> Tensor:
-        """A classifier does not generate text (its vocabulary head is gone)."""
-        raise TypeError("a GPTClassifier classifies; it has no vocabulary head to generate with")

@@ -65,6 +65,7 @@ class SentenceEncoder(BertEncoder):
 
     kind = "sentence"
     config_class = SentenceConfig
+    config: SentenceConfig
 
     def __init__(self, config: SentenceConfig, tokenizer: Any = None) -> None:
         super().__init__(config)

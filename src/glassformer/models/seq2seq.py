@@ -3,6 +3,10 @@
 src (B, S) → encoder → memory (B, S, D)
 tgt (B, T) → decoder (masked self-attention, cross-attention to memory) → (B, T, V)
 
+The encoder and the decoder are each a ``Backbone`` (their embeddings, blocks and final
+norm), built by ``models.parts.translator``; their activations are named as a one-stack
+model's, under ``encoder.`` and ``decoder.`` (``decoder.blocks.0.cross_attn.hook_pattern``).
+
 Training is teacher forcing: the decoder reads the target shifted right (starting with
 ``bos_id``) and is scored on the target shifted left.
 """
@@ -16,11 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.generation import GenerationConfig, seq2seq_generate
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
 from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
-from glassformer.models.common import Embeddings, key_mask, layer_options
+from glassformer.models.common import key_mask
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Decoder, Encoder
+from glassformer.modules.stack import StackOutput
 
 
 @dataclass(kw_only=True)
@@ -73,25 +79,17 @@ class Seq2SeqTransformer(PretrainedModel):
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
-        embed: dict[str, Any] = dict(
-            d_model=c.d_model,
-            max_len=c.max_len,
-            positional=c.positional,
-            dropout=c.dropout,
-            scale=c.scale_embeddings,
-        )
-        layer = layer_options(c)
-        self.src_embed = Embeddings(vocab_size=c.src_vocab_size, **embed)
-        self.tgt_embed = Embeddings(vocab_size=c.tgt_vocab_size, **embed)
-        self.encoder = Encoder(num_layers=c.num_encoder_layers, **layer)
-        self.decoder = Decoder(num_layers=c.num_decoder_layers, **layer)
+        self.encoder = Backbone(c, **parts.translator(c, "encoder"))
+        self.decoder = Backbone(c, **parts.translator(c, "decoder"))
         self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.hook_logits = HookPoint()  # (B, T, V)
         self._init_weights()
+        source: Any = self.encoder.embed  # TokenEmbeddings: their tables are ``weight``
+        target: Any = self.decoder.embed
         if c.share_embeddings:
-            self.tgt_embed.token.embedding.weight = self.src_embed.token.embedding.weight
+            target.weight = source.weight
         if c.tie_output:
-            self.output_proj.weight = self.tgt_embed.token.embedding.weight
+            self.output_proj.weight = target.weight
 
     def _init_weights(self) -> None:
         """Xavier-uniform for every matrix, as in the reference implementations."""
@@ -99,9 +97,11 @@ class Seq2SeqTransformer(PretrainedModel):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None, *, need_weights: bool = False):
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> StackOutput:
         """src (B, S) → StackOutput(hidden=memory (B, S, D), self_attn_weights)."""
-        return self.encoder(self.src_embed(src), src_mask, need_weights=need_weights)
+        return self.encoder(src, src_mask, need_weights=need_weights)
 
     def decode(
         self,
@@ -112,7 +112,7 @@ class Seq2SeqTransformer(PretrainedModel):
         *,
         need_weights: bool = False,
         cache: DecoderCache | None = None,
-    ):
+    ) -> StackOutput:
         """tgt (B, T), memory (B, S, D) → StackOutput(hidden (B, T, D), self, cross weights).
 
         ``tgt_mask`` restricts the decoder's self-attention on top of causality (usually
@@ -120,9 +120,10 @@ class Seq2SeqTransformer(PretrainedModel):
         With a ``cache`` from ``new_cache()``, ``tgt`` continues the tokens already decoded
         (their keys and values, and the memory's, are not computed again).
         """
-        start = 0 if cache is None else cache.length
-        x = self.tgt_embed(tgt, start)  # (B, T, D)
-        return self.decoder(x, memory, tgt_mask, src_mask, need_weights=need_weights, cache=cache)
+        return self.decoder(
+            tgt, tgt_mask, memory=memory, memory_mask=src_mask, need_weights=need_weights,
+            cache=cache,
+        )  # fmt: skip
 
     def new_cache(self) -> DecoderCache:
         """An empty decoder cache (self- and cross-attention) for ``decode(..., cache=)``."""

@@ -20,16 +20,11 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import (
-    Activation,
-    ConfigBase,
-    ModelOutput,
-    PretrainedModel,
-    cross_entropy,
-)
-from glassformer.models.common import layer_options, pool
+from glassformer.models import parts
+from glassformer.models.backbone import Backbone
+from glassformer.models.base import Activation, ConfigBase, ModelOutput, cross_entropy
+from glassformer.models.common import pool
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.layers import Encoder
 from glassformer.modules.patches import PatchEmbedding, check_patches
 from glassformer.modules.position import LearnedPositionalEmbedding, SinusoidalGridEncoding
 
@@ -106,34 +101,35 @@ class ViTConfig(ConfigBase):
         return self.num_patches + (self.pooling == "cls")
 
 
-class VisionTransformer(PretrainedModel):
-    """Classify images: patches as tokens, glassformer's own encoder on top."""
+class VisionTransformer(Backbone):
+    """Classify images: patches as tokens, glassformer's own blocks on top."""
 
     kind = "vit"
     config_class = ViTConfig
+    config: ViTConfig
+    HEADS = ("head",)
 
     def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.patches = PatchEmbedding(
-            image_size=c.image_size,  # type: ignore[arg-type]  # a pair after __post_init__
-            patch_size=c.patch_size,
-            channels=c.channels,
-            d_model=c.d_model,
-        )
-        self.position: nn.Module
-        if c.positional == "sinusoidal":
-            self.position = SinusoidalGridEncoding(d_model=c.d_model, grid=c.grid)
-        else:
-            self.position = LearnedPositionalEmbedding(max_len=c.num_patches, d_model=c.d_model)
-            nn.init.normal_(self.position.embedding.weight, std=0.02)
+        super().__init__(config, **vit_parts(config))
+        c = config
+        if c.positional == "learned":
+            nn.init.normal_(self.pos_embed.weight, std=0.02)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.pooling == "cls" else None
-        self.dropout = nn.Dropout(c.dropout)
-        self.encoder = Encoder(num_layers=c.num_layers, **layer_options(c))
         self.head = nn.Linear(c.d_model, c.num_classes)
+        self.hook_pooled = HookPoint()  # the vector the head reads, (B, D)
         self.hook_logits = HookPoint()  # (B, num_classes)
 
-    def forward(
+    def embed_images(self, images: Tensor) -> Tensor:
+        """images (B, C, H, W) → the stream the first block reads: the patch vectors with
+        their positions, after the class token if there is one, (B, T, D)."""
+        x = self.hook_embed(self.embed(images))  # (B, N, D)
+        x = x + self.hook_pos_embed(self.pos_embed.rows(x))
+        if self.cls_token is not None:
+            cls = self.cls_token.expand(x.size(0), -1, -1)  # (B, 1, D)
+            x = torch.cat([cls, x], dim=1)  # (B, 1 + N, D)
+        return self.dropout(x)
+
+    def forward(  # type: ignore[override]
         self, images: Tensor, *, labels: Tensor | None = None, need_weights: bool = False
     ) -> ModelOutput:
         """Classify a batch of images.
@@ -144,13 +140,32 @@ class VisionTransformer(PretrainedModel):
             need_weights: return every layer's attention weights, (B, H, T, T) each, where
                 T = N patches, after the class token (position 0) if there is one.
         """
-        x = self.position(self.patches(images))  # (B, N, D)
-        if self.cls_token is not None:
-            cls = self.cls_token.expand(x.size(0), -1, -1)  # (B, 1, D)
-            x = torch.cat([cls, x], dim=1)  # (B, 1 + N, D)
-        x = self.dropout(x)
-        x, attentions, _ = self.encoder(x, None, need_weights=need_weights)
-        pooled = pool(x, None, self.config.pooling)  # (B, D)
+        x = self.embed_images(images)
+        x, attentions, _ = self.run_blocks(x, None, need_weights=need_weights)
+        pooled = self.hook_pooled(pool(x, None, self.config.pooling))  # (B, D)
         logits = self.hook_logits(self.head(pooled))  # (B, num_classes)
         loss = None if labels is None else cross_entropy(logits, labels, None)
         return ModelOutput(logits, loss, encoder_attentions=attentions)
+
+
+def vit_parts(c: ViTConfig) -> dict:
+    """A ViT's parts: the patch embedding, positions on the patch grid, pre-norm blocks."""
+    pos_embed: nn.Module
+    if c.positional == "sinusoidal":
+        pos_embed = SinusoidalGridEncoding(d_model=c.d_model, grid=c.grid)
+    else:
+        pos_embed = LearnedPositionalEmbedding(max_len=c.num_patches, d_model=c.d_model)
+    embed = PatchEmbedding(
+        image_size=c.image_size,  # type: ignore[arg-type]  # a pair after __post_init__
+        patch_size=c.patch_size,
+        channels=c.channels,
+        d_model=c.d_model,
+    )
+    return dict(
+        embed=embed,
+        pos_embed=pos_embed,
+        blocks=parts.blocks(c, c.num_layers, causal=False),
+        ln_final=parts.norm(c) if c.norm_first else None,
+        max_len=c.max_len,
+        dropout=c.dropout,
+    )

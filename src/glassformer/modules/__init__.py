@@ -1,20 +1,9 @@
 """Building blocks, one concept a file."""
 
-from glassformer.modules.attention import (
-    AttentionOutput,
-    MultiHeadAttention,
-    scaled_dot_product_attention,
-)
-from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache
+from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.block import Block, BlockOutput, DecoderLayer, EncoderLayer, LayerOutput
+from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache, StaticKVCache
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
-from glassformer.modules.layers import (
-    Decoder,
-    DecoderLayer,
-    Encoder,
-    EncoderLayer,
-    LayerOutput,
-    StackOutput,
-)
 from glassformer.modules.local_attention import (
     LocalWeights,
     band_to_dense,
@@ -28,7 +17,7 @@ from glassformer.modules.masks import (
     combine_masks,
     padding_mask,
 )
-from glassformer.modules.norms import RMSNorm
+from glassformer.modules.norms import LayerNorm, RMSNorm
 from glassformer.modules.patches import PatchEmbedding
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
@@ -37,11 +26,15 @@ from glassformer.modules.position import (
     TokenEmbedding,
     positional_encoding,
 )
-from glassformer.modules.rotary import RotaryEmbedding
+from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
+from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
+from glassformer.modules.stack import Decoder, Encoder, Stack, StackOutput, run_blocks
 
 __all__ = [
     "ACTIVATIONS",
     "AttentionOutput",
+    "Block",
+    "BlockOutput",
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
@@ -50,6 +43,7 @@ __all__ = [
     "FeedForward",
     "GatedFeedForward",
     "KVCache",
+    "LayerNorm",
     "LayerOutput",
     "LearnedPositionalEmbedding",
     "LocalWeights",
@@ -57,10 +51,13 @@ __all__ = [
     "PatchEmbedding",
     "RMSNorm",
     "RollingKVCache",
+    "RotaryAngles",
     "RotaryEmbedding",
     "SinusoidalGridEncoding",
     "SinusoidalPositionalEncoding",
+    "Stack",
     "StackOutput",
+    "StaticKVCache",
     "TokenEmbedding",
     "attention_mask_to_key_mask",
     "auto_padding_mask",
@@ -70,6 +67,7 @@ __all__ = [
     "local_attention",
     "padding_mask",
     "positional_encoding",
+    "run_blocks",
     "scaled_dot_product_attention",
     "window_mask",
 ]

@@ -1,19 +1,18 @@
-"""Scaled dot-product attention and multi-head attention.
+"""Multi-head attention: project, split into heads, attend, merge, project.
 
 Shapes used throughout:
-    B  batch size          H   number of heads
+    B  batch size          H   number of heads (Hkv key/value heads)
     Tq query length        Dh  dimension of one head
     Tk key/value length    D   model width (d_model)
 
-Masks are boolean and True means "may attend". They broadcast to (B, H, Tq, Tk):
-a padding mask is (B, 1, 1, Tk), a causal mask (Tq, Tk). A query row that may
-attend to no key at all produces zeros (never NaN) on both paths.
+The attention itself, softmax(q kᵀ / √Dh) v with its masks, is ``modules.sdpa``; sliding
+windows are ``modules.local_attention``. Masks are boolean, True = may attend, broadcast
+to (B, H, Tq, Tk).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -23,142 +22,15 @@ from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.local_attention import (
     as_key_mask,
-    band_to_dense,
     check_global_tokens,
     check_window,
     local_attention,
     window_allowed,
 )
-from glassformer.modules.masks import causal_mask, check_mask
-from glassformer.modules.rotary import RotaryEmbedding
+from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
+from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
 
-
-class AttentionOutput(NamedTuple):
-    """What attention returns: always two fields, ``weights`` None unless asked for."""
-
-    output: Tensor  # (B, Tq, D) from the module, (B, H, Tq, Dh) from the function
-    weights: Tensor | None  # (B, H, Tq, Tk), the softmax the values were mixed with
-
-
-def scaled_dot_product_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    *,
-    need_weights: bool = True,
-    is_causal: bool = False,
-    hooks: tuple[HookPoint, HookPoint] | None = None,
-) -> AttentionOutput:
-    """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
-
-    With ``need_weights=True`` (the default) this is the readable path: the scores,
-    the mask, the softmax and the weighted sum are spelled out and the weights are
-    returned. With ``need_weights=False`` it calls the fused
-    ``F.scaled_dot_product_attention`` and returns ``weights=None`` (except for short
-    bfloat16/float16 inputs on CPU, where the matmul path is the faster one). Tests prove
-    the two paths agree.
-
-    Args:
-        q: queries, (B, H, Tq, Dh).
-        k: keys, (B, Hkv, Tk, Dh): H heads, or fewer that H is a multiple of (grouped-query
-            attention: each key/value head serves H/Hkv query heads, neighbours in order).
-        v: values, (B, Hkv, Tk, Dv).
-        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
-        dropout_p: dropout probability on the attention weights. Pass 0.0 in eval.
-        need_weights: return the attention weights (readable path) or not (fused path).
-        is_causal: also forbid each query from seeing later keys. Queries align to the
-            end of the keys, so a block of Tq new queries after Tk - Tq cached keys works.
-        hooks: the readable path's hook points for the scaled and masked scores and for
-            the weights (``MultiHeadAttention.hook_attn_scores``, ``.hook_pattern``).
-
-    Returns:
-        ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None)``.
-    """
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    check_mask(mask)
-    Tq, Tk = q.size(-2), k.size(-2)
-    if is_causal and Tq == 1:
-        is_causal = False  # one query at the end of the keys may see all of them
-    group = _group_size(q, k)
-
-    if not need_weights and not _fused_is_slow(q, k):
-        # The fused kernel shares the key/value heads itself (enable_gqa): measured 1.4x
-        # faster than repeating them for training, 2-3x for a decoding step (B=1-8, 9 query
-        # heads on 3, 256-1024 keys; bit-identical outputs).
-        gqa = group > 1
-        if is_causal and mask is None and Tq == Tk:
-            # The fused kernel builds the triangle itself; no mask is materialised.
-            out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa
-            )
-            return AttentionOutput(out, None)
-        if is_causal:
-            mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa
-        )
-        return AttentionOutput(out, None)
-
-    if is_causal:
-        mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
-    if group > 1:  # spelled out: each key/value head repeated for the query heads it serves
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out, weights = _attend(q, k, v, mask, dropout_p, hooks)
-    return AttentionOutput(out, weights if need_weights else None)
-
-
-def _attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    dropout_p: float,
-    hooks: tuple[HookPoint, HookPoint] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The readable path, step by step: (output (B, H, Tq, Dv), weights (B, H, Tq, Tk))."""
-    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-    scores = scores / math.sqrt(q.size(-1))
-    if mask is not None:
-        # The most negative finite value, not -inf (NaN for empty rows) nor -1e9 (overflows fp16).
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    if hooks is not None:
-        scores = hooks[0](scores)
-    weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk), each row sums to 1
-    if mask is not None:
-        # A row with no allowed key came out uniform; make it all zeros instead.
-        weights = weights.masked_fill(~mask, 0.0)
-    if hooks is not None:
-        weights = hooks[1](weights)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    out = weights @ v  # (B, H, Tq, Dv)
-    return out, weights
-
-
-def _group_size(q: Tensor, k: Tensor) -> int:
-    """How many query heads share each key/value head (1: plain multi-head attention)."""
-    H, Hkv = q.size(-3), k.size(-3)
-    if Hkv <= 0 or H % Hkv != 0:
-        raise ValueError(f"{H} query heads cannot share {Hkv} key/value heads evenly")
-    return H // Hkv
-
-
-def _fused_is_slow(q: Tensor, k: Tensor) -> bool:
-    """Whether the plain matmul path beats PyTorch's fused kernel here.
-
-    On CPU in bfloat16/float16 the fused kernel is slow for short keys (torch 2.13, forward
-    + backward: 35 vs 5-7 ms at B=64, H=4, T=40, Dh=64; 6.5 vs 2.5 ms at nanoGPT's CPU
-    shape), while for long ones it wins again (97 vs 180 ms at B=32, H=8, T=256, Dh=16).
-    """
-    low_precision = q.dtype in (torch.bfloat16, torch.float16)
-    return q.device.type == "cpu" and low_precision and k.size(-2) <= 128
-
-
-def _and(mask: Tensor | None, other: Tensor) -> Tensor:
-    return other if mask is None else mask & other
+__all__ = ["AttentionOutput", "MultiHeadAttention", "check_dropout", "check_heads"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -185,7 +57,9 @@ class MultiHeadAttention(nn.Module):
             2023); None means one per query head (H). Query head h reads key/value head
             h // (H / Hkv), as in Hugging Face's ``repeat_kv``. The k and v rows of
             ``qkv_proj`` are then Hkv·Dh each, and a cache stores only the Hkv heads.
-        rotary: rotate queries and keys by their positions (RoPE) before attending;
+        rotary: rotate queries and keys by their positions (RoPE) before attending:
+            a ``RotaryEmbedding`` of its own, or True for the angles the model computes
+            once for every layer and passes in (``forward(angles=)``);
             self-attention only.
         window: ``(left, right)``: local (sliding-window) self-attention, query i attends
             keys i − left .. i + right, computed in chunks (``modules.local_attention``) so
@@ -206,7 +80,7 @@ class MultiHeadAttention(nn.Module):
         out_bias: bool = True,
         causal: bool = False,
         num_kv_heads: int | None = None,
-        rotary: RotaryEmbedding | None = None,
+        rotary: RotaryEmbedding | bool | None = None,
         window: tuple[int, int] | None = None,
         global_tokens: int = 0,
     ) -> None:
@@ -233,9 +107,10 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_dim
         self.dropout = dropout
         self.causal = causal
-        if rotary is not None and rotary.head_dim != head_dim:
+        if isinstance(rotary, RotaryEmbedding) and rotary.head_dim != head_dim:
             raise ValueError(f"rotary head_dim={rotary.head_dim} differs from head_dim={head_dim}")
-        self.rotary = rotary
+        self.rotary = rotary if isinstance(rotary, RotaryEmbedding) else None
+        self.rotates = rotary is not None and rotary is not False
         inner = num_heads * head_dim
         kv_inner = num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
@@ -244,8 +119,9 @@ class MultiHeadAttention(nn.Module):
         self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)
         self.hook_k = HookPoint()  # (B, Tk, Hkv, Dh); this call's keys, not the cached ones
         self.hook_v = HookPoint()  # (B, Tk, Hkv, Dh)
-        self.hook_rot_q = HookPoint()  # (B, Tq, H, Dh), rotated by position (rotary only)
-        self.hook_rot_k = HookPoint()  # (B, Tk, Hkv, Dh)
+        if self.rotates:
+            self.hook_rot_q = HookPoint()  # (B, Tq, H, Dh), rotated by position
+            self.hook_rot_k = HookPoint()  # (B, Tk, Hkv, Dh)
         self.hook_attn_scores = HookPoint()  # (B, H, Tq, Tk), scaled, masked to the lowest float
         self.hook_pattern = HookPoint()  # (B, H, Tq, Tk), the weights
         self.hook_z = HookPoint()  # (B, Tq, H, Dh), each head's weighted sum of values
@@ -261,6 +137,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
         positions: Tensor | None = None,
+        *,
+        angles: RotaryAngles | None = None,
     ) -> AttentionOutput:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -277,6 +155,9 @@ class MultiHeadAttention(nn.Module):
                 cross-attention fills it from ``key`` once and then reuses it.
             positions: with ``rotary``, each query's position (B, Tq) or (Tq,); by
                 default they follow on from the cache (0, 1, ... without one).
+            angles: the rotation of this call's positions, computed once for every layer
+                by the model (``RotaryEmbedding.cos_sin``): q and k are turned by them
+                (self-attention only), with or without a ``rotary`` of the module's own.
 
         Returns:
             ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -285,37 +166,79 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"query must be (batch, length, {self.d_model}), got {tuple(query.shape)}"
             )
-        if cache is not None and key is not None and len(cache) > 0:
-            q = _split_heads(self._project_query(query), self.num_heads)
-            q = _by_position(self.hook_q, q)
+        if key is not None and cache is not None and len(cache) > 0:
+            q = self._hooked(self.hook_q, _split_heads(self._project_query(query), self.num_heads))
             k, v = cache.keys, cache.values  # the memory's, computed on the first call
         else:
             q, k, v = self._project(query, key, value)  # q (B, H, T, Dh), k, v (B, Hkv, T, Dh)
-            q, k = _by_position(self.hook_q, q), _by_position(self.hook_k, k)
-            v = _by_position(self.hook_v, v)
-            if self.rotary is not None and key is None:
-                if positions is None:
-                    start = 0 if cache is None else len(cache)
-                    positions = torch.arange(start, start + q.size(2), device=q.device)
-                q, k = self.rotary(q, positions), self.rotary(k, positions)  # cached rotated
-                q, k = _by_position(self.hook_rot_q, q), _by_position(self.hook_rot_k, k)
+            if key is None:
+                q, k = self._rotate(q, k, angles, positions, cache)
             if cache is not None:
                 k, v = cache.append(k, v)
+        if k.dtype != q.dtype:  # a cache that keeps its keys wider (the static one, on CPU)
+            q = q.to(k.dtype)
+        out, weights = self._attend(q, k, v, mask, need_weights, cache, self_attention=key is None)
+        return AttentionOutput(self._merge(out.to(query.dtype)), weights if need_weights else None)
+
+    def _rotate(
+        self,
+        q: Tensor,
+        k: Tensor,
+        angles: RotaryAngles | None,
+        positions: Tensor | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor]:
+        """q and k turned by their positions, when the model passes ``angles`` or the module
+        has a ``rotary`` of its own; unchanged by a module that does not rotate."""
+        if not self.rotates:
+            if angles is not None:
+                raise ValueError("angles given to an attention that does not rotate (rotary=None)")
+            return q, k
+        if angles is None:
+            if self.rotary is None:
+                raise ValueError("this attention rotates by the angles it is given; pass angles=")
+            if positions is None:
+                start = 0 if cache is None else len(cache)
+                positions = torch.arange(start, start + q.size(2), device=q.device)
+            angles = self.rotary.cos_sin(positions, q.dtype)
+        q, k = RotaryEmbedding.rotate(q, angles), RotaryEmbedding.rotate(k, angles)
+        return self._hooked(self.hook_rot_q, q), self._hooked(self.hook_rot_k, k)
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        need_weights: bool,
+        cache: KVCache | None,
+        *,
+        self_attention: bool,
+    ) -> AttentionOutput:
+        """Each head's weighted sum of values, (B, H, Tq, Dh), and the weights when asked
+        for (or hooked: the scores and weights exist on the readable path only)."""
         dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
-        # The scores and weights exist on the readable path only: a hook on them takes it.
-        looking = self.hook_attn_scores.active or self.hook_pattern.active
-        if self.window is not None:
-            if key is not None:
-                raise ValueError("a windowed attention layer attends to itself; key must be None")
-            out, weights = self._local(q, k, v, mask, dropout_p, need_weights or looking, cache)
-        else:
-            out, weights = self._dense(q, k, v, mask, dropout_p, need_weights or looking)
+        looking = need_weights or self.hook_attn_scores.active or self.hook_pattern.active
+        if self.window is None:
+            return self._dense(q, k, v, mask, dropout_p, looking)
+        if not self_attention:
+            raise ValueError("a windowed attention layer attends to itself; key must be None")
+        return self._local(q, k, v, mask, dropout_p, looking, cache)
+
+    def _merge(self, out: Tensor) -> Tensor:
+        """The heads' outputs (B, H, Tq, Dh) side by side, projected: (B, Tq, D)."""
         z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
-        B, Tq, H, Dh = z.shape
         if self.hook_result.active:
-            return AttentionOutput(self._from_heads(z), weights if need_weights else None)
-        out = self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
-        return AttentionOutput(out, weights if need_weights else None)
+            return self._from_heads(z)
+        B, Tq, H, Dh = z.shape
+        return self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
+
+    @staticmethod
+    def _hooked(point: HookPoint, x: Tensor) -> Tensor:
+        """A hook point on per-head values, which it sees as (B, T, H, Dh); x is (B, H, T, Dh)."""
+        if not point.active:
+            return x
+        return point(x.transpose(1, 2)).transpose(1, 2)
 
     def _dense(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, weights: bool
@@ -342,18 +265,20 @@ class MultiHeadAttention(nn.Module):
         weights: bool,
         cache: KVCache | None,
     ) -> AttentionOutput:
-        """Each query against the keys in its window: (B, H, Tq, Dh), dense weights
-        (B, H, Tq, Tk) or None. The scores and pattern hooks see the band (B, H, T, G + W).
+        """Each query against the keys in its window: (B, H, Tq, Dh), weights (B, H, Tq, Tk)
+        or None.
 
-        Without earlier keys (no cache, or its first call) this is ``local_attention``'s
-        chunked band. Decoding with a cache, the few new queries attend the keys the cache
-        kept (a rolling one keeps only the window) through a dense window mask.
+        Unobserved, over the whole sequence (no cache, or its first call), this is
+        ``local_attention``'s fused kernel chunk by chunk: time and memory linear in T. When
+        the weights are asked for or hooked it is the readable dense path under the window's
+        mask (the same numbers; the hooks then see (B, H, Tq, Tk) as in every layer).
+        Decoding with a cache, the few new queries attend the keys the cache kept (a
+        rolling one keeps only the window) the same way.
         """
         assert self.window is not None
         B, Tq, Tk = q.size(0), q.size(2), k.size(2)
-        hooks = (self.hook_attn_scores, self.hook_pattern)
-        if Tk == Tq:
-            out, band = local_attention(
+        if Tk == Tq and not weights:
+            out, _ = local_attention(
                 q,
                 k,
                 v,
@@ -361,17 +286,16 @@ class MultiHeadAttention(nn.Module):
                 global_tokens=self.global_tokens,
                 key_mask=as_key_mask(mask, B, Tk),
                 dropout_p=dropout_p,
-                need_weights=weights,
-                hooks=hooks,
             )
-            return AttentionOutput(out, None if band is None else band_to_dense(band, self.window))
-        assert cache is not None  # more keys than queries: the cache's
-        key_pos = cache.key_positions.to(q.device)  # (Tk,) the kept keys' positions
-        query_pos = torch.arange(len(cache) - Tq, len(cache), device=q.device)
-        allowed = window_allowed(query_pos, key_pos, self.window, self.global_tokens)
-        keys = as_key_mask(mask, B, len(cache))  # the mask covers every key seen so far
+            return AttentionOutput(out, None)
+        seen = Tk if cache is None else len(cache)  # positions so far, the new queries' last
+        key_pos = torch.arange(Tk, device=q.device) if cache is None else cache.key_positions
+        query_pos = torch.arange(seen - Tq, seen, device=q.device)
+        allowed = window_allowed(query_pos, key_pos.to(q.device), self.window, self.global_tokens)
+        keys = as_key_mask(mask, B, seen)  # the mask covers every key seen so far
         if keys is not None:
             allowed = allowed & keys[:, None, None, key_pos]  # (B, 1, Tq, Tk)
+        hooks = (self.hook_attn_scores, self.hook_pattern)
         return scaled_dot_product_attention(
             q, k, v, allowed, dropout_p, need_weights=weights, hooks=hooks
         )
@@ -406,9 +330,10 @@ class MultiHeadAttention(nn.Module):
             if Hkv == H:
                 qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
                 q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
-                return q, k, v
+                return self._hooked_qkv(q, k, v)
             q, k, v = qkv.split(sizes, dim=-1)  # (B, T, H·Dh), (B, T, Hkv·Dh) twice
-            return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
+            q, k, v = _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
+            return self._hooked_qkv(q, k, v)
 
         value = key if value is None else value
         q = _linear_rows(self.qkv_proj, query, 0, inner)  # (B, Tq, H·Dh)
@@ -419,7 +344,12 @@ class MultiHeadAttention(nn.Module):
         else:  # each (B, Tk, Hkv·Dh)
             k = _linear_rows(self.qkv_proj, key, inner, inner + Hkv * Dh)
             v = _linear_rows(self.qkv_proj, value, inner + Hkv * Dh, end)
-        return _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
+        return self._hooked_qkv(_split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv))
+
+    def _hooked_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k and v through their hook points."""
+        hooked = self._hooked
+        return hooked(self.hook_q, q), hooked(self.hook_k, k), hooked(self.hook_v, v)
 
     def extra_repr(self) -> str:
         return (
@@ -429,13 +359,6 @@ class MultiHeadAttention(nn.Module):
             + ("" if self.window is None else f", window={self.window}")
             + (f", global_tokens={self.global_tokens}" if self.global_tokens else "")
         )
-
-
-def _by_position(point: HookPoint, x: Tensor) -> Tensor:
-    """A hook point on per-head values, which it sees as (B, T, H, Dh); x is (B, H, T, Dh)."""
-    if not point.active:
-        return x
-    return point(x.transpose(1, 2)).transpose(1, 2)
 
 
 def _linear_rows(layer: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:

@@ -15,6 +15,9 @@ Shapes: B batch, H heads, T positions so far, Dh head width.
 keeps only the last w positions (and the global tokens), so its memory stays constant however
 long decoding goes on.
 
+``StaticKVCache`` is allocated once for a whole generation and written in place: what the
+one-token decoding step (``glassformer.generation.static``) runs with.
+
 ``DecoderCache`` holds one ``KVCache`` per layer (two for a decoder layer) and knows how
 many positions have been seen, which is where the next token's position starts.
 """
@@ -37,7 +40,12 @@ class KVCache:
     def __init__(self) -> None:
         self._k: Tensor | None = None  # (B, H, capacity, Dh)
         self._v: Tensor | None = None
-        self.length = 0
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        """Positions appended so far."""
+        return self._length
 
     def __len__(self) -> int:
         return self.length
@@ -66,7 +74,7 @@ class KVCache:
         keys[:, :, self.length : self.length + new] = k
         values[:, :, self.length : self.length + new] = v
         self._k, self._v = keys, values
-        self.length += new
+        self._length += new
         return self.keys, self.values
 
     @property
@@ -138,7 +146,7 @@ class RollingKVCache(KVCache):
         else:
             keys, values = torch.cat([self._k, k], dim=2), torch.cat([self._v, v], dim=2)
             positions = torch.cat([self._positions, new])
-        self.length += k.size(2)
+        self._length += k.size(2)
         self._returned = positions
         keep = (positions < self.keep_first) | (positions >= self.length - self.window)
         self._k, self._v, self._positions = keys[:, :, keep], values[:, :, keep], positions[keep]
@@ -149,6 +157,64 @@ class RollingKVCache(KVCache):
         if storage is None:
             raise RuntimeError("the cache is empty")
         return storage
+
+
+class StaticKVCache(KVCache):
+    """Keys and values in storage allocated once, (B, Hkv, capacity, Dh), written in place:
+    nothing grows while decoding, and going past the capacity is an error.
+
+    ``append`` writes at ``slot``, a tensor that it moves on in place. It returns the
+    filled part of the storage; with ``whole = True`` the whole storage, filled or not, so
+    that every step sees the same shapes (``torch.compile`` compiles the step once) and the
+    caller's mask leaves out the slots not filled yet. The storage may be wider than the
+    model (``static_cache`` keeps float32 under a bf16 model on the CPU): the attention then
+    runs in the storage's dtype.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        num_kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__()
+        shape = (batch, num_kv_heads, capacity, head_dim)
+        self._k = torch.zeros(shape, dtype=dtype, device=device)
+        self._v = torch.zeros(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)  # where the next key goes
+        self.whole = False
+
+    @property
+    def length(self) -> int:
+        return int(self.slot) if self.whole else self._length
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        assert self._k is not None and self._v is not None
+        new = k.size(2)
+        if not self.whole and self._length + new > self.capacity:
+            raise ValueError(
+                f"the static cache holds {self.capacity} positions; {self._length} are "
+                f"filled and {new} more came"
+            )
+        index = self.slot + torch.arange(new, device=self.slot.device)  # (new,)
+        self._k.index_copy_(2, index, k.to(self._k.dtype))
+        self._v.index_copy_(2, index, v.to(self._v.dtype))
+        self.slot.add_(new)
+        if self.whole:  # no Python number changes here: a compiled step stays one graph
+            return self._k, self._v
+        self._length += new
+        return self.keys, self.values
+
+    @property
+    def buffers(self) -> tuple[Tensor, Tensor]:
+        """The whole key and value storage, (B, Hkv, C, Dh) each, filled or not."""
+        assert self._k is not None and self._v is not None
+        return self._k, self._v
 
 
 class DecoderCache:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from glassformer.modules.hooks import HookPoint
-
 
 class PatchEmbedding(nn.Module):
     """Cut images into P × P patches and project each to D: (B, C, H, W) → (B, N, D).
@@ -33,7 +31,6 @@ class PatchEmbedding(nn.Module):
         self.image_size, self.patch_size, self.channels = tuple(image_size), patch_size, channels
         self.grid = (image_size[0] // patch_size, image_size[1] // patch_size)  # patch rows, cols
         self.proj = nn.Conv2d(channels, d_model, kernel_size=patch_size, stride=patch_size)
-        self.hook_embed = HookPoint()  # the patch vectors, (B, N, D)
 
     @property
     def num_patches(self) -> int:
@@ -49,7 +46,7 @@ class PatchEmbedding(nn.Module):
                 f"got {tuple(images.shape)}"
             )
         x = self.proj(images)  # (B, D, H/P, W/P)
-        return self.hook_embed(x.flatten(2).transpose(1, 2))  # (B, N, D)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D)
 
 
 def check_patches(image_size: tuple[int, ...], patch_size: int) -> None:

@@ -2,8 +2,10 @@
 
 Shapes: B batch, T length, D d_model, V vocabulary.
 
-Both positional modules share one interface: ``forward(x, start=0)`` takes token
-embeddings (B, T, D) and returns them with the positions ``start .. start+T-1`` added.
+The positional modules share one interface: ``forward(x, start=0)`` takes token
+embeddings (B, T, D) and returns them with the positions ``start .. start+T-1`` added;
+``rows(x, start)`` gives what is added (the models add it themselves, through their
+``hook_pos_embed``).
 ``start`` lets a decoder continue after tokens it has already seen (KV cache). Rows that
 need their own positions (a left-padded batch, whose real tokens start at different
 columns) pass ``positions`` (B, T) instead.
@@ -14,13 +16,15 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glassformer.modules.hooks import HookPoint
 
-
-class TokenEmbedding(nn.Module):
+class TokenEmbedding(nn.Embedding):
     """Token ids → vectors, optionally scaled by √D as in the paper (section 3.4).
+
+    An ``nn.Embedding`` (its table is ``weight``, (V, D)) that names a token id outside the
+    vocabulary instead of failing deep inside the lookup.
 
     Args:
         vocab_size: V.
@@ -29,26 +33,25 @@ class TokenEmbedding(nn.Module):
     """
 
     def __init__(self, *, vocab_size: int, d_model: int, scale: bool = False) -> None:
-        super().__init__()
         if vocab_size <= 0:
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size}")
-        self.embedding = nn.Embedding(vocab_size, d_model)
+        super().__init__(vocab_size, d_model)
         self.scale = math.sqrt(d_model) if scale else 1.0
-
-    @property
-    def weight(self) -> Tensor:
-        return self.embedding.weight
 
     def forward(self, ids: Tensor) -> Tensor:
         """(B, T) ids → (B, T, D)."""
-        vocab_size = self.embedding.num_embeddings
         if not torch.compiler.is_compiling():  # a test of values would split a compiled graph
-            outside = (ids < 0) | (ids >= vocab_size)
+            outside = (ids < 0) | (ids >= self.num_embeddings)
             if outside.any():  # one check, one sync; nn.Embedding's own would not say which
                 bad = ids[outside][0].item()
-                raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-        x = self.embedding(ids)  # (B, T, D)
+                raise ValueError(
+                    f"token id {bad} is outside the vocabulary [0, {self.num_embeddings})"
+                )
+        x = super().forward(ids)  # (B, T, D)
         return x * self.scale if self.scale != 1.0 else x
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", scale={self.scale:.3g}" if self.scale != 1.0 else "")
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -72,7 +75,6 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
         self.max_len, self.d_model = max_len, d_model
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
-        self.hook_pos_embed = HookPoint()  # the rows added, (T, D) or (B, T, D)
 
     def reset_buffers(self) -> None:
         """Compute the table again (on the CPU): for a model built on the meta device and
@@ -81,20 +83,23 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
-        return add_rows(self.pe, x, start, positions, self.hook_pos_embed)
+        return x + self.rows(x, start, positions)
+
+    def rows(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """The encodings ``forward`` adds to ``x`` (B, T, D): (T, D), or (B, T, D) for
+        ``positions`` (B, T)."""
+        return table_rows(self.pe, x, start, positions)
 
 
-def add_rows(
-    table: Tensor, x: Tensor, start: int, positions: Tensor | None, hook: nn.Module
-) -> Tensor:
-    """``x`` (B, T, D) plus the rows of a fixed ``table`` (max_len, D) for positions
-    start..start+T-1, or for ``positions`` (B, T); the rows pass ``hook`` first."""
+def table_rows(table: Tensor, x: Tensor, start: int, positions: Tensor | None) -> Tensor:
+    """The rows of a fixed ``table`` (max_len, D) for the positions start..start+T-1 of
+    ``x`` (B, T, D): (T, D); or for ``positions`` (B, T): (B, T, D). In ``x``'s dtype."""
     if positions is not None:
         check_positions(positions, x, table.size(0))
-        return x + hook(table[positions].to(x.dtype))  # (B, T, D)
+        return table[positions].to(x.dtype)  # (B, T, D)
     T = x.size(1)
     check_length(start + T, table.size(0))
-    return x + hook(table[start : start + T].to(x.dtype))  # (T, D)
+    return table[start : start + T].to(x.dtype)  # (T, D)
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -132,7 +137,6 @@ class SinusoidalGridEncoding(nn.Module):
         self.grid, self.d_model = (grid[0], grid[1]), d_model
         self.max_len = grid[0] * grid[1]
         self.register_buffer("pe", grid_table(self.grid, d_model), persistent=False)
-        self.hook_pos_embed = HookPoint()  # the rows added, (N, D)
 
     def reset_buffers(self) -> None:
         """Compute the table again (see ``SinusoidalPositionalEncoding.reset_buffers``)."""
@@ -140,7 +144,11 @@ class SinusoidalGridEncoding(nn.Module):
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, N, D) patch vectors, in raster order → the same with their positions added."""
-        return add_rows(self.pe, x, start, positions, self.hook_pos_embed)
+        return x + self.rows(x, start, positions)
+
+    def rows(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """The codes ``forward`` adds: (N, D)."""
+        return table_rows(self.pe, x, start, positions)
 
 
 def grid_table(grid: tuple[int, int], d_model: int) -> Tensor:
@@ -157,8 +165,12 @@ def grid_table(grid: tuple[int, int], d_model: int) -> Tensor:
     ).reshape(rows * cols, d_model)  # (N, D)
 
 
-class LearnedPositionalEmbedding(nn.Module):
-    """A trained vector per position (Bloem, GPT, BERT).
+class LearnedPositionalEmbedding(nn.Embedding):
+    """A trained vector per position (Bloem, GPT, BERT): an ``nn.Embedding`` whose table,
+    ``weight`` (max_len, D), is indexed by position.
+
+    ``forward(x, start, positions)`` adds the rows to ``x``, as every positional module
+    does; ``rows`` gives the rows alone.
 
     Args:
         max_len: number of positions.
@@ -166,44 +178,27 @@ class LearnedPositionalEmbedding(nn.Module):
     """
 
     def __init__(self, *, max_len: int, d_model: int) -> None:
-        super().__init__()
         if max_len <= 0:
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
+        super().__init__(max_len, d_model)
         self.max_len = max_len
-        self.embedding = nn.Embedding(max_len, d_model)
-        self.hook_pos_embed = HookPoint()  # the rows added, (T, D) or (B, T, D)
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
+        return x + self.rows(x, start, positions)
+
+    def rows(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """The position vectors for ``x`` (B, T, D): (T, D) for start..start+T-1, or
+        (B, T, D) for ``positions`` (B, T)."""
         if positions is not None:
             check_positions(positions, x, self.max_len)
-            return x + self.hook_pos_embed(self.embedding(positions))  # (B, T, D)
+            return F.embedding(positions, self.weight)  # (B, T, D)
         T = x.size(1)
         check_length(start + T, self.max_len)
-        positions = torch.arange(start, start + T, device=x.device)  # (T,)
-        return x + self.hook_pos_embed(self.embedding(positions))  # (T, D) broadcasts over B
-
-
-class NoPositionTable(nn.Module):
-    """Adds nothing: positions enter inside attention instead (rotary embedding, see
-    ``modules.rotary``). It still refuses sequences past ``max_len``."""
-
-    def __init__(self, *, max_len: int, d_model: int) -> None:
-        super().__init__()
-        self.max_len = max_len
-
-    def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
-        """(B, T, D) → the same tensor, after checking the positions fit."""
-        if positions is not None:
-            check_positions(positions, x, self.max_len)
-        else:
-            check_length(start + x.size(1), self.max_len)
-        return x
+        return self.weight[start : start + T]  # (T, D), broadcast over B
 
 
 POSITIONAL = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEmbedding}
-# Positional kinds only a model whose attention rotates q and k (GPT) may name.
-ATTENTION_POSITIONAL = {"rope": NoPositionTable}
 
 
 def positional_encoding(kind: str, *, d_model: int, max_len: int) -> nn.Module:

@@ -24,6 +24,12 @@ from torch import Tensor, nn
 INT4_GROUP_SIZES = (32, 64, 128, 256)
 QUANTISED = ("int8", "int4")  # the inference precisions whose weights these layers hold
 
+# PyTorch's CPU kernels for the products: ATen operators, reached through torch.ops, whose
+# names start with an underscore (the private-member rule would take them for ours).
+INT8_MM = torch.ops.aten._weight_int8pack_mm  # noqa: SLF001
+INT4_PACK = torch.ops.aten._convert_weight_to_int4pack_for_cpu  # noqa: SLF001
+INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu  # noqa: SLF001
+
 
 class Int8Linear(nn.Module):
     """``nn.Linear`` with its weight in int8: w ≈ q · scale, one scale per output row
@@ -67,7 +73,7 @@ class Int8Linear(nn.Module):
         bias = None if self.bias is None else self.bias[start:stop]
         if x.device.type == "cpu" and x.dtype == scales.dtype:
             flat = x.reshape(-1, self.in_features).contiguous()  # as the kernel reads it
-            y = torch.ops.aten._weight_int8pack_mm(flat, q, scales)
+            y = INT8_MM(flat, q, scales)
             y = y.view(*x.shape[:-1], stop - start)
             return y if bias is None else y + bias
         w = q.to(x.dtype) * scales[:, None].to(x.dtype)
@@ -119,7 +125,7 @@ class Int4Linear(nn.Module):
         scales = _grid_steps(w, low)
         q = ((w - low[..., None]) / scales[..., None]).round().clamp(0, 15)
         zeros = low + 8 * scales  # the kernel computes (q − 8) · scale + zero
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.view(N, K).to(torch.int32), 1)
+        packed = INT4_PACK(q.view(N, K).to(torch.int32), 1)
         dtype = dtype or linear.weight.dtype
         scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
         bias = None if linear.bias is None else linear.bias.detach().to(dtype)
@@ -138,7 +144,7 @@ class Int4Linear(nn.Module):
         sz = self.scales_and_zeros
         sz = sz if sz.dtype == x.dtype else sz.to(x.dtype)
         flat = x.reshape(-1, self.in_features).contiguous()  # the kernel reads rows densely
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, sz)
+        y = INT4_MM(flat, self.packed, self.group_size, sz)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + _cast(self.bias, y.dtype)
 
@@ -151,7 +157,7 @@ class Int4Linear(nn.Module):
         """The weight this layer multiplies by, (N, K): its product with the identity."""
         eye = torch.eye(self.in_features, dtype=self.scales_and_zeros.dtype)
         sz = self.scales_and_zeros
-        w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, self.group_size, sz)
+        w_t = INT4_MM(eye, self.packed, self.group_size, sz)
         return w_t.t()
 
     def extra_repr(self) -> str:

@@ -13,8 +13,18 @@ q/k projection weights load without any permutation of rows.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
+
+
+class RotaryAngles(NamedTuple):
+    """The cosines and sines of the rotation angles of some positions, each (B or 1, 1, T,
+    Dh): computed once per forward by the model, they turn every layer's q and k."""
+
+    cos: Tensor
+    sin: Tensor
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -56,9 +66,9 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate ``x`` (B, H, T, Dh) by ``positions`` (B, T) or (T,); same shape back."""
-        return self.rotate(x, *self.cos_sin(positions, x.dtype))
+        return self.rotate(x, self.cos_sin(positions, x.dtype))
 
-    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> RotaryAngles:
         """The cosines and sines of ``positions`` (B, T) or (T,): each (B or 1, 1, T, Dh),
         in ``dtype``; computed once, they rotate every layer's q and k (``rotate``)."""
         if positions.dim() == 1:
@@ -68,12 +78,12 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, Dh): pair i with i + Dh/2
         cos = angles.cos().to(dtype).unsqueeze(1)  # (B, 1, T, Dh), broadcast over heads
         sin = angles.sin().to(dtype).unsqueeze(1)
-        return cos, sin
+        return RotaryAngles(cos, sin)
 
     @staticmethod
-    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """``x`` (B, H, T, Dh) rotated by the angles whose ``cos_sin`` are given."""
-        return x * cos + rotate_half(x) * sin
+    def rotate(x: Tensor, angles: RotaryAngles) -> Tensor:
+        """``x`` (B, H, T, Dh) rotated by ``angles`` (``cos_sin``)."""
+        return x * angles.cos + rotate_half(x) * angles.sin
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, theta={self.theta}"

@@ -129,10 +129,10 @@ def wrap(model: nn.Module, world: Distributed, strategy: str = "ddp") -> nn.Modu
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        from glassformer.modules.layers import DecoderLayer, EncoderLayer
+        from glassformer.modules.block import Block
 
         for module in model.modules():
-            if isinstance(module, (EncoderLayer, DecoderLayer)):
+            if isinstance(module, Block):
                 fully_shard(module)
         fully_shard(model)
         return model

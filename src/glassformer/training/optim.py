@@ -17,7 +17,7 @@ def make_optimizer(
     *,
     lr: float = 1e-3,
     weight_decay: float = 0.1,
-    parts: Mapping[str, Mapping[str, float]] | None = None,
+    parts: Mapping[str | tuple[str, ...], Mapping[str, float]] | None = None,
 ) -> torch.optim.Optimizer:
     """Build the optimiser.
 
@@ -28,17 +28,19 @@ def make_optimizer(
     on CPU PyTorch would otherwise loop over the tensors one by one.
 
     Args:
-        parts: options for the parameters whose names start with a prefix, each a
-            parameter group of its own: ``lr_scale`` (the schedule's rate times this) and
-            ``frozen_until`` (rate 0 before this step). Fine-tuning gives a pretrained
-            encoder ``{"encoder.": {"lr_scale": 0.1, "frozen_until": 100}, ...}``.
+        parts: options for the parameters whose names start with a prefix (or one of a
+            tuple of prefixes), each a parameter group of its own: ``lr_scale`` (the
+            schedule's rate times this) and ``frozen_until`` (rate 0 before this step).
+            Fine-tuning gives a pretrained backbone
+            ``{("embed.", "blocks.", ...): {"lr_scale": 0.1, "frozen_until": 100}}``.
     """
     if kind not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {kind!r}")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
     groups = []
-    for prefix, options in [*(parts or {}).items(), ("", {})]:
+    everything: tuple[str, ...] = ("",)
+    for prefix, options in [*(parts or {}).items(), (everything, {})]:
         taken = [p for n, p in named if n.startswith(prefix)]
         named = [(n, p) for n, p in named if not n.startswith(prefix)]
         if kind == "adam":

@@ -25,8 +25,14 @@ import torch
 from tqdm import tqdm
 
 from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_training_state, save_checkpoint
+from glassformer.models.legacy import legacy_parameter_order
 from glassformer.training.config import PROCESSES_KEY, RUN_FILE, RunConfig
-from glassformer.training.distributed import load_optimizer_state, optimizer_state, plain_model
+from glassformer.training.distributed import (
+    is_sharded,
+    load_optimizer_state,
+    optimizer_state,
+    plain_model,
+)
 from glassformer.training.loop import TrainConfig, TrainState
 from glassformer.training.tasks import Task
 
@@ -205,6 +211,9 @@ class Checkpointer:
         training_state = {
             "train_state": asdict(state),
             "optimizer": optimizer_state(self.model, self.optimizer),
+            "optimizer_names": None  # a sharded model's state is keyed by name already
+            if is_sharded(self.model)
+            else optimizer_names(self.optimizer, self.model),
             "rng": torch.get_rng_state(),
             "data": self.batches.state_dict(),
         }
@@ -225,17 +234,79 @@ def restore(run_dir: Path, optimizer, batches, model=None) -> TrainState:
     """Load a run's training state into ``optimizer`` and ``batches``; return the TrainState.
 
     The model's weights are loaded separately (``load_checkpoint``), before this. Give the
-    ``model`` the optimizer steps when it is FSDP-sharded (or the checkpoint was saved by a
-    sharded run): the optimizer state is then matched to parameters by name.
+    ``model`` the optimizer steps: each parameter's optimizer state is matched to it by
+    name (the names saved with the state; a run saved before the blocks took their parts
+    by the order its model had then), so a model whose parameters come in another order
+    resumes exactly. A sharded model's state is matched by name in any case.
     """
     saved = load_training_state(run_dir)
-    if model is None:
-        optimizer.load_state_dict(saved["optimizer"])
+    state = saved["optimizer"]
+    by_index = not any(isinstance(k, str) for k in state.get("state", {}))
+    if model is not None and by_index and not is_sharded(model):
+        names = saved.get("optimizer_names") or legacy_optimizer_names(model, optimizer)
+        state = reindexed(state, names, optimizer, model)
+    if model is None or not is_sharded(model) and by_index:
+        optimizer.load_state_dict(state)
     else:
-        load_optimizer_state(model, optimizer, saved["optimizer"])
+        load_optimizer_state(model, optimizer, state)
     batches.load_state_dict(saved["data"])
     torch.set_rng_state(saved["rng"])
     return TrainState(**saved["train_state"])
+
+
+def optimizer_names(optimizer, model) -> list[str] | None:
+    """The name of each parameter the optimizer steps, in the order its state dict numbers
+    them (None on a rank without the plain model)."""
+    if model is None:
+        return None
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def reindexed(state: dict, names: list[str], optimizer, model) -> dict:
+    """A saved optimizer state (numbered by ``names``' order) numbered as ``optimizer``
+    numbers its parameters, with its groups' options as they are now."""
+    current = optimizer.state_dict()
+    index = {name: i for i, name in enumerate(optimizer_names(optimizer, model) or [])}
+    if sorted(index) != sorted(names):
+        raise ValueError(
+            "the saved optimizer state is for other parameters: "
+            f"{sorted(set(names) ^ set(index))[:4]}"
+        )
+    return {
+        "state": {index[names[i]]: value for i, value in state["state"].items()},
+        "param_groups": current["param_groups"],
+    }
+
+
+def legacy_optimizer_names(model, optimizer) -> list[str]:
+    """Today's names of the parameters an optimizer built before the blocks took their
+    parts numbered, in its order: the model's parameters in the order they had then, split
+    into its groups as ``make_optimizer`` split them then (a fine-tuned backbone's
+    embeddings, then its stack, then the rest; each matrices first under AdamW)."""
+    trained = {n for group in optimizer.param_groups for n in _names(group, model)}
+    order = [n for n in legacy_parameter_order(model) if n in trained]
+    params = dict(model.named_parameters())
+    split = len(optimizer.param_groups) > 2  # a backbone of its own: three old parts
+    embeddings = ("embed.", "pos_embed.", "token_type.", "ln_embed.")
+    stack = ("blocks.", "ln_final.")
+    parts = [embeddings, stack, ("",)] if split else [("",)]
+    decoupled = any(group.get("weight_decay", 0) for group in optimizer.param_groups)
+    names: list[str] = []
+    for prefixes in parts:
+        taken = [n for n in order if n.startswith(prefixes)]
+        order = [n for n in order if not n.startswith(prefixes)]
+        if decoupled:
+            names += [n for n in taken if params[n].dim() >= 2]
+            names += [n for n in taken if params[n].dim() < 2]
+        else:
+            names += taken
+    return names
+
+
+def _names(group: dict, model) -> list[str]:
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for p in group["params"]]
 
 
 # ---- starting and finishing a run --------------------------------------------------------

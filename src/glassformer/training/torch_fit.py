@@ -50,7 +50,7 @@ def schedule_and_config(
     return schedule, loop_config
 
 
-def encoder_parts(config: RunConfig) -> dict[str, dict[str, float]] | None:
+def encoder_parts(config: RunConfig) -> dict[str | tuple[str, ...], dict[str, float]] | None:
     """A fine-tuned classifier's pretrained parts: their own rate and freezing."""
     if config.init is None:
         return None
@@ -58,7 +58,7 @@ def encoder_parts(config: RunConfig) -> dict[str, dict[str, float]] | None:
         "lr_scale": (config.encoder_lr or filled(config.lr)) / filled(config.lr),
         "frozen_until": config.freeze_encoder_steps,
     }
-    return {f"{part}.": options for part in ENCODER_PARTS}
+    return {tuple(f"{part}." for part in ENCODER_PARTS): options}  # one group: the backbone
 
 
 def train_torch(

@@ -82,34 +82,69 @@ def model_inputs(
     """What to call ``model`` with for ``text``: (args, kwargs, token labels by role).
 
     The labels are keyed "input" (and for a translator "source" and "target"). A
-    translator without a ``target`` attends from its own greedy translation.
+    translator without a ``target`` attends from its own greedy translation. For a Vision
+    Transformer ``text`` is an image file (``tokenizer`` its ``ImageProcessor``) and the
+    tokens are its class token and patches, labelled by their row and column.
     """
     if not text.strip():
         raise ValueError("the text is empty")
     model.eval()
     kind = model.kind
+    if kind == "vit":
+        return _image_inputs(model, tokenizer, text, target)
     limit = model.config.max_len
     if kind == "seq2seq":
-        src_ids = tokenizer.encode(text)[:limit]
-        src = torch.tensor([src_ids])
-        if target is None:
-            ys = model.generate(src, min(limit - 1, 2 * len(src_ids) + 10))[0].tolist()
-            if ys[-1] == model.config.eos_id:
-                ys = ys[:-1]
-        else:
-            ys = [model.config.bos_id, *tokenizer.encode(target)[: limit - 1]]
-        labels = {"source": token_labels(tokenizer, src_ids), "target": token_labels(tokenizer, ys)}
-        return (src, torch.tensor([ys])), {}, labels
+        return _translator_inputs(model, tokenizer, text, target)
     if target is not None:
         raise ValueError(f"a target sentence is for translators; this is a {kind!r} model")
     if kind == "sentence":
         ids = model.tokenize([text])[0]
-    elif kind == "bert":
+    elif kind in ("bert", "bert_classifier"):
         ids = [tokenizer.bos_id, *tokenizer.encode(text)[: limit - 2], tokenizer.eos_id]
     else:
         ids = tokenizer.encode(text)
         ids = ids[-limit:] if kind == "gpt" else ids[:limit]
+    if not ids:
+        raise ValueError(f"the text {text!r} encodes to no tokens")
     return (torch.tensor([ids]),), {}, {"input": token_labels(tokenizer, ids)}
+
+
+def _translator_inputs(model: Any, tokenizer: Any, text: str, target: str | None):
+    limit = model.config.max_len
+    src_ids = tokenizer.encode(text)[:limit]
+    src = torch.tensor([src_ids])
+    if target is None:
+        ys = model.generate(src, min(limit - 1, 2 * len(src_ids) + 10))[0].tolist()
+        if ys[-1] == model.config.eos_id:
+            ys = ys[:-1]
+    else:
+        ys = [model.config.bos_id, *tokenizer.encode(target)[: limit - 1]]
+    labels = {"source": token_labels(tokenizer, src_ids), "target": token_labels(tokenizer, ys)}
+    return (src, torch.tensor([ys])), {}, labels
+
+
+def _image_inputs(model: Any, processor: Any, path: str, target: str | None):
+    if target is not None:
+        raise ValueError("a target sentence is for translators; this is a 'vit' model")
+    image = processor.open(path)[None]  # (1, C, H, W)
+    rows, cols = model.config.grid
+    labels = [f"r{r + 1}c{c + 1}" for r in range(rows) for c in range(cols)]
+    if model.config.pooling == "cls":
+        labels.insert(0, "[class]")
+    return (image,), {}, {"input": labels}
+
+
+def attention_modules(model: Any) -> list[tuple[str, str]]:
+    """(name, kind) of every attention module: "encoder" (bidirectional self-attention),
+    "decoder" (causal self-attention) or "cross" (a translator's decoder reading the source),
+    in the order the model runs them."""
+    found = []
+    for name, module in model.named_modules():
+        if not hasattr(module, "hook_pattern"):
+            continue
+        kind = "cross" if name.endswith("cross_attn") else "decoder" if module.causal else "encoder"
+        found.append((name, kind))
+    return found
 
 
 @torch.no_grad()
@@ -118,39 +153,36 @@ def attention_maps(
 ) -> list[AttentionMaps]:
     """Run ``model`` on ``text`` and return its attention weights, one entry per kind.
 
+    The weights are read at each layer's ``hook_pattern`` (``run_with_cache``): any model
+    kind glassformer builds, whatever its blocks.
+
     Args:
-        model: any glassformer model (classifier, encoder LM, GPT, translator, BERT or
-            sentence encoder).
-        tokenizer: the model's tokenizer.
+        model: any glassformer model (classifier, encoder LM, GPT, translator, BERT,
+            sentence encoder, ViT: ``text`` is then an image file).
+        tokenizer: the model's tokenizer (a ViT's image processor).
         text: the input (the source sentence, for a translator).
         target: a translator's target sentence; if None, the model's own greedy
             translation is used.
     """
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
-    return maps_of(model, model(*args, **kwargs, need_weights=True), labels)
+    _, cache = model.run_with_cache(*args, names="*.hook_pattern", **kwargs)
+    return maps_from_cache(model, cache, labels)
 
 
-def maps_of(model: Any, out: Any, labels: dict[str, list[str]]) -> list[AttentionMaps]:
-    """The maps in ``out``, what ``model`` returned with ``need_weights=True`` for the
-    inputs ``model_inputs`` gave (whose token ``labels`` these are)."""
-    if model.kind == "seq2seq":
-        src, tgt = labels["source"], labels["target"]
-        return [
-            AttentionMaps("encoder", _stack(out.encoder_attentions), src, src),
-            AttentionMaps("decoder", _stack(out.decoder_attentions), tgt, tgt),
-            AttentionMaps("cross", _stack(out.cross_attentions), tgt, src),
-        ]
-    if model.kind in ("bert", "sentence"):
-        layers, which = out.attentions, "encoder"
-    elif model.kind == "gpt":
-        layers, which = out.decoder_attentions, "decoder"
-    else:
-        layers, which = out.encoder_attentions, "encoder"
-    return [AttentionMaps(which, _stack(layers), labels["input"], labels["input"])]
-
-
-def _stack(layers: tuple[Tensor, ...]) -> Tensor:
-    return torch.stack([w[0] for w in layers]).float()  # (L, H, Tq, Tk), the one example
+def maps_from_cache(model: Any, cache: Any, labels: dict[str, list[str]]) -> list[AttentionMaps]:
+    """The maps in an ``ActivationCache`` of ``model`` holding every ``hook_pattern``, for
+    the inputs ``model_inputs`` gave (whose token ``labels`` these are)."""
+    layers: dict[str, list[Tensor]] = {}
+    for name, kind in attention_modules(model):
+        layers.setdefault(kind, []).append(cache[f"{name}.hook_pattern"][0])
+    roles = {"encoder": ("source", "source"), "decoder": ("target", "target"),
+             "cross": ("target", "source")}  # fmt: skip
+    maps = []
+    for kind, weights in layers.items():
+        queries, keys = roles[kind] if "source" in labels else ("input", "input")
+        stacked = torch.stack(weights).float()  # (L, H, Tq, Tk), the one example
+        maps.append(AttentionMaps(kind, stacked, labels[queries], labels[keys]))
+    return maps
 
 
 def plot_attention(maps: AttentionMaps, *, layer: int | None = None, head: int | None = None):

@@ -1,12 +1,13 @@
 """Where a Vision Transformer looks: its attention drawn over the image.
 
-``image_attention(model, image)`` runs one forward pass asking every layer for its weights
-and keeps, per layer and head, the attention the class token pays to each patch (with mean
-pooling, which has no class token: the attention each patch receives, averaged over every
-query), laid out on the patch grid. It also computes the attention *rollout* (Abnar &
-Zuidema 2020): each layer's head-averaged weights, plus the identity for the residual
-connection and renormalised, multiplied from the first layer to the last, which estimates
-how much of each patch reaches the class token through all the layers together.
+``image_attention(model, image)`` runs one forward pass reading every layer's weights at its
+``hook_pattern`` and keeps, per layer and head, the attention the class token pays to each
+patch (with mean pooling, which has no class token: the attention each patch receives,
+averaged over every query), laid out on the patch grid. It also computes the attention
+*rollout* (Abnar & Zuidema 2020): each layer's head-averaged weights, plus the identity for
+the residual connection and renormalised, multiplied from the first layer to the last, which
+estimates how much of each patch reaches the class token through all the layers together.
+
 
 ``plot_image_attention`` draws the image and the rollout in the first row, then a row per
 layer and a column per head, each map over the picture, one patch a square of colour.
@@ -66,9 +67,9 @@ def image_attention(model: Any, image: Tensor, labels: list[str] | None = None) 
     attention per layer and head and its rollout, each on the patch grid."""
     was_training = model.training
     model.eval()
-    out = model(image[None], need_weights=True)
+    out, cache = model.run_with_cache(image[None], names="*.hook_pattern")
     model.train(was_training)
-    weights = torch.stack([w[0] for w in out.encoder_attentions]).float()  # (L, H, T, T)
+    weights = cache.stack("blocks.*.attn.hook_pattern")[:, 0].float()  # (L, H, T, T)
     cls = model.config.pooling == "cls"
     rows, cols = model.config.grid
     if cls:  # the class token (query 0) looking at the patches (keys 1..N)

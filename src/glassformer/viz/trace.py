@@ -1,21 +1,21 @@
 """A step-by-step account of one real forward pass: every tensor's shape and a few values.
 
-``trace(model, tokenizer, text)`` registers forward hooks on the model's modules (the
-model code is not touched), runs the model once, and records what each block did in the
-order it ran: token embedding, positional encoding, and in each layer the attention
-(Q/K/V projections, the split into heads, scores, scaling, mask, softmax, the weighted
-sum, the merge, the output projection), the residual sums, the LayerNorms and the
-feed-forward network, then the output.
+``trace(model, tokenizer, text)`` runs the model once with ``run_with_cache`` and lists the
+value at every hook point, in the order the forward pass reached it, each with what
+computed it: the token embedding and the positions, then in each block the norms, Q, K and
+V per head (rotated, where the model uses rotary positions), the scaled and masked scores,
+the softmax, each head's weighted sum of V, the output projection, the residual sums and
+the MLP, then the final norm, the pooled vector of a classifier and the logits.
 
-Inside attention only the module's input and output are observable from outside, so
-the steps between are recomputed from the module's own weights with plain tensor
-algebra, and the recomputed output is compared with what the module really returned
-(the trace says by how much they differ: a rounding error, or the trace is wrong).
+Nothing is recomputed: every number shown is the one the model computed (the scores and
+weights on the readable attention path, which a hook on them selects). The same code
+traces every model kind, since every kind names its activations alike.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,45 +23,28 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.feedforward import FeedForward, GatedFeedForward
-from glassformer.modules.layers import DecoderLayer, EncoderLayer
+from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
-from glassformer.modules.position import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
-    TokenEmbedding,
-)
 
-# which sub-layer each LayerNorm wraps: (in an encoder layer or GPT block, in a decoder layer)
-_SUBLAYERS = {
-    "norm1": ("self-attention", "self-attention"),
-    "norm2": ("feed-forward", "cross-attention"),
-    "norm3": ("feed-forward", "feed-forward"),
-}
+# a hook point's name: an optional stack (the translator's), a block, and the rest
+_NAME = re.compile(r"^(?:(?P<stack>encoder|decoder)\.)?(?:blocks\.(?P<block>\d+)\.)?(?P<rest>.+)$")
+_SUBLAYER = {"ln1": "self-attention", "attn": "self-attention", "hook_attn_out": "self-attention",
+             "hook_resid_mid": "self-attention", "ln_cross": "cross-attention",
+             "cross_attn": "cross-attention", "hook_cross_attn_out": "cross-attention",
+             "hook_resid_mid_cross": "cross-attention", "ln2": "feed-forward",
+             "mlp": "feed-forward", "hook_mlp_out": "feed-forward",
+             "hook_resid_post": "feed-forward"}  # fmt: skip
 
 
 @dataclass
 class Step:
     """One recorded step: where, what, the tensor's shape, a few of its values."""
 
-    where: str  # e.g. "encoder layer 1 · self-attention"
-    what: str  # e.g. "scores Q·Kᵀ"
+    where: str  # e.g. "encoder block 1 · self-attention"
+    what: str  # e.g. "softmax over the keys"
     shape: tuple[int, ...]
     values: list[float] = field(default_factory=list)
-    note: str = ""
-
-
-class _Recorder:
-    def __init__(self, values: int) -> None:
-        self.steps: list[Step] = []
-        self.values = values
-
-    def add(self, where: str, what: str, t: Tensor, note: str = "") -> None:
-        head = t.detach().float()
-        while head.dim() > 1:  # the first example, first head, first position: a row
-            head = head[0]
-        self.steps.append(Step(where, what, tuple(t.shape), head[: self.values].tolist(), note))
+    name: str = ""  # the hook point it was read at
 
 
 @torch.no_grad()
@@ -77,183 +60,165 @@ def trace(
     """Run ``model`` once on ``text`` and return the steps it took.
 
     Args:
-        layer: trace only this layer of each stack (from 1); all layers if None.
+        layer: trace only this block of each stack (from 1); all blocks if None.
         target: a translator's target sentence (default: its own greedy translation).
         values: how many values of each tensor to keep (from its first row).
     """
     from glassformer.viz.attention import model_inputs
 
     args, kwargs, _ = model_inputs(model, tokenizer, text, target)
-    rec = _Recorder(values)
-    handles = _register(model, rec, layer)
-    try:
-        model(*args, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
-    return rec.steps
-
-
-def _register(model: nn.Module, rec: _Recorder, only: int | None) -> list[Any]:
-    names = dict(model.named_modules())
-    layer_names = {n for n, m in names.items() if isinstance(m, (EncoderLayer, DecoderLayer))}
-    if only is not None:
-        stacks: dict[str, int] = {}
-        for n in layer_names:
-            stacks[n.rsplit(".", 1)[0]] = stacks.get(n.rsplit(".", 1)[0], 0) + 1
-        deepest = max(stacks.values(), default=0)
-        if not 1 <= only <= deepest:
-            raise ValueError(f"layer must be in 1..{deepest}, got {only}")
-    handles = []
-    for name, module in names.items():
-        where, layer_module = _place(name, names, layer_names)
-        if layer_module is not None and only is not None and _index(layer_module) != only:
+    blocks = [m["block"] for name in model.hook_names() if (m := _NAME.match(name))]
+    deepest = max(int(block) + 1 for block in blocks if block is not None)
+    if layer is not None and not 1 <= layer <= deepest:
+        raise ValueError(f"layer must be in 1..{deepest}, got {layer}")
+    _, cache = model.run_with_cache(*args, **kwargs)
+    modules = dict(model.named_modules())
+    steps = []
+    for name, value in cache.items():
+        parts = _NAME.match(name)
+        assert parts is not None
+        if layer is not None and parts["block"] is not None and int(parts["block"]) != layer - 1:
             continue
-        layer = names[layer_module] if layer_module is not None else None
-        hook = _hook_for(name, module, where, layer, rec)
-        if hook is not None:
-            handles.append(module.register_forward_hook(hook, with_kwargs=True))
-    return handles
+        where = _where(parts, model)
+        what = _what(name, parts, value, modules)
+        steps.append(Step(where, what, tuple(value.shape), _first(value, values), name))
+    return steps
 
 
-def _index(layer_name: str) -> int:
-    return int(layer_name.rsplit(".", 1)[1]) + 1
+def _first(t: Tensor, count: int) -> list[float]:
+    """The first example's first row (first head, first position): its first ``count`` values."""
+    head = t.detach().float()
+    while head.dim() > 1:
+        head = head[0]
+    return head[:count].tolist()
 
 
-def _place(name: str, names: dict, layer_names: set[str]) -> tuple[str, str | None]:
-    """A readable place for module ``name``, and the name of the layer it sits in."""
-    for ln in layer_names:
-        if name == ln or name.startswith(ln + "."):
-            layer = names[ln]
-            causal = isinstance(layer, DecoderLayer) or layer.self_attn.causal
-            return f"{'decoder' if causal else 'encoder'} layer {_index(ln)}", ln
-    return "model", None
+def _where(parts: re.Match, model: Any) -> str:
+    """A readable place: "embedding", "block 2 · feed-forward", "decoder block 1", "output"."""
+    stack = f"{parts['stack']} " if parts["stack"] else ""
+    if parts["block"] is None:
+        head = parts["rest"].startswith(("ln_final", "hook_pooled", "hook_logits"))
+        return f"{stack}output" if head else f"{stack}embedding"
+    where = f"{stack}block {int(parts['block']) + 1}"
+    part = _SUBLAYER.get(parts["rest"].split(".")[0])
+    return f"{where} · {part}" if part else where
 
 
-def _hook_for(name, module, where, layer, rec: _Recorder):
-    part = name.rsplit(".", 1)[-1]
-    if isinstance(module, TokenEmbedding):
-        scaled = f" × √D = {module.scale:.2f}" if module.scale != 1.0 else ""
-        return lambda m, a, k, out: rec.add("embedding", f"token embedding{scaled}", out)
-    if isinstance(module, (SinusoidalPositionalEncoding, LearnedPositionalEmbedding)):
-        kind = "sinusoidal" if isinstance(module, SinusoidalPositionalEncoding) else "learned"
-        return lambda m, a, k, out: rec.add("embedding", f"+ {kind} positional encoding", out)
-    if isinstance(module, MultiHeadAttention):
-        title = {"self_attn": "self-attention", "cross_attn": "cross-attention"}.get(part, part)
-        return lambda m, a, k, out: _explain_attention(m, a, k, out, f"{where} · {title}", rec)
-    if isinstance(module, FeedForward):
-
-        def ff(m, a, k, out):
-            x = a[0]
-            hidden = m._act(m.linear1(x))
-            rec.add(f"{where} · feed-forward", "input", x)
-            rec.add(f"{where} · feed-forward", f"linear1: D → d_ff, then {m.activation}", hidden)
-            rec.add(f"{where} · feed-forward", "linear2: d_ff → D", out)
-
-        return ff
-    if isinstance(module, GatedFeedForward):
-
-        def gated(m, a, k, out):
-            x, at = a[0], f"{where} · gated feed-forward"
-            rec.add(at, "input", x)
-            rec.add(at, f"gate_proj: D → d_ff, then {m.activation} (SiLU)", m._act(m.gate_proj(x)))
-            rec.add(at, "up_proj: D → d_ff", m.up_proj(x))
-            rec.add(at, "down_proj(gate · up): d_ff → D", out)
-
-        return gated
-    if isinstance(module, (nn.LayerNorm, RMSNorm)):
-        kind = "RMSNorm" if isinstance(module, RMSNorm) else "LayerNorm"
-        if layer is not None and part in _SUBLAYERS:
-            subs = _SUBLAYERS[part]
-            sub = subs[1] if isinstance(layer, DecoderLayer) else subs[0]
-
-            def norm(m, a, k, out, part=part, sub=sub):
-                if layer.norm_first:
-                    rec.add(where, f"{part}: {kind} of the stream, before {sub} (pre-norm)", out)
-                else:
-                    rec.add(where, f"residual sum: x + {sub}(x)", a[0])
-                    scale = "root mean square 1" if kind == "RMSNorm" else "mean 0, variance 1"
-                    rec.add(where, f"{part}: {kind} ({scale} per position)", out)
-
-            return norm
-        what = f"embedding {kind}" if "embed" in name else f"final {kind}"
-        return lambda m, a, k, out: rec.add("embedding" if "embed" in name else "output", what, out)
-    if isinstance(module, (EncoderLayer, DecoderLayer)):
-        style = "pre-norm" if module.norm_first else "post-norm"
-        return lambda m, a, k, out: rec.add(where, f"layer output ({style})", out.hidden)
-    if (
-        layer is None
-        and isinstance(module, nn.Linear)
-        and part in ("lm_head", "head", "output_proj", "pooler")
-    ):
-
-        def head(m, a, k, out):
-            if part == "head":
-                rec.add("output", "pooled sentence vector (padding ignored)", a[0])
-            rec.add("output", f"{part}: logits" if part != "pooler" else "pooler", out)
-
-        return head
-    return None
+def _what(name: str, parts: re.Match, value: Tensor, modules: dict[str, nn.Module]) -> str:
+    """What computed the value at hook point ``name``, in words."""
+    rest = parts["rest"]
+    owner = modules[name.rpartition(".")[0]] if "." in name else None
+    block = modules.get(name[: name.index(parts["rest"])].rstrip(".")) if parts["block"] else None
+    stack = modules[parts["stack"]] if parts["stack"] else modules[""]
+    if ".hook_" in rest and rest.split(".")[0] in ("attn", "cross_attn"):
+        return _attention_step(rest, owner, stack, value)
+    if rest.endswith("hook_normalized"):
+        return _norm_step(rest.split(".")[0], owner, block)
+    if rest.startswith("mlp."):
+        return _mlp_step(rest, owner)
+    return _stream_step(rest, block, stack, value)
 
 
-def _explain_attention(m: MultiHeadAttention, args, kwargs, output, where: str, rec: _Recorder):
-    query = args[0]
-    key = kwargs.get("key", args[1] if len(args) > 1 else None)
-    mask = kwargs.get("mask", args[3] if len(args) > 3 else None)
-    memory = query if key is None else key
-    H, Hkv, Dh = m.num_heads, m.num_kv_heads, m.head_dim
-    inner = H * Dh
-    sizes = [inner, Hkv * Dh, Hkv * Dh]
-    Ws = m.qkv_proj.weight.split(sizes)
-    bs = (None,) * 3 if m.qkv_proj.bias is None else m.qkv_proj.bias.split(sizes)
-    q = torch.nn.functional.linear(query, Ws[0], bs[0])
-    k = torch.nn.functional.linear(memory, Ws[1], bs[1])
-    v = torch.nn.functional.linear(memory, Ws[2], bs[2])
-    rec.add(where, "input (queries)", query)
-    if key is not None:
-        rec.add(where, "memory (keys and values come from here)", memory)
-    for name, value in (("Q", q), ("K", k), ("V", v)):
-        bias = "" if bs[0] is None else f" + b_{name.lower()}"  # modern blocks have none
-        rec.add(where, f"{name} = x·W_{name.lower()}{bias}", value)
-    B, Tq, Tk = q.size(0), q.size(1), k.size(1)
-    q = q.view(B, -1, H, Dh).transpose(1, 2)  # (B, H, Tq, Dh)
-    k, v = (t.view(B, -1, Hkv, Dh).transpose(1, 2) for t in (k, v))  # (B, Hkv, Tk, Dh)
-    rec.add(where, f"Q split into {H} heads of {Dh}", q)
-    if m.rotary is not None and key is None:
-        positions = kwargs.get("positions")
-        if positions is None:
-            positions = torch.arange(Tq, device=q.device)
-        q, k = m.rotary(q, positions), m.rotary(k, positions)
-        rec.add(where, f"Q and K rotated by position (RoPE, theta={m.rotary.theta:g})", q)
-    if Hkv != H:
-        k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Tk, Dh)
-        rec.add(where, f"{Hkv} K/V heads each shared by {H // Hkv} query heads", k)
-    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-    rec.add(where, "scores Q·Kᵀ", scores)
-    scores = scores / math.sqrt(Dh)
-    rec.add(where, f"scaled by 1/√{Dh} = {1 / math.sqrt(Dh):.4f}", scores)
-    allowed = torch.ones(B, 1, Tq, Tk, dtype=torch.bool)
-    if mask is not None:
-        allowed = allowed & mask
-    if m.causal:
-        allowed = allowed & torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq)
-    blocked = int((~allowed).expand(B, H, Tq, Tk).sum())
-    if m.causal:
-        what = "causal + padding mask" if mask is not None else "causal mask"
-    else:
-        what = "padding mask" if mask is not None else "no mask (nothing padded)"
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    rec.add(where, f"{what}: {blocked} of {B * H * Tq * Tk} scores set to -inf", scores)
-    weights = scores.softmax(dim=-1).nan_to_num(0.0)  # a row with no key at all: zeros
-    sums = weights.sum(-1)
-    rec.add(where, f"softmax over keys: rows sum to {sums.min():.4f}..{sums.max():.4f}", weights)
-    out = weights @ v  # (B, H, Tq, Dh)
-    rec.add(where, "weighted sum of V", out)
-    out = out.transpose(1, 2).reshape(B, Tq, inner)
-    rec.add(where, "heads merged side by side", out)
-    out = m.out_proj(out)
-    diff = (out - output.output).abs().max().item()
-    rec.add(where, "output projection", out, f"the module returned this to within {diff:.1e}")
+def _stream_step(rest: str, block: Any, stack: Any, value: Tensor) -> str:
+    """The residual stream, the embeddings and the heads."""
+    post = block is not None and not block.norm_first
+    if rest == "hook_embed":
+        return _embed_text(stack)
+    if rest == "hook_pos_embed":
+        return f"+ {_positions_text(stack)}"
+    if rest == "hook_pooled":
+        return f"pooled: {_pooling_text(stack)}"
+    if rest == "hook_logits":
+        return f"logits ({value.size(-1)} {'classes' if value.dim() == 2 else 'tokens'})"
+    text = {
+        "hook_resid_pre": "input: the residual stream",
+        "hook_attn_out": "heads side by side, output projection: H·Dh → D",
+        "hook_resid_mid": "residual sum: x + self-attention(x)" + (", then ln1" if post else ""),
+        "hook_cross_attn_out": "heads side by side, output projection: H·Dh → D",
+        "hook_resid_mid_cross": "residual sum: x + cross-attention(x)"
+        + (", then ln_cross" if post else ""),
+        "hook_mlp_out": "the MLP's output: d_ff → D",
+        "hook_resid_post": "block output: x + feed-forward(x)" + (", then ln2" if post else ""),
+    }
+    return text.get(rest, rest)
+
+
+def _embed_text(model: Any) -> str:
+    embed = model.embed
+    if hasattr(embed, "patch_size"):
+        p = embed.patch_size
+        return f"patches of {p}×{p} pixels, each projected to D"
+    scale = getattr(embed, "scale", 1.0)
+    return "token embedding" + (f" × √D = {scale:.2f}" if scale != 1.0 else "")
+
+
+def _positions_text(model: Any) -> str:
+    kind = type(model.pos_embed).__name__
+    return {"SinusoidalPositionalEncoding": "sinusoidal positions (the paper's)",
+            "SinusoidalGridEncoding": "sinusoidal positions on the patch grid",
+            "LearnedPositionalEmbedding": "learned positions"}.get(kind, kind)  # fmt: skip
+
+
+def _pooling_text(model: Any) -> str:
+    pooling = getattr(model.config, "pooling", "")
+    return {"mean": "the mean of the real tokens' states (padding ignored)",
+            "max": "the maximum over the real tokens' states",
+            "cls": "the first position's state",
+            "last": "the last real token's state (the one that read the whole text)"
+            }.get(pooling, pooling)  # fmt: skip
+
+
+def _norm_step(part: str, norm: Any, block: Any) -> str:
+    kind = "RMSNorm" if isinstance(norm, RMSNorm) else "LayerNorm"
+    if part == "ln_final":
+        return f"final {kind}"
+    if part == "ln_embed":
+        return f"+ token types, then {kind} (BERT normalises the embeddings)"
+    sub = {"ln1": "self-attention", "ln_cross": "cross-attention", "ln2": "feed-forward"}[part]
+    if block is not None and block.norm_first:
+        return f"{part}: {kind} of the stream, before {sub} (pre-norm)"
+    scale = "root mean square 1" if kind == "RMSNorm" else "mean 0, variance 1"
+    return f"{part}: {kind} of x + {sub}(x) ({scale} per position, post-norm)"
+
+
+def _attention_step(rest: str, attn: Any, stack: Any, value: Tensor) -> str:
+    leaf = rest.split(".")[-1]
+    H, Hkv, Dh = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    bias = attn.qkv_proj.bias is not None
+    source = "memory" if rest.startswith("cross_attn") else "x"
+    if leaf in ("hook_q", "hook_k", "hook_v"):
+        letter = leaf[-1].upper()
+        x = "x" if letter == "Q" else source
+        heads = H if letter == "Q" else Hkv
+        shared = f", each shared by {H // Hkv} query heads" if heads != H else ""
+        plus = f" + b_{letter.lower()}" if bias else ""
+        return f"{letter} = {x}·W_{letter.lower()}{plus}, in {heads} heads of {Dh}{shared}"
+    if leaf in ("hook_rot_q", "hook_rot_k"):
+        theta = getattr(getattr(stack, "rotary", None) or attn.rotary, "theta", 0)
+        return f"{leaf[-1].upper()} rotated by position (RoPE, theta={theta:g})"
+    if leaf == "hook_attn_scores":
+        masked = int((value == torch.finfo(value.dtype).min).sum())
+        why = "causal" if attn.causal else "padding"
+        mask = f", {masked} of {value.numel()} masked ({why})" if masked else ""
+        return f"scores Q·Kᵀ/√{Dh} (× {1 / math.sqrt(Dh):.4f}){mask}"
+    if leaf == "hook_pattern":
+        sums = value.sum(-1)
+        return f"softmax over keys: rows sum to {sums.min():.4f}..{sums.max():.4f}"
+    if leaf == "hook_z":
+        return "weighted sum of V, per head"
+    if leaf == "hook_result":
+        return "each head's share of the output"
+    return leaf
+
+
+def _mlp_step(rest: str, mlp: Any) -> str:
+    leaf = rest.split(".")[-1]
+    if isinstance(mlp, GatedFeedForward):
+        return {"hook_pre": "gate_proj: D → d_ff",
+                "hook_pre_linear": "up_proj: D → d_ff",
+                "hook_post": f"{mlp.activation}: silu(gate) · up"}.get(leaf, leaf)  # fmt: skip
+    return {"hook_pre": "linear1: D → d_ff",
+            "hook_post": f"{mlp.activation}(linear1)"}.get(leaf, leaf)  # fmt: skip
 
 
 def format_trace(steps: Iterable[Step]) -> str:
@@ -265,6 +230,5 @@ def format_trace(steps: Iterable[Step]) -> str:
             last = s.where
         shape = "(" + ", ".join(map(str, s.shape)) + ")"
         values = ", ".join(f"{x: .4f}" for x in s.values)
-        note = f"  ← {s.note}" if s.note else ""
-        lines.append(f"  {s.what:<58} {shape:<18} [{values}, …]{note}")
+        lines.append(f"  {s.what:<62} {shape:<18} [{values}, …]")
     return "\n".join(lines).lstrip("\n")

@@ -1,8 +1,9 @@
 """The interactive attention viewer: one self-contained HTML file, offline.
 
-``attention_html(model, tokenizer, text)`` runs one real forward pass, as
-``attention_maps`` does, and also records every attention module's queries and keys per
-head (after rotary positions, keys per key/value head under grouped-query attention). The
+``attention_html(model, tokenizer, text)`` runs one real forward pass with
+``run_with_cache`` and reads every attention module's weights (``hook_pattern``) and its
+queries and keys per head (``hook_rot_q``/``hook_rot_k`` where it rotates them by position,
+else ``hook_q``/``hook_k``; keys per key/value head under grouped-query attention). The
 page it returns shows three views of them:
 
     head view    the tokens in two columns, a line per (query, key) pair whose opacity is
@@ -26,7 +27,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import inspect
 import json
 import os
 import re
@@ -40,9 +40,14 @@ import torch
 from torch import Tensor
 
 from glassformer.inspect import logit_lens
-from glassformer.models.gpt import GPT
-from glassformer.modules.attention import MultiHeadAttention
-from glassformer.viz.attention import TITLES, maps_of, model_inputs, token_labels
+from glassformer.inspect.lens import readout
+from glassformer.viz.attention import (
+    TITLES,
+    attention_modules,
+    maps_from_cache,
+    model_inputs,
+    token_labels,
+)
 
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
@@ -112,44 +117,21 @@ def attention_data(
 ) -> dict[str, Any]:
     """What the page shows, as the JSON-ready dict it embeds (see ``render_page``)."""
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
-    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
-    lengths = _lengths(model.kind, labels)
-    numbers = sum(
-        m.num_heads * lengths[k][0] * (lengths[k][1] + m.head_dim)
-        + m.num_kv_heads * lengths[k][1] * m.head_dim
-        for k, m in ((_kind_of(n, m), m) for n, m in modules)
-    )
-    if numbers > MAX_NUMBERS:
-        raise ValueError(
-            f"the page would hold {numbers:,} numbers (layers × heads × (tokens² + tokens × "
-            f"head dim)), over the limit of {MAX_NUMBERS:,}; use a shorter text"
-        )
-    vectors: dict[str, list[tuple[Tensor, Tensor]]] = {"encoder": [], "decoder": [], "cross": []}
-
-    def recorder(name: str):
-        def record(module, call_args, call_kwargs, _out):
-            call = inspect.signature(module.forward).bind(*call_args, **call_kwargs).arguments
-            vectors[_kind_of(name, module)].append(queries_and_keys(module, **call))
-
-        return record
-
-    handles = [m.register_forward_hook(recorder(n), with_kwargs=True) for n, m in modules]
-    try:
-        out = model(*args, **kwargs, need_weights=True)
-    finally:
-        for h in handles:
-            h.remove()
+    modules = attention_modules(model)
+    _check_size(model, modules, labels)
+    looked_at = ("hook_pattern", "hook_q", "hook_k", "hook_rot_q", "hook_rot_k")
+    _, cache = model.run_with_cache(*args, names=lambda name: name.endswith(looked_at), **kwargs)
     kinds = []
-    for maps in maps_of(model, out, labels):
-        qs, ks = zip(*vectors[maps.kind], strict=True)
-        q, k = torch.stack(qs), torch.stack(ks)  # (L, H, Tq, Dh), (L, Hkv, Tk, Dh)
-        module = dict(modules)[next(n for n, m in modules if _kind_of(n, m) == maps.kind)]
+    for maps in maps_from_cache(model, cache, labels):
+        names = [name for name, kind in modules if kind == maps.kind]
+        q = torch.stack([_heads(cache, name, "q") for name in names])  # (L, H, Tq, Dh)
+        k = torch.stack([_heads(cache, name, "k") for name in names])  # (L, Hkv, Tk, Dh)
         kinds.append(
             {
                 "kind": maps.kind,
                 "title": maps.title,
                 "causal": maps.kind == "decoder",
-                "rotary": module.rotary is not None and maps.kind != "cross",
+                "rotary": f"{names[0]}.hook_rot_q" in cache,
                 "queries": maps.queries,
                 "keys": maps.keys,
                 "layers": q.size(0),
@@ -172,11 +154,41 @@ def attention_data(
     }
 
 
+def _heads(cache: Any, attention: str, which: str) -> Tensor:
+    """One attention module's queries (H, Tq, Dh) or keys (Hkv, Tk, Dh) of the first example
+    as its scores were made of them: rotated by position where it uses rotary positions.
+    The score of query i and key j in head h is q[h, i] · k[h // (H / Hkv), j] / √Dh."""
+    rotated = f"{attention}.hook_rot_{which}"
+    name = rotated if rotated in cache else f"{attention}.hook_{which}"
+    return cache[name][0].transpose(0, 1).float()  # (T, H, Dh) → (H, T, Dh)
+
+
+def _check_size(model: Any, modules: list[tuple[str, str]], labels: dict) -> None:
+    """Refuse a page over ``MAX_NUMBERS`` numbers before computing it."""
+    lengths = _lengths(labels)
+    found = dict(model.named_modules())
+    numbers = 0
+    for name, kind in modules:
+        m = found[name]
+        tq, tk = lengths[kind]
+        numbers += m.num_heads * tq * (tk + m.head_dim) + m.num_kv_heads * tk * m.head_dim
+    if numbers > MAX_NUMBERS:
+        raise ValueError(
+            f"the page would hold {numbers:,} numbers (layers × heads × (tokens² + tokens × "
+            f"head dim)), over the limit of {MAX_NUMBERS:,}; use a shorter text"
+        )
+
+
 def lens_data(model: Any, tokenizer: Any, ids: Tensor, inputs: list[str]) -> dict | None:
-    """The logit lens of a pre-norm GPT (None for other models): per stage (the embeddings,
-    then each layer) and input position, the three likeliest next tokens and their
-    probabilities."""
-    if not isinstance(model, GPT) or not model.config.norm_first:
+    """The logit lens of a model that reads one text through a vocabulary head (a GPT, an
+    encoder LM; None for other models): per stage (the embeddings, then each layer) and
+    input position, the three likeliest tokens and their probabilities."""
+    if getattr(model, "kind", None) == "seq2seq" or not inputs:
+        return None
+    try:
+        if readout(model).vocabulary is None:  # a class head: no tokens to show
+            return None
+    except TypeError:
         return None
     top, probs = logit_lens(model, ids[:1]).top(3)  # (S, T, 3)
     return {
@@ -187,32 +199,9 @@ def lens_data(model: Any, tokenizer: Any, ids: Tensor, inputs: list[str]) -> dic
     }
 
 
-def queries_and_keys(
-    module: MultiHeadAttention,
-    query: Tensor,
-    key: Tensor | None = None,
-    value: Tensor | None = None,
-    positions: Tensor | None = None,
-    **ignored: Any,
-) -> tuple[Tensor, Tensor]:
-    """One call's queries (H, Tq, Dh) and keys (Hkv, Tk, Dh) of the first example, as the
-    module forms them: projected, split into heads, rotated when it uses rotary positions.
-    The score of query i and key j in head h is q[h, i] · k[h // (H / Hkv), j] / √Dh."""
-    q, k, _ = module._project(query, key, value)  # q (B, H, Tq, Dh), k (B, Hkv, Tk, Dh)
-    if module.rotary is not None and key is None:
-        if positions is None:
-            positions = torch.arange(q.size(2), device=q.device)
-        q, k = module.rotary(q, positions), module.rotary(k, positions)
-    return q[0].float(), k[0].float()
-
-
-def _kind_of(name: str, module: MultiHeadAttention) -> str:
-    return "cross" if name.endswith("cross_attn") else "decoder" if module.causal else "encoder"
-
-
-def _lengths(kind: str, labels: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
+def _lengths(labels: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
     """(queries, keys) per kind of attention."""
-    if kind == "seq2seq":
+    if "source" in labels:
         s, t = len(labels["source"]), len(labels["target"])
         return {"encoder": (s, s), "decoder": (t, t), "cross": (t, s)}
     n = len(labels["input"])

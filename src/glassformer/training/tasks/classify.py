@@ -157,9 +157,9 @@ def classify_task(
     )
 
 
-# The parts of a model that a classifier's encoder is (the same modules, the same names),
-# and the kinds of model that have them.
-ENCODER_PARTS = ("embed", "encoder", "blocks")
+# The parts of a model that a classifier's backbone is (the same modules, the same names
+# in every model kind), and the kinds of model a classifier can start from.
+ENCODER_PARTS = ("embed", "pos_embed", "token_type", "ln_embed", "blocks", "ln_final")
 ENCODER_KINDS = ("encoder_lm", "bert", "sentence", "gpt")
 
 
@@ -213,9 +213,11 @@ def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool
         bert = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(BertConfig)}
         bert.pop("pooler")
         model = BertClassifier(BertClassifierConfig(**bert, num_classes=num_classes))
+    missing, unexpected = model.load_state_dict(source.backbone_state_dict(), strict=False)
+    if unexpected or any(not name.startswith("head.") for name in missing):
+        raise ValueError(f"the backbones differ: missing {missing}, unexpected {unexpected}")
     for part in ENCODER_PARTS:
-        if hasattr(model, part):
-            getattr(model, part).load_state_dict(getattr(source, part).state_dict())
+        if getattr(model, part, None) is not None:
             getattr(model, part).requires_grad_(not linear_probe)
     return model
 

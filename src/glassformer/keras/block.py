@@ -1,4 +1,5 @@
-"""The encoder layer and the encoder stack in Keras: the twin of ``glassformer.modules.layers``.
+"""The encoder block and the encoder stack in Keras: the twin of ``glassformer.modules.block``
+and ``glassformer.modules.stack``.
 
 Shapes: B batch, T length, D d_model, H heads. Each sub-layer is wrapped in a residual
 connection with dropout and a LayerNorm, in one of two orders:
@@ -6,7 +7,7 @@ connection with dropout and a LayerNorm, in one of two orders:
     post-norm (the paper, ``norm_first=False``):  x = norm(x + dropout(sublayer(x)))
     pre-norm  (``norm_first=True``):              x = x + dropout(sublayer(norm(x)))
 
-A pre-norm stack ends with one more LayerNorm (``Encoder.norm``).
+A pre-norm stack ends with one more LayerNorm (``Encoder.ln_final``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import keras
 from glassformer.keras.attention import MultiHeadAttention
 from glassformer.keras.feedforward import FeedForward
 from glassformer.modules.attention import check_dropout
-from glassformer.modules.layers import LayerOutput, StackOutput
+from glassformer.modules.block import BlockOutput
+from glassformer.modules.stack import StackOutput
 
 
 @keras.saving.register_keras_serializable(package="glassformer")
 class EncoderLayer(keras.layers.Layer):
     """Self-attention then feed-forward, each with residual + LayerNorm.
 
-    Sub-layers as in PyTorch: ``self_attn``, ``feed_forward`` (``linear1``, ``linear2``),
-    ``norm1``, ``norm2``.
+    Sub-layers as in PyTorch: ``attn``, ``mlp`` (``linear1``, ``linear2``), ``ln1``, ``ln2``.
 
     Args:
         d_model: D.
@@ -72,25 +73,25 @@ class EncoderLayer(keras.layers.Layer):
             layer_norm_eps=layer_norm_eps,
         )
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(
+        self.attn = MultiHeadAttention(
             d_model=d_model,
             num_heads=num_heads,
             head_dim=head_dim,
             dropout=attention_dropout,
             qkv_bias=qkv_bias,
             causal=causal,
-            name="self_attn",
+            name="attn",
         )
-        self.feed_forward = FeedForward(
-            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, name="feed_forward"
+        self.mlp = FeedForward(
+            d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, name="mlp"
         )
-        self.norm1 = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="norm1")
-        self.norm2 = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="norm2")
+        self.ln1 = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="ln1")
+        self.ln2 = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="ln2")
         self.dropout = keras.layers.Dropout(dropout, name="dropout")
 
     def build(self, x_shape) -> None:
         shape = (None, None, self.d_model)
-        for layer in (self.self_attn, self.feed_forward, self.norm1, self.norm2):
+        for layer in (self.attn, self.mlp, self.ln1, self.ln2):
             layer.build(shape)
 
     def call(
@@ -99,17 +100,17 @@ class EncoderLayer(keras.layers.Layer):
         attention_mask=None,
         need_weights: bool = False,
         training: bool | None = None,
-    ) -> LayerOutput:
-        """x (B, T, D), mask broadcastable to (B, H, T, T) → ``LayerOutput``."""
-        attn = self.self_attn(
-            self._in(x, self.norm1),
+    ) -> BlockOutput:
+        """x (B, T, D), mask broadcastable to (B, H, T, T) → ``BlockOutput``."""
+        attn = self.attn(
+            self._in(x, self.ln1),
             attention_mask=attention_mask,
             need_weights=need_weights,
             training=training,
         )
-        x = self._out(x, attn.output, self.norm1, training)
-        y = self.feed_forward(self._in(x, self.norm2), training=training)
-        return LayerOutput(self._out(x, y, self.norm2, training), attn.weights)
+        x = self._out(x, attn.output, self.ln1, training)
+        y = self.mlp(self._in(x, self.ln2), training=training)
+        return BlockOutput(self._out(x, y, self.ln2, training), attn.weights)
 
     def _in(self, x, norm):
         """The sub-layer's input: normalised first under pre-norm."""
@@ -126,7 +127,8 @@ class EncoderLayer(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="glassformer")
 class Encoder(keras.layers.Layer):
-    """A stack of ``EncoderLayer``s (``layers``), with a final LayerNorm (``norm``) under pre-norm.
+    """A stack of ``EncoderLayer``s (``blocks``), with a final LayerNorm (``ln_final``) under
+    pre-norm.
 
     Args:
         num_layers: how many layers.
@@ -146,40 +148,27 @@ class Encoder(keras.layers.Layer):
     ) -> None:
         keras_keys = ("name", "trainable", "dtype")
         super().__init__(**{k: layer_options.pop(k) for k in keras_keys if k in layer_options})
-        if num_layers <= 0:
-            raise ValueError(f"num_layers must be a positive integer, got {num_layers}")
         self.num_layers, self.d_model = num_layers, d_model
         layer_options = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff, **layer_options)
         self.layer_options = layer_options
-        self.layers = [EncoderLayer(**layer_options, name=f"layers_{i}") for i in range(num_layers)]
+        self.blocks = encoder_blocks(num_layers, layer_options)
         if final_norm is None:
             final_norm = layer_options.get("norm_first", False)
         self.final_norm = final_norm
         eps = layer_options.get("layer_norm_eps", 1e-5)
-        self.norm = None
+        self.ln_final = None
         if final_norm:
-            self.norm = keras.layers.LayerNormalization(epsilon=eps, name="norm")
+            self.ln_final = keras.layers.LayerNormalization(epsilon=eps, name="ln_final")
 
     def build(self, x_shape) -> None:
-        shape = (None, None, self.d_model)
-        for layer in self.layers:
-            layer.build(shape)
-        if self.norm is not None:
-            self.norm.build(shape)
+        build_stack(self.blocks, self.ln_final, self.d_model)
 
     def call(
         self, x, attention_mask=None, need_weights: bool = False, training: bool | None = None
     ) -> StackOutput:
         """x (B, T, D), mask broadcastable to (B, H, T, T) → ``StackOutput``."""
-        weights = []
-        for layer in self.layers:
-            x, w, _ = layer(
-                x, attention_mask=attention_mask, need_weights=need_weights, training=training
-            )
-            weights.append(w)
-        if self.norm is not None:
-            x = self.norm(x)
-        return StackOutput(x, tuple(weights) if need_weights else None)
+        out = run_blocks(self.blocks, x, attention_mask, need_weights, training)
+        return out if self.ln_final is None else out._replace(hidden=self.ln_final(out.hidden))
 
     def get_config(self) -> dict:
         return {
@@ -188,3 +177,30 @@ class Encoder(keras.layers.Layer):
             "final_norm": self.final_norm,
             **self.layer_options,
         }
+
+
+def encoder_blocks(num_layers: int, layer_options: dict) -> list[EncoderLayer]:
+    """``num_layers`` encoder blocks, named as PyTorch's are numbered (``blocks_0``, ...)."""
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be a positive integer, got {num_layers}")
+    return [EncoderLayer(**layer_options, name=f"blocks_{i}") for i in range(num_layers)]
+
+
+def build_stack(blocks: list, ln_final, d_model: int) -> None:
+    """Build every block and the final norm for a stream (B, T, D)."""
+    shape = (None, None, d_model)
+    for block in blocks:
+        block.build(shape)
+    if ln_final is not None:
+        ln_final.build(shape)
+
+
+def run_blocks(blocks: list, x, attention_mask, need_weights: bool, training) -> StackOutput:
+    """Each block in turn on x (B, T, D): the twin of ``glassformer.modules.stack.run_blocks``."""
+    weights = []
+    for block in blocks:
+        x, w, _ = block(
+            x, attention_mask=attention_mask, need_weights=need_weights, training=training
+        )
+        weights.append(w)
+    return StackOutput(x, tuple(weights) if need_weights else None)

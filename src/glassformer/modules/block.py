@@ -1,0 +1,306 @@
+"""One Transformer block, built from the parts it is given.
+
+Shapes: B batch, T length (of the stream), S memory length, D d_model, H heads.
+
+A block is an attention sub-layer and an MLP sub-layer (and, in a translator's decoder, a
+cross-attention sub-layer between them), each on the residual stream. Which attention,
+MLP and norms it has is decided by whoever builds it (``glassformer.models.parts``); the
+block only wires them, in one of three ways:
+
+    pre-norm (GPT-2, Llama, ``norm_first=True``):   x = x + sublayer(norm(x))
+    post-norm (the paper, BERT, ``norm_first=False``): x = norm(x + sublayer(x))
+    parallel (GPT-J, Pythia, ``parallel=True``):     x = x + attn(ln1(x)) + mlp(ln2(x))
+
+Every value on the way passes a hook point, named as TransformerLens names it
+(``hook_resid_pre``, ``hook_attn_out``, ``hook_resid_mid``, ``hook_mlp_out``,
+``hook_resid_post``; with cross-attention ``hook_cross_attn_out`` and
+``hook_resid_mid_cross``), and the parts carry their own (``attn.hook_pattern``,
+``mlp.hook_post``, ``ln1.hook_normalized``, ...).
+
+``EncoderLayer`` and ``DecoderLayer`` are the paper's two blocks built from keyword
+arguments (their parts chosen as ``nn.TransformerEncoderLayer``'s are).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from torch import Tensor, nn
+
+from glassformer.modules.attention import MultiHeadAttention, check_dropout
+from glassformer.modules.cache import KVCache
+from glassformer.modules.feedforward import feed_forward
+from glassformer.modules.hooks import HookPoint
+from glassformer.modules.norms import make_norm
+from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
+
+
+class BlockOutput(NamedTuple):
+    """One block's result. Weights are (B, H, Tq, Tk), None unless asked for."""
+
+    hidden: Tensor  # (B, T, D)
+    self_attn_weights: Tensor | None = None
+    cross_attn_weights: Tensor | None = None
+
+
+LayerOutput = BlockOutput  # the name the layers' result had before blocks took parts
+
+
+class Block(nn.Module):
+    """Self-attention, optionally cross-attention, and an MLP, each on the residual stream.
+
+    Args:
+        attn: the self-attention (``MultiHeadAttention``; causal or not, windowed or not).
+        mlp: the feed-forward network, (B, T, D) → (B, T, D).
+        ln1: the norm of the attention sub-layer.
+        ln2: the norm of the MLP sub-layer.
+        cross_attn: attention to a memory (the translator's decoder), or None.
+        ln_cross: the cross-attention sub-layer's norm (given with ``cross_attn``).
+        norm_first: pre-norm (True) or the paper's post-norm (False).
+        parallel: attention and MLP read the same stream and both add to it (pre-norm only,
+            no cross-attention); there is then no ``hook_resid_mid``.
+        dropout: on each sub-layer's output, before it is added to the stream.
+    """
+
+    def __init__(
+        self,
+        *,
+        attn: nn.Module,
+        mlp: nn.Module,
+        ln1: nn.Module,
+        ln2: nn.Module,
+        cross_attn: nn.Module | None = None,
+        ln_cross: nn.Module | None = None,
+        norm_first: bool = True,
+        parallel: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if (cross_attn is None) != (ln_cross is None):
+            raise ValueError("cross_attn and ln_cross come together: give both or neither")
+        if parallel and (not norm_first or cross_attn is not None):
+            raise ValueError("a parallel block is pre-norm and has no cross-attention")
+        check_dropout(dropout)
+        # Registered in this order, so parameters come as the layers before them had them.
+        self.attn = attn
+        self.cross_attn = cross_attn
+        self.mlp = mlp
+        self.ln1 = ln1
+        self.ln_cross = ln_cross
+        self.ln2 = ln2
+        self.norm_first = norm_first
+        self.parallel = parallel
+        self.dropout = nn.Dropout(dropout)
+        self.hook_resid_pre = HookPoint()  # the block's input, (B, T, D)
+        self.hook_attn_out = HookPoint()  # self-attention's output, before the sum
+        if not parallel:
+            self.hook_resid_mid = HookPoint()  # after self-attention's residual sum (and norm)
+        if cross_attn is not None:
+            self.hook_cross_attn_out = HookPoint()  # cross-attention's output, before the sum
+            self.hook_resid_mid_cross = HookPoint()  # after cross-attention's residual sum
+        self.hook_mlp_out = HookPoint()  # the MLP's output, before the sum
+        self.hook_resid_post = HookPoint()  # the block's output
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+        memory_cache: KVCache | None = None,
+        positions: Tensor | None = None,
+        angles: RotaryAngles | None = None,
+    ) -> BlockOutput:
+        """Run the block on the stream ``x`` (B, T, D).
+
+        Args:
+            mask: self-attention mask, broadcastable to (B, H, T, Tk) (causality, if the
+                attention is causal, is built in).
+            memory: what cross-attention reads, (B, S, D) (blocks with ``cross_attn``).
+            memory_mask: cross-attention mask, usually the source padding (B, 1, 1, S).
+            need_weights: return the attention maps.
+            cache: self-attention keys/values of earlier positions (decoding); ``x`` then
+                holds only the new positions.
+            memory_cache: the memory's keys/values, filled on the first call.
+            positions, angles: where the tokens are, for rotary attention (``angles`` are
+                the rotation computed once by the model for every block).
+        """
+        x = self.hook_resid_pre(x)
+        attn = self.attn(
+            self._in(x, self.ln1), mask=mask, need_weights=need_weights, cache=cache,
+            positions=positions, angles=angles,
+        )  # fmt: skip
+        if self.parallel:  # both sub-layers read the block's input
+            mlp = self.hook_mlp_out(self.mlp(self.ln2(x)))
+            out = x + self.dropout(self.hook_attn_out(attn.output)) + self.dropout(mlp)
+            return BlockOutput(self.hook_resid_post(out), attn.weights)
+        x = self.hook_resid_mid(self._add(x, self.hook_attn_out(attn.output), self.ln1))
+        cross_weights = None
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("a block with cross-attention needs the memory it reads")
+            cross = self.cross_attn(
+                self._in(x, self.ln_cross), memory, mask=memory_mask,
+                need_weights=need_weights, cache=memory_cache,
+            )  # fmt: skip
+            x = self._add(x, self.hook_cross_attn_out(cross.output), self.ln_cross)
+            x, cross_weights = self.hook_resid_mid_cross(x), cross.weights
+        mlp = self.hook_mlp_out(self.mlp(self._in(x, self.ln2)))
+        x = self.hook_resid_post(self._add(x, mlp, self.ln2))
+        return BlockOutput(x, attn.weights, cross_weights)
+
+    def _in(self, x: Tensor, norm: nn.Module | None) -> Tensor:
+        """A sub-layer's input: the stream, normalised first under pre-norm."""
+        return norm(x) if self.norm_first and norm is not None else x
+
+    def _add(self, x: Tensor, y: Tensor, norm: nn.Module | None) -> Tensor:
+        """The stream ``x`` plus a sub-layer's output ``y``, normalised under post-norm."""
+        x = x + self.dropout(y)
+        return x if self.norm_first or norm is None else norm(x)
+
+    def extra_repr(self) -> str:
+        wiring = "parallel" if self.parallel else "pre-norm" if self.norm_first else "post-norm"
+        return f"wiring={wiring}"
+
+
+class EncoderLayer(Block):
+    """The paper's encoder layer: self-attention, then feed-forward, each with residual +
+    LayerNorm; with ``causal=True`` a GPT block.
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        d_ff: inner width of the feed-forward network.
+        dropout: dropout on each residual branch and inside the FFN.
+        attention_dropout: dropout on the attention weights (off by default: on CPU a
+            non-zero value also forces attention off the fused kernel under a mask).
+        activation: "relu", "gelu", "gelu_tanh" or "swiglu".
+        norm_first: pre-norm (True) or the paper's post-norm (False).
+        head_dim: width of one head; ``d_model // num_heads`` when None.
+        qkv_bias: bias on the q, k, v projections.
+        bias: bias on the output projection, the feed-forward layers and the LayerNorms.
+        causal: forbid attending to later positions.
+        layer_norm_eps: the norms' epsilon.
+        norm: "layer" (LayerNorm) or "rms" (RMSNorm).
+        num_kv_heads: key/value heads for grouped-query attention; None for H.
+        rotary: a rotary embedding the attention applies itself, or True: rotated by the
+            angles the caller passes (``forward(angles=)``, as models do).
+        attention_window: w: local self-attention over the w positions before (and,
+            unless causal, after) each one; None attends to all.
+        global_tokens: with a window, the first positions that see and are seen by all.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        bias: bool = True,
+        causal: bool = False,
+        layer_norm_eps: float = 1e-5,
+        norm: str = "layer",
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | bool | None = None,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
+    ) -> None:
+        super().__init__(
+            attn=MultiHeadAttention(
+                d_model=d_model,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                dropout=attention_dropout,
+                qkv_bias=qkv_bias,
+                out_bias=bias,
+                causal=causal,
+                num_kv_heads=num_kv_heads,
+                rotary=rotary,
+                window=window_of(attention_window, causal),
+                global_tokens=global_tokens,
+            ),  # fmt: skip
+            mlp=feed_forward(
+                d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
+            ),
+            ln1=make_norm(norm, d_model, eps=layer_norm_eps, bias=bias),
+            ln2=make_norm(norm, d_model, eps=layer_norm_eps, bias=bias),
+            norm_first=norm_first,
+            dropout=dropout,
+        )
+
+
+class DecoderLayer(Block):
+    """The paper's decoder layer: masked self-attention, cross-attention to the encoder's
+    output, then feed-forward, each with residual + LayerNorm.
+
+    Arguments as for ``EncoderLayer``; ``causal`` defaults to True. A window applies to the
+    self-attention only: cross-attention reads the whole memory.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        bias: bool = True,
+        causal: bool = True,
+        layer_norm_eps: float = 1e-5,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
+    ) -> None:
+        heads: dict[str, Any] = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim)
+        projections: dict[str, Any] = dict(
+            dropout=attention_dropout, qkv_bias=qkv_bias, out_bias=bias
+        )
+        super().__init__(
+            attn=MultiHeadAttention(
+                **heads,
+                **projections,
+                causal=causal,
+                window=window_of(attention_window, causal),
+                global_tokens=global_tokens,
+            ),  # fmt: skip
+            cross_attn=MultiHeadAttention(**heads, **projections),
+            mlp=feed_forward(
+                d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
+            ),
+            ln1=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            ln_cross=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            ln2=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            norm_first=norm_first,
+            dropout=dropout,
+        )
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        **options,
+    ) -> BlockOutput:
+        """``Block.forward`` with the memory second, as ``nn.TransformerDecoderLayer`` takes it."""
+        return super().forward(x, mask, memory=memory, memory_mask=memory_mask, **options)
+
+
+def window_of(attention_window: int | None, causal: bool) -> tuple[int, int] | None:
+    """A config's ``attention_window`` w as an attention's window: (w, 0) causal, else (w, w)."""
+    if attention_window is None:
+        return None
+    return (attention_window, 0 if causal else attention_window)

@@ -1,0 +1,234 @@
+"""Every model kind × every glass-box tool: each works, or says in one line why it does not
+apply. And one script (run_with_cache, the logit lens, activation patching) runs unchanged,
+by the same names, on a GPT, a classifier and a translator's decoder.
+
+The tools are run as a user runs them, from the command line on saved model directories:
+``attention`` (PNG and the HTML viewer), ``trace``, ``lens`` and ``patch``; and
+``run_with_cache`` from Python.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from glassformer import (
+    GPT,
+    BertClassifier,
+    BertClassifierConfig,
+    BertConfig,
+    BertEncoder,
+    ClassifierConfig,
+    EncoderLM,
+    EncoderLMConfig,
+    GPTClassifier,
+    GPTClassifierConfig,
+    GPTConfig,
+    SentenceConfig,
+    SentenceEncoder,
+    Seq2SeqConfig,
+    Seq2SeqTransformer,
+    TransformerClassifier,
+    VisionTransformer,
+    ViTConfig,
+    load_run,
+)
+from glassformer.cli import main
+from glassformer.data.tokenizers import CharTokenizer, WordPieceTokenizer
+from glassformer.inspect import activation_patching, logit_difference, logit_lens
+from glassformer.inspect.patching import per_layer
+
+TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
+LABELS = ["neg", "pos", "mid"]
+TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
+KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
+         "bert", "bert classifier", "sentence", "vit")  # fmt: skip
+LENS = {"gpt", "modern gpt", "encoder lm", "classifier", "gpt classifier", "bert classifier",
+        "vit"}  # fmt: skip
+PATCH = {"gpt", "modern gpt", "encoder lm", "classifier", "gpt classifier", "bert classifier"}
+
+
+def build(kind: str, chars, pieces):
+    """(model, tokenizer or image processor, extra files) of one small model of ``kind``."""
+    v, w = chars.vocab_size, pieces.vocab_size if pieces is not None else 0
+    bert = dict(vocab_size=w, max_len=32, **TINY)
+    made = {
+        "classifier": lambda: TransformerClassifier(
+            ClassifierConfig(vocab_size=v, num_classes=3, max_len=32, **TINY)
+        ),
+        "gpt classifier": lambda: GPTClassifier(
+            GPTClassifierConfig(vocab_size=v, num_classes=3, max_len=32, **TINY)
+        ),
+        "translator": lambda: Seq2SeqTransformer(
+            Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32)
+        ),
+        "gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY)),
+        "modern gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32)),
+        "encoder lm": lambda: EncoderLM(EncoderLMConfig(vocab_size=v, max_len=32, **TINY)),
+        "bert": lambda: BertEncoder(BertConfig(**bert)),
+        "bert classifier": lambda: BertClassifier(BertClassifierConfig(**bert, num_classes=3)),
+        "sentence": lambda: SentenceEncoder(SentenceConfig(**bert, max_tokens=16), pieces),
+        "vit": lambda: VisionTransformer(
+            ViTConfig(image_size=8, patch_size=2, num_classes=3, **TINY)
+        ),
+    }
+    torch.manual_seed(0)
+    model = made[kind]().eval()
+    tokenizer = pieces if "bert" in kind or kind == "sentence" else chars
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A saved directory of every kind, with what ``load_run`` needs beside the weights;
+    and an image for the ViT."""
+    pytest.importorskip("tokenizers")
+    from PIL import Image
+
+    from glassformer.data.images import ImageProcessor
+
+    chars = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    pieces = WordPieceTokenizer.train([TEXT, OTHER, "a cat and a dog"] * 5, vocab_size=60)
+    root = tmp_path_factory.mktemp("kinds")
+    found = {}
+    for kind in KINDS:
+        model, tokenizer = build(kind, chars, pieces)
+        path = root / kind.replace(" ", "-")
+        files = {"labels.json": json.dumps(LABELS).encode()}
+        if kind == "vit":
+            files["image_processor.json"] = ImageProcessor((8, 8), 1).to_json().encode()
+        elif kind != "sentence":  # the sentence encoder writes its own
+            files["tokenizer.json"] = tokenizer.to_json().encode()
+        model.save_pretrained(path, extra_files=files)
+        found[kind] = path
+    image = root / "digit.png"
+    Image.fromarray((torch.rand(8, 8) * 255).byte().numpy(), mode="L").save(image)
+    found["image"] = image
+    return found
+
+
+def text_for(kind: str, runs) -> str:
+    return str(runs["image"]) if kind == "vit" else TEXT
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_attention_picture_and_page_of_every_kind(kind, runs, tmp_path, capsys):
+    text = text_for(kind, runs)
+    picture = tmp_path / "a.png"
+    assert main(["attention", "--model", str(runs[kind]), text, "--out", str(picture)]) == 0
+    pictures = list(tmp_path.glob("a*.png"))
+    assert pictures and all(p.read_bytes()[:4] == b"\x89PNG" for p in pictures)
+    assert len(pictures) == (3 if kind == "translator" else 1)  # encoder, decoder, cross
+    page = tmp_path / "v.html"
+    assert main(["attention", "--model", str(runs[kind]), text, "--out", str(page)]) == 0
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_trace_of_every_kind(kind, runs, capsys):
+    assert main(["trace", "--model", str(runs[kind]), text_for(kind, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "block 2 · feed-forward" in out and "softmax over keys" in out
+    last = {"bert": "block output", "sentence": "block output"}.get(kind, "logits")
+    assert last in out.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_with_cache_on_every_kind_has_the_shared_names(kind, runs):
+    from glassformer.viz.attention import model_inputs
+
+    model, tokenizer = load_run(runs[kind])
+    args, kwargs, _ = model_inputs(model, tokenizer, text_for(kind, runs), None)
+    _, cache = model.run_with_cache(*args, **kwargs)
+    prefix = "decoder." if kind == "translator" else ""
+    shared = (
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.1.ln2.hook_normalized",
+        "blocks.1.attn.hook_pattern",
+        "blocks.1.mlp.hook_post",
+        "blocks.1.hook_resid_post",
+    )
+    for name in shared:
+        assert f"{prefix}{name}" in cache, name
+    assert set(cache) == {n for n in model.hook_names() if not n.endswith("hook_result")}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_lens_of_every_kind_or_one_line_why_not(kind, runs, tmp_path, capsys):
+    out = tmp_path / "lens.png"
+    code = main(["lens", "--model", str(runs[kind]), text_for(kind, runs), "--out", str(out)])
+    if kind in LENS:
+        assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+        printed = capsys.readouterr().out
+        assert "layer 2" in printed and "embeddings" in printed
+        if kind not in ("gpt", "modern gpt", "encoder lm"):
+            assert any(label in printed for label in LABELS)  # a classifier's classes
+    else:
+        assert code == 2
+        err = one_line_error(capsys)
+        assert "translator" in err or "does not have" in err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_patching_every_kind_or_one_line_why_not(kind, runs, tmp_path, capsys):
+    answers = ["--answer", "pos", "--wrong", "neg"] if "classifier" in kind else []
+    answers = answers or ["--answer", "a", "--wrong", "o"]
+    if "bert" in kind:  # a word piece that is one token
+        answers = ["--answer", "pos", "--wrong", "neg"]
+    argv = ["patch", "--model", str(runs[kind]), "--clean", TEXT, "--corrupt", OTHER,
+            *answers, "--out", str(tmp_path / "p.png")]  # fmt: skip
+    code = main(argv)
+    if kind in PATCH:
+        assert code == 0, capsys.readouterr().err
+        assert "layer 1" in capsys.readouterr().out
+    else:
+        assert code == 2
+        assert "`patch` runs a language model or a classifier" in one_line_error(capsys)
+
+
+# ---- one script, the same names, three kinds ----------------------------------------------
+
+
+def study(model, clean, corrupt, metric):
+    """What an interpretability script does: the residual stream after every block, what the
+    model would say after each (the logit lens), and where the clean answer lives
+    (activation patching). Nothing in it knows which kind of model it reads."""
+    names = per_layer(model, "hook_resid_post")
+    _, cache = model.run_with_cache(*clean, names=names)
+    stream = torch.stack([cache[name] for name in names])  # (L, 1, T, D)
+    lens = logit_lens(model, *clean)
+    effect = activation_patching(model, clean, corrupt, metric)  # (L, T)
+    return stream, lens, effect
+
+
+@pytest.mark.parametrize("kind", ["gpt", "classifier", "translator"])
+def test_one_script_runs_unchanged_on_a_gpt_a_classifier_and_a_translators_decoder(kind):
+    chars = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    model, _ = build(kind, chars, None)
+    clean_ids, corrupt_ids = torch.tensor([chars.encode(TEXT)]), torch.tensor([chars.encode(OTHER)])
+    if kind == "translator":  # the decoder reads the same target; the sources differ
+        target = torch.tensor([[model.config.bos_id, *chars.encode("el gato")]])
+        clean, corrupt = (clean_ids, target), (corrupt_ids, target)
+    else:
+        clean, corrupt = (clean_ids,), (corrupt_ids,)
+    metric = logit_difference(1, 2)
+    stream, lens, effect = study(model, clean, corrupt, metric)
+    with torch.no_grad():
+        logits = model(*clean).logits
+    L = 2
+    assert stream.shape[0] == L and lens.stages == ["embeddings", "layer 1", "layer 2"]
+    last = lens.logits[-1, 0] if kind == "classifier" else lens.logits[-1]
+    torch.testing.assert_close(last, logits[0], atol=1e-5, rtol=0)  # the lens ends in the output
+    assert effect.shape == (L, clean[-1].size(1))
+    everything_clean = activation_patching(model, clean, clean, metric)
+    torch.testing.assert_close(everything_clean, torch.full_like(effect, metric(logits)))
