@@ -228,7 +228,9 @@ def _static_next_logits(model, ids: Tensor, keep: Tensor, total: int, compile: b
             return logits
         filled[:, 0, 0, length - 1] = True  # the newest token's slot
         token.copy_(out[:, length - 1 : length])
-        mask = filled if compile else filled[..., :length]
+        # Eager, the cache hands attention the filled slots only: they need a mask only
+        # where a prompt had padding.
+        mask = filled if compile else filled[..., :length] if padded else None
         logits = step(model, token, positions, mask, cache)
         positions.add_(1)
         return logits

@@ -60,7 +60,7 @@ def use_whole_buffers(cache: DecoderCache) -> None:
     for layer in cache.self_attn:
         if not isinstance(layer, StaticKVCache):
             raise TypeError(f"expected a static cache, got a {type(layer).__name__}")
-        layer.whole = True
+        layer.use_whole_buffers()
 
 
 def can_decode_statically(model: Any) -> str | None:
@@ -74,7 +74,7 @@ def can_decode_statically(model: Any) -> str | None:
 
 
 def decode_step(
-    model: Any, ids: Tensor, positions: Tensor, filled: Tensor, cache: DecoderCache
+    model: Any, ids: Tensor, positions: Tensor, filled: Tensor | None, cache: DecoderCache
 ) -> Tensor:
     """One new token per row through ``model`` (a ``GPT``), by its own forward: the
     next-token logits (B, V).
@@ -83,7 +83,7 @@ def decode_step(
         ids: the newest tokens (B, 1).
         positions: their positions (B, 1) (a left-padded row counts its real tokens only).
         filled: (B, 1, 1, Tk) bool, True for the cache slots that hold a real token (this
-            step's included): the keys attention may read.
+            step's included): the keys attention may read (None: all it is given).
         cache: from ``static_cache``, with the earlier tokens in it.
     """
     return model(ids, mask=filled, cache=cache, positions=positions).logits[:, -1]

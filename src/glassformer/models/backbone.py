@@ -106,7 +106,7 @@ class Backbone(PretrainedModel):
             x = x + self.token_type(types)
         if self.ln_embed is not None:
             x = self.ln_embed(x)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x
 
     def run_blocks(
         self,

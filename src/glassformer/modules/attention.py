@@ -28,7 +28,11 @@ from glassformer.modules.local_attention import (
     window_allowed,
 )
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
-from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
+from glassformer.modules.sdpa import (
+    AttentionOutput,
+    fused_attention,
+    scaled_dot_product_attention,
+)
 
 __all__ = ["AttentionOutput", "MultiHeadAttention", "check_dropout", "check_heads"]
 
@@ -166,19 +170,36 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"query must be (batch, length, {self.d_model}), got {tuple(query.shape)}"
             )
-        if key is not None and cache is not None and len(cache) > 0:
-            q = self._hooked(self.hook_q, _split_heads(self._project_query(query), self.num_heads))
-            k, v = cache.keys, cache.values  # the memory's, computed on the first call
-        else:
-            q, k, v = self._project(query, key, value)  # q (B, H, T, Dh), k, v (B, Hkv, T, Dh)
-            if key is None:
+        if key is None:  # q (B, H, T, Dh), k and v (B, Hkv, Tk, Dh), the cached ones too
+            q, k, v = self._project(query, None, None)
+            if self.rotates or angles is not None:
                 q, k = self._rotate(q, k, angles, positions, cache)
             if cache is not None:
                 k, v = cache.append(k, v)
-        if k.dtype != q.dtype:  # a cache that keeps its keys wider (the static one, on CPU)
-            q = q.to(k.dtype)
-        out, weights = self._attend(q, k, v, mask, need_weights, cache, self_attention=key is None)
-        return AttentionOutput(self._merge(out.to(query.dtype)), weights if need_weights else None)
+        else:
+            q, k, v = self._project_memory(query, key, value, cache)
+        looking = need_weights or bool(self.hook_attn_scores.fns or self.hook_pattern.fns)
+        if self.window is None and not looking and k.dtype == q.dtype:  # the common case
+            dropout_p = self.dropout if self.training else 0.0
+            out = fused_attention(q, k, v, mask, dropout_p, self.causal)
+            return AttentionOutput(self._merge(out), None)
+        out, weights = self._attend(q, k, v, mask, looking, cache, self_attention=key is None)
+        if out.dtype != query.dtype:
+            out = out.to(query.dtype)
+        return AttentionOutput(self._merge(out), weights if need_weights else None)
+
+    def _project_memory(
+        self, query: Tensor, key: Tensor, value: Tensor | None, cache: KVCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Cross-attention's q, k and v: k and v from the memory, projected on the first
+        call and kept in the ``cache`` (if any) for the next ones."""
+        if cache is not None and len(cache) > 0:
+            q = self._hooked(self.hook_q, _split_heads(self._project_query(query), self.num_heads))
+            return q, cache.keys, cache.values  # the memory's, computed on the first call
+        q, k, v = self._project(query, key, value)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return q, k, v
 
     def _rotate(
         self,
@@ -188,12 +209,10 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None,
         cache: KVCache | None,
     ) -> tuple[Tensor, Tensor]:
-        """q and k turned by their positions, when the model passes ``angles`` or the module
-        has a ``rotary`` of its own; unchanged by a module that does not rotate."""
+        """q and k turned by their positions: by the ``angles`` the model passes, or by the
+        module's own ``rotary``. Angles given to a module that does not rotate are an error."""
         if not self.rotates:
-            if angles is not None:
-                raise ValueError("angles given to an attention that does not rotate (rotary=None)")
-            return q, k
+            raise ValueError("angles given to an attention that does not rotate (rotary=None)")
         if angles is None:
             if self.rotary is None:
                 raise ValueError("this attention rotates by the angles it is given; pass angles=")
@@ -210,15 +229,18 @@ class MultiHeadAttention(nn.Module):
         k: Tensor,
         v: Tensor,
         mask: Tensor | None,
-        need_weights: bool,
+        looking: bool,
         cache: KVCache | None,
         *,
         self_attention: bool,
     ) -> AttentionOutput:
         """Each head's weighted sum of values, (B, H, Tq, Dh), and the weights when asked
-        for (or hooked: the scores and weights exist on the readable path only)."""
+        for (or hooked: the scores and weights exist on the readable path only). Keys a
+        cache keeps wider than the queries (the static one, on CPU) are attended in their
+        dtype."""
+        if k.dtype != q.dtype:
+            q = q.to(k.dtype)
         dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
-        looking = need_weights or self.hook_attn_scores.active or self.hook_pattern.active
         if self.window is None:
             return self._dense(q, k, v, mask, dropout_p, looking)
         if not self_attention:
@@ -228,7 +250,7 @@ class MultiHeadAttention(nn.Module):
     def _merge(self, out: Tensor) -> Tensor:
         """The heads' outputs (B, H, Tq, Dh) side by side, projected: (B, Tq, D)."""
         z = self.hook_z(out.transpose(1, 2))  # (B, Tq, H, Dh)
-        if self.hook_result.active:
+        if self.hook_result.fns:
             return self._from_heads(z)
         B, Tq, H, Dh = z.shape
         return self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
@@ -236,7 +258,7 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _hooked(point: HookPoint, x: Tensor) -> Tensor:
         """A hook point on per-head values, which it sees as (B, T, H, Dh); x is (B, H, T, Dh)."""
-        if not point.active:
+        if not point.fns:  # (no hook attached: the common case, kept to one test)
             return x
         return point(x.transpose(1, 2)).transpose(1, 2)
 
@@ -348,8 +370,11 @@ class MultiHeadAttention(nn.Module):
 
     def _hooked_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k and v through their hook points."""
+        points = self.hook_q, self.hook_k, self.hook_v
+        if not (points[0].fns or points[1].fns or points[2].fns):
+            return q, k, v
         hooked = self._hooked
-        return hooked(self.hook_q, q), hooked(self.hook_k, k), hooked(self.hook_v, v)
+        return hooked(points[0], q), hooked(points[1], k), hooked(points[2], v)
 
     def extra_repr(self) -> str:
         return (

@@ -158,7 +158,7 @@ class Block(nn.Module):
 
     def _add(self, x: Tensor, y: Tensor, norm: nn.Module | None) -> Tensor:
         """The stream ``x`` plus a sub-layer's output ``y``, normalised under post-norm."""
-        x = x + self.dropout(y)
+        x = x + (self.dropout(y) if self.training else y)  # (dropout is off in eval)
         return x if self.norm_first or norm is None else norm(x)
 
     def extra_repr(self) -> str:

@@ -163,12 +163,13 @@ class StaticKVCache(KVCache):
     """Keys and values in storage allocated once, (B, Hkv, capacity, Dh), written in place:
     nothing grows while decoding, and going past the capacity is an error.
 
-    ``append`` writes at ``slot``, a tensor that it moves on in place. It returns the
-    filled part of the storage; with ``whole = True`` the whole storage, filled or not, so
-    that every step sees the same shapes (``torch.compile`` compiles the step once) and the
-    caller's mask leaves out the slots not filled yet. The storage may be wider than the
-    model (``static_cache`` keeps float32 under a bf16 model on the CPU): the attention then
-    runs in the storage's dtype.
+    ``append`` writes after the positions filled so far and returns the filled part of the
+    storage. With ``whole = True`` (``use_whole_buffers``) it writes at ``slot``, a tensor it
+    moves on in place, and returns the whole storage, filled or not: every step then sees
+    the same shapes, with no Python number changing (``torch.compile`` compiles the step
+    once), and the caller's mask leaves out the slots not filled yet. The storage may be
+    wider than the model (``static_cache`` keeps float32 under a bf16 model on the CPU): the
+    attention then runs in the storage's dtype.
     """
 
     def __init__(
@@ -193,6 +194,11 @@ class StaticKVCache(KVCache):
     def length(self) -> int:
         return int(self.slot) if self.whole else self._length
 
+    def use_whole_buffers(self) -> None:
+        """From now on hand attention the whole storage (see the class notes)."""
+        self.slot.fill_(self._length)
+        self.whole = True
+
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         assert self._k is not None and self._v is not None
         new = k.size(2)
@@ -201,14 +207,18 @@ class StaticKVCache(KVCache):
                 f"the static cache holds {self.capacity} positions; {self._length} are "
                 f"filled and {new} more came"
             )
-        index = self.slot + torch.arange(new, device=self.slot.device)  # (new,)
-        self._k.index_copy_(2, index, k.to(self._k.dtype))
-        self._v.index_copy_(2, index, v.to(self._v.dtype))
-        self.slot.add_(new)
+        if k.dtype != self._k.dtype:
+            k, v = k.to(self._k.dtype), v.to(self._v.dtype)
         if self.whole:  # no Python number changes here: a compiled step stays one graph
+            index = self.slot if new == 1 else self.slot + torch.arange(new, device=k.device)
+            self._k.index_copy_(2, index, k)  # (new,) slots along the positions
+            self._v.index_copy_(2, index, v)
+            self.slot.add_(new)
             return self._k, self._v
-        self._length += new
-        return self.keys, self.values
+        start, self._length = self._length, self._length + new
+        self._k[:, :, start : self._length] = k
+        self._v[:, :, start : self._length] = v
+        return self._k[:, :, : self._length], self._v[:, :, : self._length]
 
     @property
     def buffers(self) -> tuple[Tensor, Tensor]:

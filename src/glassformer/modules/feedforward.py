@@ -86,7 +86,8 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
         pre = self.hook_pre(self.linear1(x))  # (B, T, d_ff), before the activation
-        return self.linear2(self.dropout(self.hook_post(self._act(pre))))
+        post = self.hook_post(self._act(pre))
+        return self.linear2(self.dropout(post) if self.training else post)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -133,7 +134,7 @@ class GatedFeedForward(nn.Module):
         """(B, T, D) → (B, T, D)."""
         gate = self.hook_pre(self.gate_proj(x))  # (B, T, d_ff), before the activation
         hidden = self.hook_post(self._act(gate) * self.hook_pre_linear(self.up_proj(x)))
-        return self.down_proj(self.dropout(hidden))
+        return self.down_proj(self.dropout(hidden) if self.training else hidden)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"

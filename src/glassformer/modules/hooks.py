@@ -2,11 +2,12 @@
 
 Every module places a ``HookPoint`` on each value worth looking at (``hook_q``,
 ``hook_pattern``, ``hook_resid_mid``, ...). A hook point is an identity, and an unused one
-costs one attribute test: it skips ``nn.Module``'s call machinery. With functions attached,
+costs one attribute test: it is a plain attribute, not a module. With functions attached,
 each gets ``(value, name)`` and may return a replacement (None keeps the value). A hook
-point's name is its path in the module tree (``blocks.layers.3.self_attn.hook_pattern``).
+point's name is its module's path and its attribute (``blocks.3.attn.hook_pattern``);
+every model kind names its activations alike (docs/hooks.md has the table).
 
-    with attach_hooks(model, [("blocks.layers.0.self_attn.hook_pattern", print_shape)]):
+    with attach_hooks(model, [("blocks.0.attn.hook_pattern", print_shape)]):
         model(ids)
 
 ``ActivationCache`` is what ``run_with_cache`` gives back: the values by name.
@@ -31,12 +32,16 @@ OPT_IN = ("hook_result",)
 Names = Sequence[str] | str | Callable[[str], bool] | None
 
 
-class HookPoint(nn.Module):
+class HookPoint:
     """An identity with a name, until functions are attached: then each one sees the value
-    (and the name) and may return a replacement."""
+    (and the name) and may return a replacement.
+
+    A hook point is not an ``nn.Module``: it holds no weights and does no work of its own,
+    so a model's module tree (and ``print(model)``) shows only what computes, and reading
+    one is a plain attribute lookup. ``hook_points`` finds them among each module's
+    attributes."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.name = ""  # set by hook_points(): its path in the model
         self.fns: list[HookFn] = []
 
@@ -53,20 +58,22 @@ class HookPoint(nn.Module):
                 value = out
         return value
 
-    def forward(self, value: Tensor) -> Tensor:
-        return self(value)
-
-    def extra_repr(self) -> str:
-        return f"{len(self.fns)} hook(s)" if self.fns else ""
+    def __repr__(self) -> str:
+        hooks = f", {len(self.fns)} hook(s)" if self.fns else ""
+        return f"HookPoint({self.name!r}{hooks})"
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """The model's hook points by name (names set on the points as they are found)."""
+    """The model's hook points by name, each module's (in the module tree's order) after
+    its own name: ``blocks.3.attn.hook_pattern`` is the attribute ``hook_pattern`` of the
+    module ``blocks.3.attn``. The names are set on the points as they are found."""
     points = {}
-    for name, module in model.named_modules():
-        if isinstance(module, HookPoint):
-            module.name = name
-            points[name] = module
+    for prefix, module in model.named_modules():
+        for attribute, value in vars(module).items():
+            if isinstance(value, HookPoint):
+                name = f"{prefix}.{attribute}" if prefix else attribute
+                value.name = name
+                points[name] = value
     return points
 
 
@@ -117,7 +124,7 @@ def attach_hooks(model: nn.Module, hooks: Sequence[tuple[Names, HookFn]]) -> Ite
 class ActivationCache(Mapping[str, Tensor]):
     """The values a run went through, by hook-point name (a read-only mapping).
 
-    ``stack("blocks.layers.*.hook_resid_post")`` stacks one name over the layers (the
+    ``stack("blocks.*.hook_resid_post")`` stacks one name over the layers (the
     ``*`` is the layer index) into (L, ...); ``to(device or dtype)`` moves every value.
     """
 

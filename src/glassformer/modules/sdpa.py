@@ -69,35 +69,50 @@ def scaled_dot_product_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     check_mask(mask)
+    if not need_weights:
+        return AttentionOutput(fused_attention(q, k, v, mask, dropout_p, is_causal, hooks), None)
     Tq, Tk = q.size(-2), k.size(-2)
-    if is_causal and Tq == 1:
-        is_causal = False  # one query at the end of the keys may see all of them
-    group = _group_size(q, k)
-
-    if not need_weights and not _fused_is_slow(q, k):
-        # The fused kernel shares the key/value heads itself (enable_gqa): measured 1.4x
-        # faster than repeating them for training, 2-3x for a decoding step (B=1-8, 9 query
-        # heads on 3, 256-1024 keys; bit-identical outputs).
-        gqa = group > 1
-        if is_causal and mask is None and Tq == Tk:
-            # The fused kernel builds the triangle itself; no mask is materialised.
-            out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa
-            )
-            return AttentionOutput(out, None)
-        if is_causal:
-            mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa
-        )
-        return AttentionOutput(out, None)
-
-    if is_causal:
+    if is_causal and Tq > 1:  # one query at the end of the keys may see all of them
         mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
+    group = _group_size(q, k)
     if group > 1:  # spelled out: each key/value head repeated for the query heads it serves
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out, weights = _attend(q, k, v, mask, dropout_p, hooks)
-    return AttentionOutput(out, weights if need_weights else None)
+    return AttentionOutput(*_attend(q, k, v, mask, dropout_p, hooks))
+
+
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    hooks: tuple[HookPoint, HookPoint] | None = None,
+) -> Tensor:
+    """The output of ``scaled_dot_product_attention`` without the weights, (B, H, Tq, Dv):
+    PyTorch's fused kernel, except for short bfloat16/float16 inputs on CPU, where the
+    matmul path is the faster one (the arguments are that function's, unchecked)."""
+    Tq, Tk = q.size(-2), k.size(-2)
+    causal = is_causal and Tq > 1  # one query at the end of the keys may see all of them
+    group = _group_size(q, k)
+    if _fused_is_slow(q, k):
+        if causal:
+            mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return _attend(q, k, v, mask, dropout_p, hooks)[0]
+    # The fused kernel shares the key/value heads itself (enable_gqa): measured 1.4x faster
+    # than repeating them for training, 2-3x for a decoding step (B=1-8, 9 query heads on
+    # 3, 256-1024 keys; bit-identical outputs).
+    if causal and mask is None and Tq == Tk:  # the kernel builds the triangle itself
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=group > 1
+        )
+    if causal:
+        mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=group > 1
+    )
 
 
 def _attend(
@@ -143,8 +158,8 @@ def _fused_is_slow(q: Tensor, k: Tensor) -> bool:
     + backward: 35 vs 5-7 ms at B=64, H=4, T=40, Dh=64; 6.5 vs 2.5 ms at nanoGPT's CPU
     shape), while for long ones it wins again (97 vs 180 ms at B=32, H=8, T=256, Dh=16).
     """
-    low_precision = q.dtype in (torch.bfloat16, torch.float16)
-    return q.device.type == "cpu" and low_precision and k.size(-2) <= 128
+    low_precision = q.dtype == torch.bfloat16 or q.dtype == torch.float16
+    return low_precision and k.size(-2) <= 128 and q.device.type == "cpu"
 
 
 def _and(mask: Tensor | None, other: Tensor) -> Tensor:
