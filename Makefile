@@ -57,17 +57,20 @@ NANOGPT ?=
 bench: $(STAMP)
 	$(BIN)/glassformer bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
-## Style (ruff), types (mypy on src/) and the layering of the package (import-linter's
-## contract in pyproject.toml: cli > training > viz|interop|inference|keras > models > ...).
+## Style (ruff, with its private-member rule on src/), types (mypy on src/), the layering of
+## the package (import-linter's contract in pyproject.toml: cli > training >
+## viz|interop|inference|keras > inspect > models > ...) and the sizes: no file in src/
+## over 400 lines, no function over 60 lines of code (tools/check_sizes.py names any).
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_sizes.py --max-file-lines 400 --max-function-lines 60 src
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks tools
+	$(BIN)/ruff check --fix src tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

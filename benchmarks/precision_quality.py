@@ -68,10 +68,10 @@ def smollm2_on_imdb(reviews: int, max_tokens: int) -> None:
 def run_on_validation(path: str, windows: int) -> None:
     from glassformer import load_run
     from glassformer.training.config import RunConfig
-    from glassformer.training.tasks import data_options, load_splits
+    from glassformer.training.tasks import load_splits
 
     model, tok = load_run(path, kind="gpt")
-    _, validation, _, _ = load_splits(data_options(RunConfig.from_run(path)))
+    _, validation, _, _ = load_splits(RunConfig.from_run(path))
     text = validation if isinstance(validation, str) else "\n".join(validation)
     ids = torch.tensor(tok.encode(text))
     size = model.config.max_len + 1

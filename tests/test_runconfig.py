@@ -120,7 +120,7 @@ def test_frozen_and_keyword_only():
         (
             dict(positional="alibi"),
             "positional",
-            "must be learned, sinusoidal or rope, got 'alibi'",
+            "must be one of ['learned', 'sinusoidal', 'rope'], got 'alibi'",
         ),
         (dict(optimizer="sgd"), "optimizer", "must be one of ['adam', 'adamw'], got 'sgd'"),
         (dict(bf16="yes"), "bf16", "must be True, False or 'auto', got 'yes'"),

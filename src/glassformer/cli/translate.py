@@ -75,12 +75,12 @@ def _report_bleu(
 ) -> int:
     from glassformer.training.config import RUN_FILE, RunConfig
     from glassformer.training.evaluation import bleu
-    from glassformer.training.tasks import data_options, load_splits
+    from glassformer.training.tasks import load_splits
 
     run_file = ckpt.parent / RUN_FILE
     if not run_file.is_file():
         raise ValueError(f"--bleu needs the run directory's run.json; {run_file} does not exist")
-    _, validation, test, _ = load_splits(data_options(RunConfig.from_run(ckpt.parent)))
+    _, validation, test, _ = load_splits(RunConfig.from_run(ckpt.parent))
     rows = test if split == "test" else validation
     if not rows:
         raise ValueError(f"the run's data has no {split} split")

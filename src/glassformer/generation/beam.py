@@ -95,23 +95,8 @@ def beam_search(
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (B, 2K): K can end at eos
         rows, tokens, new_scores = [], [], []
         for b in range(B):
-            chosen = []
-            if not hyps[b].done:
-                for rank, (s, i) in enumerate(
-                    zip(top_scores[b].tolist(), top_index[b].tolist(), strict=True)
-                ):
-                    beam, token = divmod(i, V)
-                    if token == c.eos_id:
-                        if rank < K:
-                            hyps[b].add(ys[b * K + beam, 1:].tolist() + [token], s)
-                    elif s > float("-inf"):
-                        chosen.append((s, b * K + beam, token))
-                    if len(chosen) == K:
-                        break
-                hyps[b].check_done(chosen[0][0] if chosen else float("-inf"), step + 1)
-            while len(chosen) < K:  # a finished sentence (or one out of options) idles
-                chosen.append((float("-inf"), b * K, c.pad_id))
-            for s, row, token in chosen:
+            candidates_b = zip(top_scores[b].tolist(), top_index[b].tolist(), strict=True)
+            for s, row, token in _extend(hyps[b], candidates_b, b, ys, V, c, step):
                 new_scores.append(s)
                 rows.append(row)
                 tokens.append(token)
@@ -135,8 +120,38 @@ def beam_search(
         )
         for h, (tokens, log_prob) in zip(hyps, greedy, strict=True):
             h.add(tokens, log_prob)
+    return _best_ids(hyps, c, device)
+
+
+def _extend(hyps: _Hypotheses, candidates, b: int, ys: Tensor, V: int, c, step: int) -> list:
+    """Sentence ``b``'s K best extensions (score, row of ``ys``, token) among its 2K best
+    ``candidates`` (score, flat index over beams × vocabulary); those that end in the stop
+    token among the first K become finished hypotheses. A finished sentence (or one out of
+    options) idles on padding."""
+    K = hyps.K
+    chosen: list[tuple[float, int, int]] = []
+    if not hyps.done:
+        for rank, (s, i) in enumerate(candidates):
+            beam, token = divmod(i, V)
+            if token == c.eos_id:
+                if rank < K:
+                    hyps.add(ys[b * K + beam, 1:].tolist() + [token], s)
+            elif s > float("-inf"):
+                chosen.append((s, b * K + beam, token))
+            if len(chosen) == K:
+                break
+        hyps.check_done(chosen[0][0] if chosen else float("-inf"), step + 1)
+    while len(chosen) < K:
+        chosen.append((float("-inf"), b * K, c.pad_id))
+    return chosen
+
+
+def _best_ids(hyps: list[_Hypotheses], c, device) -> Tensor:
+    """Each sentence's best hypothesis after its start token, padded: (B, T)."""
     best = [h.best() for h in hyps]
-    out = torch.full((B, 1 + max(map(len, best))), c.pad_id, dtype=torch.long, device=device)
+    out = torch.full(
+        (len(hyps), 1 + max(map(len, best))), c.pad_id, dtype=torch.long, device=device
+    )
     out[:, 0] = c.bos_id
     for b, tokens in enumerate(best):
         out[b, 1 : 1 + len(tokens)] = torch.tensor(tokens, dtype=torch.long)

@@ -21,11 +21,9 @@ from torch import Tensor, nn
 from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.local_attention import (
-    as_key_mask,
+    attend_window,
     check_global_tokens,
     check_window,
-    local_attention,
-    window_allowed,
 )
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
 from glassformer.modules.sdpa import (
@@ -287,39 +285,11 @@ class MultiHeadAttention(nn.Module):
         weights: bool,
         cache: KVCache | None,
     ) -> AttentionOutput:
-        """Each query against the keys in its window: (B, H, Tq, Dh), weights (B, H, Tq, Tk)
-        or None.
-
-        Unobserved, over the whole sequence (no cache, or its first call), this is
-        ``local_attention``'s fused kernel chunk by chunk: time and memory linear in T. When
-        the weights are asked for or hooked it is the readable dense path under the window's
-        mask (the same numbers; the hooks then see (B, H, Tq, Tk) as in every layer).
-        Decoding with a cache, the few new queries attend the keys the cache kept (a
-        rolling one keeps only the window) the same way.
-        """
+        """Each query against the keys in its window (``local_attention.attend_window``)."""
         assert self.window is not None
-        B, Tq, Tk = q.size(0), q.size(2), k.size(2)
-        if Tk == Tq and not weights:
-            out, _ = local_attention(
-                q,
-                k,
-                v,
-                self.window,
-                global_tokens=self.global_tokens,
-                key_mask=as_key_mask(mask, B, Tk),
-                dropout_p=dropout_p,
-            )
-            return AttentionOutput(out, None)
-        seen = Tk if cache is None else len(cache)  # positions so far, the new queries' last
-        key_pos = torch.arange(Tk, device=q.device) if cache is None else cache.key_positions
-        query_pos = torch.arange(seen - Tq, seen, device=q.device)
-        allowed = window_allowed(query_pos, key_pos.to(q.device), self.window, self.global_tokens)
-        keys = as_key_mask(mask, B, seen)  # the mask covers every key seen so far
-        if keys is not None:
-            allowed = allowed & keys[:, None, None, key_pos]  # (B, 1, Tq, Tk)
         hooks = (self.hook_attn_scores, self.hook_pattern)
-        return scaled_dot_product_attention(
-            q, k, v, allowed, dropout_p, need_weights=weights, hooks=hooks
+        return attend_window(
+            q, k, v, self.window, self.global_tokens, mask, dropout_p, weights, cache, hooks
         )
 
     def _from_heads(self, z: Tensor) -> Tensor:

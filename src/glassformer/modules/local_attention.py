@@ -37,16 +37,17 @@ queries' own rows (B, H, G, T) beside it. ``band_to_dense`` turns both into (B, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from glassformer.modules.band import Chunks, fused_band, global_rows, readable_band, unskew
+from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import check_mask
+from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
 
 # Queries per chunk: smaller wastes fewer scores (c + L + R computed for W kept), larger
 # makes fewer, bigger matmuls.
@@ -161,82 +162,16 @@ def local_attention(
         )
     if k.size(1) != H:  # each key/value head serves H / Hkv query heads, neighbours in order
         k, v = k.repeat_interleave(H // k.size(1), dim=1), v.repeat_interleave(H // v.size(1), 1)
-    G = min(G, T)
-    chunk = CHUNK if chunk is None else chunk
-    kp = F.pad(k, (0, 0, left, right))  # (B, H, L + T + R, Dh), padded position = j + L
-    vp = F.pad(v, (0, 0, left, right))  # (B, H, L + T + R, Dv)
-    real = None if key_mask is None else F.pad(key_mask, (left, right))  # (B, L + T + R)
-    k_glob, v_glob = k[:, :, :G], v[:, :, :G]  # (B, H, G, Dh), (B, H, G, Dv)
-    glob_ok = None if key_mask is None else key_mask[:, None, None, :G]  # (B, 1, 1, G)
-    starts = range(0, T, chunk)
-
-    def allowed(s: int, e: int) -> Tensor:
-        """The chunk's (B or 1, 1, c, G + W) mask: the global keys, then its band."""
-        offsets = torch.arange(left + right + 1, device=q.device)
-        j = torch.arange(s, e, device=q.device)[:, None] - left + offsets  # (c, W) key positions
-        band = ((j >= G) & (j < T))[None, None]  # keys before G are seen as global keys instead
-        if real is not None:
-            band = band & real[:, None, j + left]  # (B, 1, c, W)
-        return _with_global(band, glob_ok, G)
-
-    def rect_allowed(s: int, e: int) -> Tensor:
-        """The chunk's (B or 1, 1, c, G + c + L + R) mask: the global keys, then its keys
-        s − L .. e + R − 1, of which each query may see its band."""
-        j = torch.arange(s - left, e + right, device=q.device)  # the rectangle's key positions
-        i = torch.arange(s, e, device=q.device)
-        rect = window_allowed(i, j, (left, right)) & (j >= G) & (j < T)  # (c, c + L + R)
-        rect = rect[None, None] if real is None else rect & real[:, None, None, j + left]
-        return _with_global(rect, glob_ok, G)
-
-    # Chunks are pieces of `chunk` positions, taken with split (its backward is one cat; a
-    # slice per chunk would zero-fill a whole-length gradient per chunk, quadratic in T). A
-    # chunk's keys [s, s + c + L + R) in padded positions are the `per` pieces from its own on.
-    reach = left + right
-    per = -(-(chunk + reach) // chunk)
-    q_parts = q.split(chunk, dim=2)  # each (B, H, c, Dh)
-    k_parts, v_parts = kp.split(chunk, dim=2), vp.split(chunk, dim=2)
-
-    def keys(i: int) -> tuple[Tensor, ...]:
-        return k_parts[i : i + per]
-
-    def values(i: int) -> tuple[Tensor, ...]:
-        return v_parts[i : i + per]
-
-    if need_weights or (hooks is not None and (hooks[0].active or hooks[1].active)):
-        # The readable way: the whole band at once, (B, H, T, G + W), so hooks see it all.
-        bands = [
-            _chunk_scores(qc, _span(keys(i), qc.size(2) + reach), k_glob)
-            for i, qc in enumerate(q_parts)
-        ]
-        mask = torch.cat([allowed(s, min(s + chunk, T)) for s in starts], dim=2)
-        weights = _masked_softmax(torch.cat(bands, dim=2), mask, dropout_p, hooks)
-        outs = [
-            _chunk_output(w, _span(values(i), w.size(2) + reach), v_glob)
-            for i, w in enumerate(weights.split(chunk, dim=2))
-        ]
-        band_weights: Tensor | None = weights
+    c = Chunks.of(q, k, v, (left, right), min(G, T), key_mask, CHUNK if chunk is None else chunk)
+    looking = need_weights or (hooks is not None and bool(hooks[0].fns or hooks[1].fns))
+    if looking:
+        out, band_weights = readable_band(c, q, dropout_p, hooks)
     else:
-        # The fast way: PyTorch's fused kernel on each chunk's rectangle, the band as its
-        # mask. It keeps no (c, c + L + R) weights for backward (flash-style: the output and
-        # one log-sum-exp per row), so memory stays linear in T; a row with nothing to
-        # attend gives zeros.
-        band_weights = None
-        outs = []
-        for i, (s, qc) in enumerate(zip(starts, q_parts, strict=True)):
-            e = s + qc.size(2)
-            keys_c, values_c = _span(keys(i), e - s + reach), _span(values(i), e - s + reach)
-            if G:  # the global keys in front
-                keys_c, values_c = torch.cat([k_glob, keys_c], 2), torch.cat([v_glob, values_c], 2)
-            outs.append(
-                F.scaled_dot_product_attention(
-                    qc, keys_c, values_c, attn_mask=rect_allowed(s, e), dropout_p=dropout_p
-                )
-            )
-    out = torch.cat(outs, dim=2)  # (B, H, T, Dv)
-
-    global_rows = None
+        out, band_weights = fused_band(c, q, dropout_p), None
+    G = c.G
+    rows = None
     if G:  # the global queries attend to every key: (B, H, G, T), dense
-        out_g, global_rows = _global_rows(q[:, :, :G], k, v, key_mask, right == 0, dropout_p)
+        out_g, rows = global_rows(q[:, :, :G], k, v, key_mask, right == 0, dropout_p)
         out = torch.cat([out_g, out[:, :, G:]], dim=2)
     if band_weights is None:
         return LocalAttentionOutput(out, None)
@@ -244,103 +179,46 @@ def local_attention(
         band_weights = torch.cat(
             [torch.zeros_like(band_weights[:, :, :G]), band_weights[:, :, G:]], 2
         )
-    return LocalAttentionOutput(out, LocalWeights(band_weights, global_rows))
+    return LocalAttentionOutput(out, LocalWeights(band_weights, rows))
 
 
-def _with_global(allowed: Tensor, global_ok: Tensor | None, G: int) -> Tensor:
-    """A chunk's mask (B or 1, 1, c, K) with the G global keys' columns in front (B, 1, c, G),
-    True where the key is real."""
-    if not G:
-        return allowed
-    c, K = allowed.size(2), allowed.size(3)
-    if global_ok is None:
-        glob = torch.ones(1, 1, c, G, dtype=torch.bool, device=allowed.device)
-    else:
-        glob = global_ok.expand(-1, 1, c, G)  # (B, 1, c, G)
-    B = max(glob.size(0), allowed.size(0))
-    return torch.cat([glob.expand(B, 1, c, G), allowed.expand(B, 1, c, K)], dim=-1)
-
-
-def _chunk_scores(q: Tensor, keys: Tensor, global_keys: Tensor) -> Tensor:
-    """Scaled scores of a chunk's queries q (B, H, c, Dh) on the global keys (B, H, G, Dh) and on
-    its band of ``keys`` (B, H, c + L + R, Dh): (B, H, c, G + W)."""
-    scale = 1.0 / math.sqrt(q.size(-1))
-    c = q.size(2)
-    rect = (q @ keys.transpose(-2, -1)) * scale  # (B, H, c, c + L + R)
-    band = _band(rect, keys.size(2) - c + 1)  # (B, H, c, W)
-    if global_keys.size(2) == 0:
-        return band
-    glob = (q @ global_keys.transpose(-2, -1)) * scale  # (B, H, c, G)
-    return torch.cat([glob, band], dim=-1)
-
-
-def _chunk_output(weights: Tensor, values: Tensor, global_values: Tensor) -> Tensor:
-    """A chunk's output (B, H, c, Dv) from its weights (B, H, c, G + W), its band of ``values``
-    (B, H, c + L + R, Dv) and the global values (B, H, G, Dv)."""
-    G = global_values.size(2)
-    out = _unband(weights[..., G:]) @ values  # (B, H, c, c + L + R) @ (B, H, c + L + R, Dv)
-    if G:
-        out = out + weights[..., :G] @ global_values  # (B, H, c, Dv)
-    return out
-
-
-def _masked_softmax(
-    scores: Tensor,
-    allowed: Tensor | None,
+def attend_window(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: tuple[int, int],
+    global_tokens: int,
+    mask: Tensor | None,
     dropout_p: float,
-    hooks: tuple[HookPoint, HookPoint] | None = None,
-) -> Tensor:
-    """Mask (the most negative finite value), softmax, zero the masked weights (so a row with
-    no allowed key is all zeros, not uniform), dropout."""
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    if hooks is not None:
-        scores = hooks[0](scores)
-    weights = scores.softmax(dim=-1)
-    if allowed is not None:
-        weights = weights.masked_fill(~allowed, 0.0)
-    if hooks is not None:
-        weights = hooks[1](weights)
-    return F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    need_weights: bool,
+    cache: KVCache | None,
+    hooks: tuple[HookPoint, HookPoint],
+) -> AttentionOutput:
+    """A windowed attention layer's attention: (B, H, Tq, Dh), weights (B, H, Tq, Tk) or None.
 
-
-def _span(pieces: tuple[Tensor, ...], length: int) -> Tensor:
-    """The first ``length`` keys (or values) of the pieces, joined: (B, H, length, Dh)."""
-    return torch.cat(pieces, dim=2)[:, :, :length]
-
-
-def _global_rows(
-    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, dropout_p: float
-) -> tuple[Tensor, Tensor]:
-    """The global queries q (B, H, G, Dh) against every key (every earlier one if ``causal``):
-    (output (B, H, G, Dv), weights (B, H, G, T))."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, G, T)
-    allowed = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, T)
-    if causal:
-        G, T = q.size(2), k.size(2)
-        earlier = torch.ones(G, T, dtype=torch.bool, device=q.device).tril()  # (G, T)
-        allowed = earlier if allowed is None else allowed & earlier
-    weights = _masked_softmax(scores, allowed, dropout_p)
-    return weights @ v, weights
-
-
-def _band(rect: Tensor, width: int) -> Tensor:
-    """(..., c, c + W − 1) → (..., c, W): row r's columns r .. r + W − 1.
-
-    Skewing: with c zeros after the rectangle's c·K values (K = c + W − 1), the flat index
-    r·(K + 1) + m is r·K + (r + m), row r's column r + m.
+    Unobserved, over the whole sequence (no cache, or its first call), this is
+    ``local_attention``'s fused kernel chunk by chunk: time and memory linear in T. When the
+    weights are asked for or hooked it is the readable dense path under the window's mask
+    (the same numbers; the hooks then see (B, H, Tq, Tk) as in every layer). Decoding with a
+    cache, the few new queries attend the keys the cache kept (a rolling one keeps only the
+    window) the same way.
     """
-    *lead, c, K = rect.shape
-    flat = F.pad(rect.flatten(-2), (0, c))  # (..., c·(K + 1))
-    return flat.view(*lead, c, K + 1)[..., :width]
-
-
-def _unband(band: Tensor) -> Tensor:
-    """(..., c, W) → (..., c, c + W − 1), row r's W values at columns r .. r + W − 1, zeros
-    elsewhere: ``_band`` undone."""
-    *lead, c, W = band.shape
-    flat = F.pad(band, (0, c)).flatten(-2)  # (..., c·(W + c)): each row then c zeros
-    return flat[..., : c * (W + c - 1)].view(*lead, c, W + c - 1)
+    B, Tq, Tk = q.size(0), q.size(2), k.size(2)
+    if Tk == Tq and not need_weights:
+        key_mask = as_key_mask(mask, B, Tk)
+        out, _ = local_attention(q, k, v, window, global_tokens=global_tokens,
+                                 key_mask=key_mask, dropout_p=dropout_p)  # fmt: skip
+        return AttentionOutput(out, None)
+    seen = Tk if cache is None else len(cache)  # positions so far, the new queries' last
+    key_pos = torch.arange(Tk, device=q.device) if cache is None else cache.key_positions
+    query_pos = torch.arange(seen - Tq, seen, device=q.device)
+    allowed = window_allowed(query_pos, key_pos.to(q.device), window, global_tokens)
+    keys = as_key_mask(mask, B, seen)  # the mask covers every key seen so far
+    if keys is not None:
+        allowed = allowed & keys[:, None, None, key_pos]  # (B, 1, Tq, Tk)
+    return scaled_dot_product_attention(
+        q, k, v, allowed, dropout_p, need_weights=need_weights, hooks=hooks
+    )
 
 
 def band_to_dense(weights: LocalWeights, window: Sequence[int]) -> Tensor:
@@ -350,7 +228,7 @@ def band_to_dense(weights: LocalWeights, window: Sequence[int]) -> Tensor:
     band, global_rows = weights
     G = 0 if global_rows is None else global_rows.size(2)
     T = band.size(2)
-    dense = _unband(band[..., G:])[..., left : left + T]  # (B, H, T, T): keys 0 .. T − 1
+    dense = unskew(band[..., G:])[..., left : left + T]  # (B, H, T, T): keys 0 .. T − 1
     if global_rows is None:
         return dense
     dense = torch.cat([dense[..., :G] + band[..., :G], dense[..., G:]], dim=-1)

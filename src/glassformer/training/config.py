@@ -16,15 +16,28 @@ built, before any data is read.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from glassformer.errors import RunConfigError
+from glassformer.training.checks import (
+    EVERY,
+    FRACTION,
+    NOT_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    Rule,
+    check_choices,
+    check_fine_tuning,
+    check_keras,
+    check_values,
+    check_vision,
+    on_off_auto,
+)
+from glassformer.training.defaults import COMMON_DEFAULTS, TASK_DEFAULTS
 
 Task = Literal["lm", "translate", "classify", "mlm", "vision"]
 T = TypeVar("T")
@@ -32,57 +45,15 @@ TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
 PROCESSES_KEY = "processes"  # beside the fields in run.json: how many processes trained it
 
-# Per task: the values the None-defaulted fields take. The paper's Adam + noam warm-up
-# (optimizer="adam", schedule="noam", lr=1.0) spends too much of a CPU-minutes budget
-# warming up; AdamW + cosine learns faster here. For classify, lower-cased WordPiece (16k
-# tokens), lr 1e-3 and the one-layer small preset gave 0.84 test accuracy on IMDb after
-# 4 minutes; cased, lr 5e-4 and four layers 0.81 after 20.
-_CLASSIFY = dict(
-    batch_size=32,
-    lr=1e-3,
-    warmup=200,
-    tokenizer="wordpiece",
-    corpus="imdb",
-    max_len=256,
-    vocab_size=16000,
-    lowercase=True,
-)
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "lm": dict(batch_size=32, lr=2e-3, warmup=100, tokenizer="char", corpus="austen"),
-    "translate": dict(
-        batch_size=64, lr=1e-3, warmup=200, tokenizer="bpe", corpus="bible-en-es", max_len=128
-    ),
-    "classify": _CLASSIFY,
-    # The classifier's tokenizer and length, so that `train classify --init` can start from
-    # it. With learned positions (nn.Embedding's N(0, 1) start) a masked LM sat at the
-    # unigram plateau (12% masked accuracy) for 5,000 steps; with the paper's sinusoids,
-    # pre-norm, lr 3e-3 and no dropout it reached 19% at 1,500 steps and 24% at 3,000.
-    "mlm": dict(
-        _CLASSIFY, lr=3e-3, warmup=100, positional="sinusoidal", norm_first=True, dropout=0.0
-    ),
-    # images, not text: no tokenizer; the ViT reads patch_size × patch_size patches
-    "vision": dict(batch_size=64, lr=1e-3, warmup=100, corpus="digits", patch_size=2),
-}
-COMMON_DEFAULTS: dict[str, Any] = dict(
-    optimizer="adamw", schedule="cosine", vocab_size=8000, lowercase=False
-)
 # What may differ between a run and its resumption: the budget, the policy for NaNs and
 # where and how it runs. Everything else must be the run's own.
 RESUMABLE = ("minutes", "max_steps", "on_nonfinite", "threads", "device", "strategy", "out")
 
 
-def on_off_auto(text: str) -> bool | str:
-    """--bf16's value: on/off (also true/false, yes/no, 1/0) or auto."""
-    words: dict[str, bool | str] = {"on": True, "true": True, "yes": True, "1": True}
-    words |= {"off": False, "false": False, "no": False, "0": False, "auto": "auto"}
-    if text.lower() not in words:
-        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
-    return words[text.lower()]
-
-
-def _opt(default: Any, group: str, help: str, **cli: Any) -> Any:
-    """A field with what the CLI shows for it: its option group, help and argparse extras."""
-    return field(default=default, metadata={"group": group, "help": help, **cli})
+def _opt(default: Any, group: str, help: str, rule: Rule | None = None, **cli: Any) -> Any:
+    """A field with its rule (checked when a config is built) and what the CLI shows for it:
+    its option group, help and argparse extras."""
+    return field(default=default, metadata={"group": group, "help": help, "rule": rule, **cli})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +83,10 @@ class RunConfig:
         None, "data", "task default: char (lm), bpe (translate), wordpiece (classify, mlm)"
     )
     vocab_size: int | None = _opt(
-        None, "data", "for bpe and wordpiece (task default: 8000; classify: 16000)"
+        None,
+        "data",
+        "for bpe and wordpiece (task default: 8000; classify: 16000)",
+        rule=POSITIVE_INT,
     )
     lowercase: bool | None = _opt(
         None,
@@ -125,34 +99,50 @@ class RunConfig:
     tgt_column: str | int = _opt(1, "data", "translate: target column")
     text_column: str | int = _opt("text", "data", "classify: text column")
     label_column: str | int = _opt("label", "data", "classify: label column")
-    max_examples: int | None = _opt(None, "data", "use at most this many training examples")
+    max_examples: int | None = _opt(
+        None, "data", "use at most this many training examples", rule=POSITIVE_INT
+    )
     mask_prob: float = _opt(
         0.15,
         "data",
         "mlm: the share of tokens hidden and predicted (BERT: 80/10/10 of them "
         "replaced by [MASK] / a random token / kept)",
+        rule=Rule("in (0, 1)", lambda v: 0 < v < 1),
     )
     whole_word_mask: bool = _opt(False, "data", "mlm: hide whole words (all their ## pieces)")
     # ---- model
     preset: Literal["tiny", "small", "base", "llama-tiny"] = _opt(
         "small", "model", "the model's size; lm also takes llama-tiny (the modern block)"
     )
-    block_size: int = _opt(256, "model", "lm: context length")
+    block_size: int = _opt(256, "model", "lm: context length", rule=POSITIVE_INT)
     max_len: int | None = _opt(
         None,
         "model",
         "translate/classify/mlm: longest sequence in tokens (task default: 128 / 256 / 256)",
+        rule=POSITIVE_INT,
     )
     patch_size: int | None = _opt(
-        None, "model", "vision: the side of a square patch, in pixels (task default: 2)"
+        None,
+        "model",
+        "vision: the side of a square patch, in pixels (task default: 2)",
+        rule=POSITIVE_INT,
     )
-    d_model: int | None = _opt(None, "model", "width (default: the preset's)")
-    num_heads: int | None = _opt(None, "model", "attention heads (default: the preset's)")
+    d_model: int | None = _opt(None, "model", "width (default: the preset's)", rule=POSITIVE_INT)
+    num_heads: int | None = _opt(
+        None, "model", "attention heads (default: the preset's)", rule=POSITIVE_INT
+    )
     num_layers: int | None = _opt(
-        None, "model", "layers; translate uses it for both stacks (default: the preset's)"
+        None,
+        "model",
+        "layers; translate uses it for both stacks (default: the preset's)",
+        rule=POSITIVE_INT,
     )
-    d_ff: int | None = _opt(None, "model", "feed-forward width (default: the preset's)")
-    dropout: float | None = _opt(None, "model", "dropout (default: the preset's; mlm: 0)")
+    d_ff: int | None = _opt(
+        None, "model", "feed-forward width (default: the preset's)", rule=POSITIVE_INT
+    )
+    dropout: float | None = _opt(
+        None, "model", "dropout (default: the preset's; mlm: 0)", rule=FRACTION
+    )
     positional: Literal["learned", "sinusoidal", "rope"] | None = _opt(
         None,
         "model",
@@ -174,11 +164,13 @@ class RunConfig:
         "model",
         "local attention: each token attends the W tokens before it (and, in an encoder, "
         "the W after it), so cost grows linearly with --max-len (default: all tokens)",
+        rule=POSITIVE_INT,
     )
     global_tokens: int | None = _opt(
         None,
         "model",
         "with --attention-window: the first N tokens see and are seen by all (default: 0)",
+        rule=Rule("an integer, 0 or more", lambda v: v >= 0),
     )
     # ---- fine-tuning
     init: str | None = _opt(
@@ -192,9 +184,13 @@ class RunConfig:
         "fine-tuning",
         "classify --init: the pretrained encoder's peak learning rate (default: --lr, which "
         "the new head always takes)",
+        rule=POSITIVE,
     )
     freeze_encoder_steps: int = _opt(
-        0, "fine-tuning", "classify --init: train only the new head for the first N steps"
+        0,
+        "fine-tuning",
+        "classify --init: train only the new head for the first N steps",
+        rule=NOT_NEGATIVE,
     )
     linear_probe: bool = _opt(
         False, "fine-tuning", "classify --init: train only the new head (the encoder frozen)"
@@ -205,24 +201,33 @@ class RunConfig:
     )
     out: str | None = _opt(None, "training", "run directory (default: runs/<task>)")
     minutes: float | None = _opt(
-        None, "training", "training time budget (default: 5 when --max-steps is not given)"
+        None,
+        "training",
+        "training time budget (default: 5 when --max-steps is not given)",
+        rule=POSITIVE,
     )
-    max_steps: int | None = _opt(None, "training", "optimizer steps")
+    max_steps: int | None = _opt(None, "training", "optimizer steps", rule=POSITIVE_INT)
     batch_size: int | None = _opt(
-        None, "training", "examples (or windows) per micro-batch and process (task default)"
+        None,
+        "training",
+        "examples (or windows) per micro-batch and process (task default)",
+        rule=POSITIVE_INT,
     )
-    accumulation: int = _opt(1, "training", "micro-batches per step")
+    accumulation: int = _opt(1, "training", "micro-batches per step", rule=POSITIVE_INT)
     lr: float | None = _opt(
-        None, "training", "peak learning rate (noam: the paper's scale factor) (task default)"
+        None,
+        "training",
+        "peak learning rate (noam: the paper's scale factor) (task default)",
+        rule=POSITIVE,
     )
     optimizer: Literal["adam", "adamw"] | None = _opt(None, "training", "default: adamw")
     schedule: Literal["noam", "cosine", "constant"] | None = _opt(
         None, "training", "default: cosine"
     )
-    warmup: int | None = _opt(None, "training", "warm-up steps (task default)")
-    weight_decay: float = _opt(0.1, "training", "AdamW's decoupled weight decay")
-    label_smoothing: float = _opt(0.1, "training", "translate only")
-    clip_norm: float = _opt(1.0, "training", "clip the gradient norm to this")
+    warmup: int | None = _opt(None, "training", "warm-up steps (task default)", rule=NOT_NEGATIVE)
+    weight_decay: float = _opt(0.1, "training", "AdamW's decoupled weight decay", rule=NOT_NEGATIVE)
+    label_smoothing: float = _opt(0.1, "training", "translate only", rule=FRACTION)
+    clip_norm: float = _opt(1.0, "training", "clip the gradient norm to this", rule=POSITIVE)
     bf16: bool | Literal["auto"] = _opt(
         False,
         "training",
@@ -236,17 +241,24 @@ class RunConfig:
         "training",
         "train through torch.compile (needs a C++ compiler on CPU; same checkpoints)",
     )
-    eval_every: int = _opt(250, "training", "steps between evaluations")
-    checkpoint_every: int = _opt(250, "training", "steps between checkpoints")
-    log_every: int = _opt(10, "training", "steps between metrics.jsonl rows")
+    eval_every: int = _opt(250, "training", "steps between evaluations", rule=EVERY)
+    checkpoint_every: int = _opt(250, "training", "steps between checkpoints", rule=EVERY)
+    log_every: int = _opt(10, "training", "steps between metrics.jsonl rows", rule=POSITIVE_INT)
     on_nonfinite: Literal["stop", "skip"] = _opt(
         "stop",
         "training",
         "a NaN/inf loss stops training (stop) or its batch is skipped and counted in "
         "metrics.jsonl (skip)",
     )
-    seed: int = _opt(1337, "training", "seeds the model, the data order and dropout")
-    threads: int | None = _opt(None, "training", "torch threads (default: all cores)")
+    seed: int = _opt(
+        1337,
+        "training",
+        "seeds the model, the data order and dropout",
+        rule=Rule("an integer", lambda v: True),
+    )
+    threads: int | None = _opt(
+        None, "training", "torch threads (default: all cores)", rule=POSITIVE_INT
+    )
     strategy: Literal["ddp", "fsdp"] = _opt(
         "ddp",
         "training",
@@ -266,18 +278,18 @@ class RunConfig:
         if self.task not in TASKS:
             raise RunConfigError("task", f"must be one of {list(TASKS)}, got {self.task!r}")
         self._fill_defaults()
-        _check_choices(self)
-        _check_values(self)
+        check_choices(self)
+        check_values(self)
         if self.corpus is not None and self.data is not None:
             raise ValueError("give --corpus or --data, not both")
         if self.bias is not None and self.task != "lm":
             raise RunConfigError("bias", f"is for lm (a GPT), not {self.task!r}")
-        _check_vision(self)
+        check_vision(self)
         if self.global_tokens and self.attention_window is None:
             raise RunConfigError("global_tokens", "needs --attention-window")
         if self.framework == "keras":
-            _check_keras(self)
-        _check_fine_tuning(self)
+            check_keras(self)
+        check_fine_tuning(self)
 
     def _fill_defaults(self) -> None:
         """Give the None-defaulted fields their task's values (frozen: through object)."""
@@ -366,130 +378,3 @@ def filled(value: T | None) -> T:
     if value is None:
         raise ValueError("a RunConfig field that is filled when the config is built is None")
     return value
-
-
-# ---- checks -------------------------------------------------------------------------------
-
-# field -> (what it must be, the test); None values are not checked.
-_RULES: dict[str, tuple[str, Any]] = {
-    "max_steps": ("a positive integer", lambda v: v > 0),
-    "minutes": ("> 0", lambda v: v > 0),
-    "batch_size": ("a positive integer", lambda v: v > 0),
-    "accumulation": ("a positive integer", lambda v: v > 0),
-    "lr": ("> 0", lambda v: v > 0),
-    "warmup": ("0 or more", lambda v: v >= 0),
-    "weight_decay": ("0 or more", lambda v: v >= 0),
-    "clip_norm": ("> 0", lambda v: v > 0),
-    "label_smoothing": ("in [0, 1)", lambda v: 0 <= v < 1),
-    "mask_prob": ("in (0, 1)", lambda v: 0 < v < 1),
-    "encoder_lr": ("> 0", lambda v: v > 0),
-    "freeze_encoder_steps": ("0 or more", lambda v: v >= 0),
-    "dropout": ("in [0, 1)", lambda v: 0 <= v < 1),
-    "block_size": ("a positive integer", lambda v: v > 0),
-    "max_len": ("a positive integer", lambda v: v > 0),
-    "vocab_size": ("a positive integer", lambda v: v > 0),
-    "max_examples": ("a positive integer", lambda v: v > 0),
-    "patch_size": ("a positive integer", lambda v: v > 0),
-    "d_model": ("a positive integer", lambda v: v > 0),
-    "num_heads": ("a positive integer", lambda v: v > 0),
-    "num_layers": ("a positive integer", lambda v: v > 0),
-    "d_ff": ("a positive integer", lambda v: v > 0),
-    "attention_window": ("a positive integer", lambda v: v > 0),
-    "global_tokens": ("an integer, 0 or more", lambda v: v >= 0),
-    "eval_every": ("0 (only at the end) or more", lambda v: v >= 0),
-    "checkpoint_every": ("0 (only at the end) or more", lambda v: v >= 0),
-    "log_every": ("a positive integer", lambda v: v > 0),
-    "threads": ("a positive integer", lambda v: v > 0),
-    "seed": ("an integer", lambda v: True),
-}
-_INTEGERS = {name for name, (expected, _) in _RULES.items() if "integer" in expected}
-
-
-def _check_values(c: RunConfig) -> None:
-    """The first field whose value no run can use, as a RunConfigError."""
-    for name, (expected, ok) in _RULES.items():
-        value = getattr(c, name)
-        if value is None:
-            continue
-        number = (int,) if name in _INTEGERS else (int, float)
-        if isinstance(value, bool) or not isinstance(value, number):
-            raise RunConfigError(name, f"must be {expected}, got {value!r}")
-        if isinstance(value, float) and not math.isfinite(value) or not ok(value):
-            raise RunConfigError(name, f"must be {expected}, got {value}")
-
-
-_CHOICES: dict[str, tuple[Any, ...]] = {
-    "tokenizer": ("char", "bpe", "wordpiece"),
-    "preset": ("tiny", "small", "base", "llama-tiny"),
-    "framework": ("torch", "keras"),
-    "optimizer": ("adam", "adamw"),
-    "schedule": ("noam", "cosine", "constant"),
-    "on_nonfinite": ("stop", "skip"),
-    "strategy": ("ddp", "fsdp"),
-    "device": ("auto", "cpu", "cuda"),
-}
-
-
-def _check_choices(c: RunConfig) -> None:
-    for name, choices in _CHOICES.items():
-        if name == "tokenizer" and c.tokenizer is None:  # vision has none
-            continue
-        if getattr(c, name) not in choices:
-            raise RunConfigError(name, f"must be one of {list(choices)}, got {getattr(c, name)!r}")
-    if c.positional not in (None, "learned", "sinusoidal", "rope"):
-        raise RunConfigError(
-            "positional", f"must be learned, sinusoidal or rope, got {c.positional!r}"
-        )
-    if c.bf16 not in (True, False, "auto"):
-        raise RunConfigError("bf16", f"must be True, False or 'auto', got {c.bf16!r}")
-    for name in (
-        "lowercase",
-        "bias",
-        "norm_first",
-        "compile",
-        "no_test",
-        "whole_word_mask",
-    ):
-        value = getattr(c, name)
-        if value is not None and not isinstance(value, bool):
-            raise RunConfigError(name, f"must be True or False, got {value!r}")
-
-
-def _check_vision(c: RunConfig) -> None:
-    """Images have no tokenizer; patches are for images only."""
-    if c.task == "vision" and c.tokenizer is not None:
-        raise RunConfigError("tokenizer", "is for text; vision reads images (no tokenizer)")
-    if c.task != "vision" and c.patch_size is not None:
-        raise RunConfigError("patch_size", f"is for vision (images), not {c.task!r}")
-
-
-def _check_fine_tuning(c: RunConfig) -> None:
-    """The fine-tuning options go with classify --init."""
-    if c.init is not None and c.task != "classify":
-        raise RunConfigError("init", f"starts a classifier (classify), not {c.task!r}")
-    given = {
-        "encoder_lr": c.encoder_lr is not None,
-        "freeze_encoder_steps": c.freeze_encoder_steps != 0,
-        "linear_probe": c.linear_probe,
-    }
-    for name, set_ in given.items():
-        if set_ and c.init is None:
-            raise RunConfigError(name, "is for fine-tuning a pretrained encoder: give --init")
-
-
-def _check_keras(c: RunConfig) -> None:
-    """framework="keras" trains the classifier only, without the PyTorch-only options."""
-    if c.task != "classify":
-        raise RunConfigError(
-            "framework", f"keras trains the classifier (classify) only, not {c.task!r}"
-        )
-    unsupported = {
-        "--bf16": c.bf16,
-        "--compile": c.compile,
-        "--accumulation": c.accumulation != 1,
-        "--optimizer adam": c.optimizer != "adamw",
-        "--init": c.init is not None,
-    }
-    given = [name for name, value in unsupported.items() if value]
-    if given:
-        raise ValueError(f"{', '.join(given)} cannot be used with --framework keras")

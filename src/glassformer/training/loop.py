@@ -187,11 +187,7 @@ def train(
                 emit("skip", {"skipped": state.skipped})
                 continue
             skips_in_a_row = 0
-            lr = schedule.lr_at(state.step, _time_progress(state, config))
-            for group in optimizer.param_groups:
-                group["lr"] = group_lr(group, lr, state.step)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            lr = _optimizer_step(optimizer, schedule, state, config)
             seconds = world.max(time.perf_counter() - started)  # ranks agree when to stop
             state.step += 1
             state.tokens += count
@@ -207,6 +203,18 @@ def train(
     finally:
         emit("end", end_metrics)
     return state
+
+
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer, schedule: Schedule, state: TrainState, config: TrainConfig
+) -> float:
+    """Set every group's rate for this step, step, clear the gradients; the schedule's rate."""
+    lr = schedule.lr_at(state.step, _time_progress(state, config))
+    for group in optimizer.param_groups:
+        group["lr"] = group_lr(group, lr, state.step)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return lr
 
 
 def _accumulate(

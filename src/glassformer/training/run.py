@@ -332,7 +332,7 @@ def finish_run(
     print(f"\nstep {state.step}, {state.elapsed / 60:.1f} min of training: {summary}")
     model.eval()
     results: dict[str, Any] = {}
-    if task.test is not None and not config.no_test:
+    if not config.no_test:
         print("held-out evaluation ...", file=sys.stderr)
         results = {"step": state.step, "minutes": state.elapsed / 60, **task.test(model)}
         write_atomic(out / "results.json", (json.dumps(results, indent=2) + "\n").encode())

@@ -107,31 +107,12 @@ def _fit(
     processes = world.world_size
     if resume_dir is not None:
         config = _resumed_config(config, resume_dir, world)
-    if config.task == "translate" and not config.no_test:
-        _require(
-            "sacrebleu",
-            "the translator's held-out BLEU needs sacrebleu: pip install 'glassformer[data]' "
-            "(or skip the held-out evaluation with --no-test)",
-        )
-    if config.framework == "keras":
-        _require("keras", "--framework keras needs Keras 3: pip install 'glassformer[keras]'")
-    if config.framework == "keras" and world.enabled:
-        raise ValueError("--framework keras trains in one process; run it without torchrun")
+    _check_requirements(config, world)
     out = Path(config.out or f"runs/{config.task}")
     if config.threads:  # the run's own on resume: sums in another order differ in the last bit
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-
-    tokenizer: Tokenizer | ImageProcessor | None = None
-    labels = None
-    if resume_dir is not None:
-        ckpt = resume_dir / "checkpoint"
-        if (ckpt / IMAGE_PROCESSOR_FILE).is_file():
-            tokenizer = load_image_processor(ckpt)
-        else:
-            tokenizer = load_tokenizer(ckpt)
-        if (resume_dir / "checkpoint" / LABELS_FILE).is_file():
-            labels = read_labels(resume_dir)
+    tokenizer, labels = _resumed_inputs(resume_dir) if resume_dir is not None else (None, None)
     _say(world, f"preparing data for {config.task} ...")
     task = _build_task_on_all_ranks(config, tokenizer, labels, world)
     model: Any = task.model
@@ -251,6 +232,34 @@ def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConf
         f"resuming on {world.world_size} processes: batch {global_batch // world.world_size} each",
     )
     return config.replace(batch_size=global_batch // world.world_size)
+
+
+def _check_requirements(config: RunConfig, world: Distributed) -> None:
+    """The optional packages a run needs, and what a Keras run cannot do."""
+    if config.task == "translate" and not config.no_test:
+        _require(
+            "sacrebleu",
+            "the translator's held-out BLEU needs sacrebleu: pip install 'glassformer[data]' "
+            "(or skip the held-out evaluation with --no-test)",
+        )
+    if config.framework == "keras":
+        _require("keras", "--framework keras needs Keras 3: pip install 'glassformer[keras]'")
+    if config.framework == "keras" and world.enabled:
+        raise ValueError("--framework keras trains in one process; run it without torchrun")
+
+
+def _resumed_inputs(
+    resume_dir: Path,
+) -> tuple[Tokenizer | ImageProcessor | None, list[str] | None]:
+    """A resumed run's tokenizer (or image processor) and labels, from its checkpoint."""
+    ckpt = resume_dir / "checkpoint"
+    tokenizer: Tokenizer | ImageProcessor
+    if (ckpt / IMAGE_PROCESSOR_FILE).is_file():
+        tokenizer = load_image_processor(ckpt)
+    else:
+        tokenizer = load_tokenizer(ckpt)
+    labels = read_labels(resume_dir) if (ckpt / LABELS_FILE).is_file() else None
+    return tokenizer, labels
 
 
 def _build_task_on_all_ranks(

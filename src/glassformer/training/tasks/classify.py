@@ -8,11 +8,14 @@ accuracy on the test split; the show is a few validation texts with their verdic
 from __future__ import annotations
 
 import dataclasses
-import json
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from torch import nn
 
+from glassformer.data.images import ImageProcessor
+from glassformer.data.tokenizers import Tokenizer
 from glassformer.inference import classifier_inputs, classify_texts
 from glassformer.models import (
     BertClassifier,
@@ -25,136 +28,149 @@ from glassformer.models import (
     TransformerClassifier,
 )
 from glassformer.models.base import ModelConfig
+from glassformer.training.config import RunConfig, filled
+from glassformer.training.distributed import Distributed
 from glassformer.training.evaluation import score
 from glassformer.training.losses import loss_for
 from glassformer.training.tasks.common import (
-    DataOptions,
     MappedBatches,
     Task,
+    labels_file,
     load_splits,
+    model_overrides,
+    text_tokenizer,
     tokenizer_files,
 )
 
+SHOWN = 6  # validation texts the show classifies
+Example = tuple[list[int], int]  # a text's ids and its label's index
 
-def classify_task(
-    opts: DataOptions,
+
+def build(
+    config: RunConfig,
     *,
-    preset: str,
-    batch_size: int,
-    seed: int,
-    model_overrides: dict[str, Any],
-    rank: int = 0,
-    world_size: int = 1,
-    max_len: int = 256,
-    tokenizer=None,
+    tokenizer: Tokenizer | ImageProcessor | None = None,
     labels: list[str] | None = None,
-    init: str | None = None,
-    linear_probe: bool = False,
-    show_count: int = 6,
-) -> Task:
-    from glassformer.data.batching import BucketBatches, collate_labelled
-    from glassformer.data.tokenizers import train_tokenizer
-
+    world: Distributed,
+) -> ClassifyTask:
+    """A classifier (of the config's preset, or with ``--init``'s backbone and tokenizer),
+    its labels (a resumed run's ``labels``, or the training rows') and its texts."""
     source = None
-    if init is not None:  # the encoder, and its tokenizer, come from a pretrained model
-        source, init_tokenizer = load_pretrained_encoder(init, max_len, model_overrides)
+    max_len = filled(config.max_len)
+    if config.init is not None:  # the backbone, and its tokenizer, come from a pretrained model
+        source, init_tokenizer = load_pretrained_encoder(
+            config.init, max_len, model_overrides(config)
+        )
         if tokenizer is not None and tokenizer.to_json() != init_tokenizer.to_json():
-            raise ValueError(f"the run's tokenizer is not the one of --init {init}")
+            raise ValueError(f"the run's tokenizer is not the one of --init {config.init}")
         tokenizer = init_tokenizer
-    train_rows, val_rows, test_rows, description = load_splits(opts)
-    if opts.max_examples:
-        train_rows = train_rows[: opts.max_examples]
+    train_rows, val_rows, test_rows, description = load_splits(config)
+    train_rows = train_rows[: config.max_examples]
     resumed = labels is not None
     labels = labels or sorted({label for _, label in train_rows})
     if len(labels) < 2:
         raise ValueError(f"classification needs at least 2 labels, found {labels}")
-    label_id = {label: i for i, label in enumerate(labels)}
-    _check_labels(opts, train_rows if resumed else val_rows, labels, resumed)
-    tok = tokenizer or train_tokenizer(
-        opts.tokenizer_kind,
-        [t for t, _ in train_rows],
-        vocab_size=opts.vocab_size,
-        lowercase=opts.lowercase,
-    )
-
+    _check_labels(config, train_rows if resumed else val_rows, labels, resumed)
+    tok = text_tokenizer(config, tokenizer, [t for t, _ in train_rows])
     if source is not None:
-        model = classifier_from_encoder(source, len(labels), linear_probe=linear_probe)
+        model = classifier_from_encoder(source, len(labels), linear_probe=config.linear_probe)
     else:
-        config = ClassifierConfig.preset(
-            preset,
-            **{
-                "vocab_size": tok.vocab_size,
-                "num_classes": len(labels),
-                "max_len": max_len,
-                "pad_id": tok.pad_id,
-                **model_overrides,
-            },
+        shape = dict(vocab_size=tok.vocab_size, num_classes=len(labels), max_len=max_len,
+                     pad_id=tok.pad_id)  # fmt: skip
+        model = TransformerClassifier(
+            ClassifierConfig.preset(config.preset, **{**shape, **model_overrides(config)})
         )
-        model = TransformerClassifier(config)
+    return _task(config, tok, model, labels, (train_rows, val_rows, test_rows), description, world)
 
-    def encode(rows):
-        ids = classifier_inputs(model, tok, [t for t, _ in rows], max_len)
-        return [(i, label_id[y]) for i, (_, y) in zip(ids, rows, strict=True)]
 
-    train_ex, val_ex = encode(train_rows), encode(val_rows)
+def _task(config, tok, model, labels, splits, description, world) -> ClassifyTask:
+    """The task, once its model and tokenizer are made: the examples and their batches."""
+    from glassformer.data.batching import BucketBatches
 
-    def collate(examples):
-        return collate_labelled([i for i, _ in examples], [y for _, y in examples], tok.pad_id)
-
+    train_rows, val_rows, test_rows = splits
+    collate = partial(collate_labelled, pad_id=tok.pad_id)
     buckets = BucketBatches(
-        train_ex, batch_size, key=lambda e: len(e[0]), seed=seed, rank=rank, world_size=world_size
+        examples(config, model, tok, labels, train_rows), filled(config.batch_size),
+        key=_length, seed=config.seed, rank=world.rank, world_size=world.world_size,
+    )  # fmt: skip
+    val_examples = examples(config, model, tok, labels, val_rows)
+    return ClassifyTask(
+        config=config,
+        tokenizer=tok,
+        model=model,
+        batches=MappedBatches(buckets, collate),
+        loss_fn=loss_for("classify"),
+        extra_files={**tokenizer_files(tok), "labels.json": labels_file(labels)},
+        description=description,
+        labels=labels,
+        val_rows=val_rows,
+        val_batches=fixed_batches(val_examples, collate),
+        test_rows=test_rows,
     )
-    batches = MappedBatches(buckets, collate)
-    val_batches = [
-        collate(b)
-        for b in BucketBatches(val_ex, 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
-    ]
-    loss_fn = loss_for("classify")
 
-    def evaluate(m: nn.Module) -> dict[str, float]:
-        return score(m, val_batches, prefix="val_")
 
-    def test(m: nn.Module) -> dict[str, float]:
+def examples(config, model, tokenizer, labels, rows: list[tuple[str, str]]) -> list[Example]:
+    """Texts as the model reads them (long ones keep their head and tail), with the index
+    of their label; rows of a label the model does not know are left out."""
+    index = {label: i for i, label in enumerate(labels)}
+    rows = [r for r in rows if r[1] in index]
+    ids = classifier_inputs(model, tokenizer, [t for t, _ in rows], config.max_len)
+    return [(i, index[y]) for i, (_, y) in zip(ids, rows, strict=True)]
+
+
+def collate_labelled(batch: list[Example], pad_id: int):
+    from glassformer.data.batching import collate_labelled as collate
+
+    return collate([i for i, _ in batch], [y for _, y in batch], pad_id)
+
+
+def fixed_batches(items: list[Example], collate) -> list:
+    """Batches of 64 texts of similar length, the same at every evaluation."""
+    from glassformer.data.batching import BucketBatches
+
+    return [collate(b) for b in BucketBatches(items, 64, key=_length, shuffle=False, seed=0)]
+
+
+def _length(example: Example) -> int:
+    return len(example[0])
+
+
+@dataclass(kw_only=True)
+class ClassifyTask(Task):
+    """A classifier of texts."""
+
+    name = "classify"
+    unit = "ex"
+    tokenizer: Tokenizer
+    labels: list[str]
+    val_rows: list[tuple[str, str]]
+    val_batches: list
+    test_rows: list[tuple[str, str]]
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return score(model, self.val_batches, prefix="val_")
+
+    def test(self, model: nn.Module) -> dict[str, float]:
         """Accuracy on the test split (or validation, if the data has none)."""
-        prefix = "test_" if test_rows else "val_"
-        rows = [r for r in (test_rows or val_rows) if r[1] in label_id]
-        examples = encode(rows)
-        batches = [
-            collate(b)
-            for b in BucketBatches(examples, 64, key=lambda e: len(e[0]), shuffle=False, seed=0)
-        ]
-        return {**score(m, batches, prefix=prefix), f"{prefix}examples": len(rows)}
+        prefix = "test_" if self.test_rows else "val_"
+        rows = self.test_rows or self.val_rows
+        held_out = examples(self.config, model, self.tokenizer, self.labels, rows)
+        collate = partial(collate_labelled, pad_id=self.tokenizer.pad_id)
+        figures = score(model, fixed_batches(held_out, collate), prefix=prefix)
+        return {**figures, f"{prefix}examples": len(held_out)}
 
-    def show(m: nn.Module) -> str:
+    def show(self, model: nn.Module) -> str:
+        """A few validation texts, their labels and the model's verdicts."""
+        rows = self.val_rows[:SHOWN]
+        verdicts = classify_texts(
+            model, self.tokenizer, self.labels, [t for t, _ in rows], max_len=self.config.max_len
+        )
         lines = []
-        texts = [t for t, _ in val_rows[:show_count]]
-        for (text, gold), (pred, p) in zip(
-            val_rows[:show_count],
-            classify_texts(m, tok, labels, texts, max_len=max_len),
-            strict=True,
-        ):
+        for (text, gold), (pred, p) in zip(rows, verdicts, strict=True):
             snippet = text[:90].replace("\n", " ") + ("..." if len(text) > 90 else "")
             mark = "ok" if pred == gold else "WRONG"
             lines.append(f"[{mark:>5}] {pred} ({p:.2f}) vs {gold}: {snippet}")
         return "\n".join(lines)
-
-    extra = {
-        **tokenizer_files(tok),
-        "labels.json": (json.dumps(labels, indent=1) + "\n").encode(),
-    }
-    return Task(
-        name="classify",
-        tokenizer=tok,
-        model=model,
-        batches=batches,
-        loss_fn=loss_fn,
-        evaluate=evaluate,
-        show=show,
-        unit="ex",
-        extra_files=extra,
-        description=description,
-        test=test,
-    )
 
 
 # The parts of a model that a classifier's backbone is (the same modules, the same names
@@ -223,13 +239,13 @@ def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool
 
 
 def _check_labels(
-    opts: DataOptions, rows: list[tuple[str, str]], labels: list[str], resumed: bool
+    config: RunConfig, rows: list[tuple[str, str]], labels: list[str], resumed: bool
 ) -> None:
     """Every label in ``rows`` must be one the classifier was (or is being) trained on."""
     unseen = sorted({label for _, label in rows} - set(labels))
     if not unseen:
         return
-    source = opts.data or f"corpus {opts.corpus!r}"
+    source = config.data or f"corpus {config.corpus!r}"
     names = ", ".join(repr(label) for label in unseen)
     which = f"label {names}" if len(unseen) == 1 else f"labels {names}"
     where = (

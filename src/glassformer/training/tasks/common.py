@@ -1,20 +1,21 @@
 """What the tasks share: where the text comes from, the ``Task`` they build, and
 the resumable batch stream.
 
-A task turns a ``RunConfig``'s data and model options (a corpus name or the user's file,
-a tokenizer kind, a preset) into a ``Task``: the tokenizer, the model, the resumable
-training batches, the evaluation and a function that shows a person what the model does.
-The training loop and the run directory know nothing of tasks; ``fit`` joins them.
+A task turns a ``RunConfig`` (a corpus name or the user's file, a tokenizer kind, a
+preset) into a ``Task``: the tokenizer, the model, the resumable training batches, the
+evaluation and what shows a person what the model does. The training loop and the run
+directory know nothing of tasks; ``fit`` joins them.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -22,13 +23,9 @@ from torch import nn
 from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.models import PretrainedModel
-from glassformer.training.config import TASK_DEFAULTS, TASKS
+from glassformer.training.config import RunConfig, filled
 
-# the task defaults RunConfig fills in, for DataOptions built without one
-DEFAULT_CORPUS: dict[str, str] = {task: TASK_DEFAULTS[task]["corpus"] for task in TASKS}
-DEFAULT_TOKENIZER: dict[str, str] = {
-    task: TASK_DEFAULTS[task]["tokenizer"] for task in TASKS if "tokenizer" in TASK_DEFAULTS[task]
-}  # vision reads images: no tokenizer
+VALIDATION_FRACTION = 0.1  # of a user's file, held out
 
 
 @runtime_checkable
@@ -46,84 +43,100 @@ class ResumableBatches(Protocol):
 
 
 @dataclass(kw_only=True)
-class DataOptions:
-    """Where the text comes from and how it becomes token ids."""
-
-    task: str
-    corpus: str | None = None  # a bundled corpus name
-    data: str | None = None  # or the user's file
-    tokenizer: str | None = None  # "char" | "bpe" | "wordpiece"; per-task default
-    vocab_size: int = 8000  # for bpe / wordpiece
-    lowercase: bool = False  # lower-case text before tokenizing (WordPiece also strips accents)
-    src_column: str | int = 0
-    tgt_column: str | int = 1
-    text_column: str | int = "text"
-    label_column: str | int = "label"
-    validation_fraction: float = 0.1  # of a user's file, held out
-    max_examples: int | None = None  # cap the training examples (quick runs)
-
-    @property
-    def tokenizer_kind(self) -> str:
-        """The tokenizer asked for, or the task's default."""
-        return self.tokenizer or DEFAULT_TOKENIZER[self.task]
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
-        if self.corpus and self.data:
-            raise ValueError("give --corpus or --data, not both")
-        if not self.data and not self.corpus:
-            self.corpus = DEFAULT_CORPUS[self.task]
-        self.tokenizer = self.tokenizer or DEFAULT_TOKENIZER.get(self.task)
-        if not 0.0 < self.validation_fraction < 0.5:
-            raise ValueError(
-                f"validation fraction must be in (0, 0.5), got {self.validation_fraction}"
-            )
-
-
-@dataclass(kw_only=True)
 class Task:
-    """Everything the CLI needs to train and show one task."""
+    """Everything ``fit`` needs to train and show one task: the tokenizer (for vision, the
+    images' size and channels), the model, the resumable training batches and the loss;
+    each task's module subclasses it with what it evaluates (``evaluate``, during training),
+    reports on held-out data (``test``, at the end) and shows a person (``show``).
 
-    name: str
-    tokenizer: Tokenizer | ImageProcessor  # vision: the images' size and channels
+    Every task module has one ``build(config, *, tokenizer, labels, world) -> Task``
+    (``glassformer.training.tasks.BUILDERS``)."""
+
+    name: ClassVar[str]
+    unit: ClassVar[str] = "tok"  # what tokens_per_s counts
+    config: RunConfig
+    tokenizer: Tokenizer | ImageProcessor
     model: PretrainedModel
     batches: ResumableBatches
     loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]
-    evaluate: Callable[[nn.Module], dict[str, float]]
-    show: Callable[[nn.Module], str]
-    unit: str = "tok"  # what tokens_per_s counts
     extra_files: dict[str, bytes] = field(default_factory=dict)
     description: str = ""
-    test: Callable[[nn.Module], dict[str, float]] | None = None  # held-out figures, at the end
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """The figures logged at each evaluation (the validation loss, ...)."""
+        raise NotImplementedError
+
+    def test(self, model: nn.Module) -> dict[str, float]:
+        """The held-out figures reported at the end (results.json)."""
+        raise NotImplementedError
+
+    def show(self, model: nn.Module) -> str:
+        """What the model does, for a person to read (samples.txt)."""
+        raise NotImplementedError
 
 
-def load_splits(opts: DataOptions):
-    """(train, validation, test) for the task, from the bundled corpus or the user's file."""
+def model_overrides(config: RunConfig, layers: tuple[str, ...] = ("num_layers",)) -> dict:
+    """The model fields a run sets itself (the rest come from its preset); ``num_layers``
+    goes to each of ``layers`` (the translator's two stacks)."""
+    names = ("d_model", "num_heads", "d_ff", "dropout", "norm_first", "bias", "positional",
+             "attention_window", "global_tokens")  # fmt: skip
+    overrides = {name: getattr(config, name) for name in names if getattr(config, name) is not None}
+    if config.num_layers:
+        overrides.update(dict.fromkeys(layers, config.num_layers))
+    return overrides
+
+
+def text_tokenizer(
+    config: RunConfig, given: Tokenizer | ImageProcessor | None, texts: list[str]
+) -> Tokenizer:
+    """The run's tokenizer: ``given`` (a resumed run's), or the kind the config asks for
+    trained on ``texts``."""
+    from glassformer.data.tokenizers import train_tokenizer
+
+    if isinstance(given, ImageProcessor):
+        raise ValueError(f"a {config.task} run reads text, not images")
+    if given is not None:
+        return given
+    return train_tokenizer(
+        filled(config.tokenizer),
+        texts,
+        vocab_size=filled(config.vocab_size),
+        lowercase=bool(config.lowercase),
+    )
+
+
+def labels_file(labels: list[str]) -> bytes:
+    """A classifier's labels, in the order of its outputs (labels.json)."""
+    return (json.dumps(labels, indent=1) + "\n").encode()
+
+
+def load_splits(config: RunConfig):
+    """(train, validation, test, description) of the run's data: its bundled corpus or
+    the user's file (of which ``VALIDATION_FRACTION`` is held out)."""
     from glassformer.data import corpora, files
 
-    task = "lm" if opts.task == "mlm" else opts.task  # both read plain text
-    if opts.corpus:
-        s = corpora.load_corpus(opts.corpus, task)
+    task = "lm" if config.task == "mlm" else config.task  # both read plain text
+    if config.corpus:
+        s = corpora.load_corpus(config.corpus, task)
         return s.train, s.validation, s.test, s.description
-    path = str(opts.data)  # DataOptions holds a corpus or a file
+    path = str(config.data)  # a built config holds a corpus or a file
     if task == "vision":  # a folder with a sub-folder of images per class
         from glassformer.data.images import read_image_folder
 
         rows: list[Any] = read_image_folder(path)[0]
     elif task == "lm":
         text = files.read_text(path)
-        cut = int(len(text) * (1 - opts.validation_fraction))
+        cut = int(len(text) * (1 - VALIDATION_FRACTION))
         return text[:cut], text[cut:], "", f"{path}: {len(text):,} characters"
-    elif opts.task == "translate":
-        rows = files.read_pairs(path, src_column=opts.src_column, tgt_column=opts.tgt_column)
+    elif config.task == "translate":
+        rows = files.read_pairs(path, src_column=config.src_column, tgt_column=config.tgt_column)
     else:
         rows = files.read_labelled(
-            path, text_column=opts.text_column, label_column=opts.label_column
+            path, text_column=config.text_column, label_column=config.label_column
         )
     rows = list(rows)
     random.Random(0).shuffle(rows)  # a fixed split of the user's rows
-    n_val = max(1, int(len(rows) * opts.validation_fraction))
+    n_val = max(1, int(len(rows) * VALIDATION_FRACTION))
     if len(rows) < 2:
         raise ValueError(f"{path} has {len(rows)} usable row(s); need at least 2")
     return rows[n_val:], rows[:n_val], [], f"{path}: {len(rows):,} rows"

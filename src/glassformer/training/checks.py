@@ -1,0 +1,130 @@
+"""The rules a ``RunConfig`` is checked against when it is built: each field's own (its
+``Rule``, beside the field; its choices, from its ``Literal`` type) and those between
+fields. A value no run could use is one ``RunConfigError`` naming the field."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from glassformer.errors import RunConfigError
+
+if TYPE_CHECKING:
+    from glassformer.training.config import RunConfig
+
+
+def on_off_auto(text: str) -> bool | str:
+    """--bf16's value: on/off (also true/false, yes/no, 1/0) or auto."""
+    words: dict[str, bool | str] = {"on": True, "true": True, "yes": True, "1": True}
+    words |= {"off": False, "false": False, "no": False, "0": False, "auto": "auto"}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
+    return words[text.lower()]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a numeric field's value must be, said in words and tested by ``ok`` (a field
+    whose words say "integer" takes integers only)."""
+
+    expected: str
+    ok: Callable[[Any], bool]
+
+
+POSITIVE_INT = Rule("a positive integer", lambda v: v > 0)
+POSITIVE = Rule("> 0", lambda v: v > 0)
+NOT_NEGATIVE = Rule("0 or more", lambda v: v >= 0)
+EVERY = Rule("0 (only at the end) or more", lambda v: v >= 0)
+FRACTION = Rule("in [0, 1)", lambda v: 0 <= v < 1)
+
+
+def check_values(c: RunConfig) -> None:
+    """The first field whose value breaks its rule, as a RunConfigError (None is not checked)."""
+    for f in dataclasses.fields(c):
+        rule, value = f.metadata.get("rule"), getattr(c, f.name)
+        if rule is None or value is None:
+            continue
+        number = (int,) if "integer" in rule.expected else (int, float)
+        if isinstance(value, bool) or not isinstance(value, number):
+            raise RunConfigError(f.name, f"must be {rule.expected}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value) or not rule.ok(value):
+            raise RunConfigError(f.name, f"must be {rule.expected}, got {value}")
+
+
+def check_choices(c: RunConfig) -> None:
+    """Each field typed with a ``Literal`` holds one of its values, each ``bool`` a bool
+    (None where the type allows it)."""
+    for name, hint in typing.get_type_hints(type(c)).items():
+        allowed = typing.get_args(hint) if _is_union(hint) else (hint,)
+        value = getattr(c, name)
+        if value is None and type(None) in allowed:
+            continue
+        literals = [
+            v for a in allowed if typing.get_origin(a) is Literal for v in typing.get_args(a)
+        ]
+        boolean = bool in allowed
+        if (
+            boolean
+            and isinstance(value, bool)
+            or literals
+            and value in literals
+            and not (isinstance(value, bool) and not boolean)
+        ):
+            continue
+        if literals and boolean:
+            words = ", ".join(repr(v) for v in literals)
+            raise RunConfigError(name, f"must be True, False or {words}, got {value!r}")
+        if literals:
+            raise RunConfigError(name, f"must be one of {literals}, got {value!r}")
+        if boolean:
+            raise RunConfigError(name, f"must be True or False, got {value!r}")
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def check_vision(c: RunConfig) -> None:
+    """Images have no tokenizer; patches are for images only."""
+    if c.task == "vision" and c.tokenizer is not None:
+        raise RunConfigError("tokenizer", "is for text; vision reads images (no tokenizer)")
+    if c.task != "vision" and c.patch_size is not None:
+        raise RunConfigError("patch_size", f"is for vision (images), not {c.task!r}")
+
+
+def check_fine_tuning(c: RunConfig) -> None:
+    """The fine-tuning options go with classify --init."""
+    if c.init is not None and c.task != "classify":
+        raise RunConfigError("init", f"starts a classifier (classify), not {c.task!r}")
+    given = {
+        "encoder_lr": c.encoder_lr is not None,
+        "freeze_encoder_steps": c.freeze_encoder_steps != 0,
+        "linear_probe": c.linear_probe,
+    }
+    for name, set_ in given.items():
+        if set_ and c.init is None:
+            raise RunConfigError(name, "is for fine-tuning a pretrained encoder: give --init")
+
+
+def check_keras(c: RunConfig) -> None:
+    """framework="keras" trains the classifier only, without the PyTorch-only options."""
+    if c.task != "classify":
+        raise RunConfigError(
+            "framework", f"keras trains the classifier (classify) only, not {c.task!r}"
+        )
+    unsupported = {
+        "--bf16": c.bf16,
+        "--compile": c.compile,
+        "--accumulation": c.accumulation != 1,
+        "--optimizer adam": c.optimizer != "adamw",
+        "--init": c.init is not None,
+    }
+    given = [name for name, value in unsupported.items() if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be used with --framework keras")

@@ -1,0 +1,41 @@
+"""What a ``RunConfig`` field left at None becomes, per task (``TASK_DEFAULTS``) and for
+every task (``COMMON_DEFAULTS``): the recipes measured to learn fastest in CPU-minutes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Per task: the values the None-defaulted fields take. The paper's Adam + noam warm-up
+# (optimizer="adam", schedule="noam", lr=1.0) spends too much of a CPU-minutes budget
+# warming up; AdamW + cosine learns faster here. For classify, lower-cased WordPiece (16k
+# tokens), lr 1e-3 and the one-layer small preset gave 0.84 test accuracy on IMDb after
+# 4 minutes; cased, lr 5e-4 and four layers 0.81 after 20.
+_CLASSIFY = dict(
+    batch_size=32,
+    lr=1e-3,
+    warmup=200,
+    tokenizer="wordpiece",
+    corpus="imdb",
+    max_len=256,
+    vocab_size=16000,
+    lowercase=True,
+)
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "lm": dict(batch_size=32, lr=2e-3, warmup=100, tokenizer="char", corpus="austen"),
+    "translate": dict(
+        batch_size=64, lr=1e-3, warmup=200, tokenizer="bpe", corpus="bible-en-es", max_len=128
+    ),
+    "classify": _CLASSIFY,
+    # The classifier's tokenizer and length, so that `train classify --init` can start from
+    # it. With learned positions (nn.Embedding's N(0, 1) start) a masked LM sat at the
+    # unigram plateau (12% masked accuracy) for 5,000 steps; with the paper's sinusoids,
+    # pre-norm, lr 3e-3 and no dropout it reached 19% at 1,500 steps and 24% at 3,000.
+    "mlm": dict(
+        _CLASSIFY, lr=3e-3, warmup=100, positional="sinusoidal", norm_first=True, dropout=0.0
+    ),
+    # images, not text: no tokenizer; the ViT reads patch_size × patch_size patches
+    "vision": dict(batch_size=64, lr=1e-3, warmup=100, corpus="digits", patch_size=2),
+}
+COMMON_DEFAULTS: dict[str, Any] = dict(
+    optimizer="adamw", schedule="cosine", vocab_size=8000, lowercase=False
+)

@@ -1,0 +1,74 @@
+"""What ``make lint`` enforces fails where it should, naming the offender: a file over 400
+lines, a function over 60 lines of code (tools/check_sizes.py), a private member used from
+outside its object (ruff's SLF001, selected in pyproject.toml), and the layering contract."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+spec = importlib.util.spec_from_file_location("check_sizes", ROOT / "tools" / "check_sizes.py")
+assert spec and spec.loader
+check_sizes = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check_sizes)
+
+
+def function(name: str, lines: int, *, docstring: int = 0, comments: int = 0) -> str:
+    body = ['    """' + "\n    ".join(["doc"] * max(docstring, 1)) + '"""'] if docstring else []
+    body += ["    # a comment"] * comments + [""] * 2
+    body += [f"    x{i} = {i}" for i in range(lines - 1)] + ["    return x0"]
+    return f"def {name}():\n" + "\n".join(body) + "\n"
+
+
+def test_a_function_over_60_lines_of_code_is_named(tmp_path, capsys):
+    (tmp_path / "ok.py").write_text(function("fits", 60, docstring=30, comments=20))
+    assert check_sizes.main([str(tmp_path)]) == 0
+    (tmp_path / "long.py").write_text(function("too_long", 61))
+    assert check_sizes.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "long.py:1: too_long has 61 lines of code (at most 60)" in err and "fits" not in err
+
+
+def test_a_file_over_400_lines_is_named(tmp_path, capsys):
+    (tmp_path / "big.py").write_text("x = 1\n" * 401)
+    assert check_sizes.main([str(tmp_path)]) == 1
+    assert "big.py: 401 lines (at most 400)" in capsys.readouterr().err
+
+
+def test_nested_functions_count_in_the_one_that_holds_them(tmp_path, capsys):
+    inner = function("inner", 40).replace("\n", "\n    ")
+    (tmp_path / "nest.py").write_text("def outer():\n    " + inner + "\n    x = 1\n" * 25)
+    assert check_sizes.main([str(tmp_path)]) == 1
+    assert "outer has" in capsys.readouterr().err
+
+
+def test_the_package_keeps_to_the_limits(capsys):
+    assert check_sizes.main([str(ROOT / "src")]) == 0, capsys.readouterr().err
+
+
+RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+
+
+@pytest.mark.skipif(RUFF is None, reason="ruff is not installed (the dev extra)")
+def test_a_private_member_used_from_outside_fails_ruff(tmp_path):
+    ruff = str(RUFF)
+    file = tmp_path / "reach.py"
+    file.write_text(
+        "def f(layer):\n    return layer._in(1)\n\n\ndef g(self):\n    return self._in\n"
+    )
+    done = subprocess.run(
+        [ruff, "check", "--config", str(ROOT / "pyproject.toml"), "--no-cache", str(file)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert (
+        "SLF001" in done.stdout
+        and "reach.py:2:" in done.stdout
+        and "reach.py:6:" not in done.stdout
+    )
