@@ -131,11 +131,11 @@ def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
 def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
     char_lm_run, capsys, monkeypatch, bf16_gflops, warned
 ):
-    from glassformer.models import quantize
+    from glassformer import precision
     from glassformer.precision import Measurement
 
     measured = Measurement(fp32_gflops=100.0, bf16_gflops=bf16_gflops)
-    monkeypatch.setattr(quantize, "bf16_measurement", lambda shapes, device, **kw: measured)
+    monkeypatch.setattr(precision, "bf16_measurement", lambda shapes, device, **kw: measured)
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "2"]
     assert main([*argv, "--dtype", "bf16", "--no-stream"]) == 0
     err = capsys.readouterr().err

@@ -17,17 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from glassformer.data import corpora, kjv_versification
+from glassformer.data import corpora
 from glassformer.data.corpora import (
     CorpusUnavailableError,
     _fetch,
     austen,
     bible,
     imdb,
+    kjv_versification,
     load_corpus,
 )
-from glassformer.data.kjv_versification import Book
-from glassformer.data.rdata import (
+from glassformer.data.corpora.kjv_versification import Book
+from glassformer.data.corpora.rdata import (
     RObject,
     as_dict,
     data_frame,
@@ -36,7 +37,7 @@ from glassformer.data.rdata import (
     read_rds,
     unserialize,
 )
-from glassformer.data.sword import (
+from glassformer.data.corpora.sword import (
     HEADING,
     SwordModule,
     open_module,

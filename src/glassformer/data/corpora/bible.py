@@ -1,6 +1,6 @@
 """The bible-en-es corpus (translate): English-Spanish Bible verse pairs, King James 1769 /
 Reina-Valera 1909, from the Debian packages `sword-text-kjv` and `sword-text-sparv` (SWORD
-modules, read with ``glassformer.data.sword``), paired verse by verse by ``align_verses``
+modules, read with ``glassformer.data.corpora.sword``), paired verse by verse by ``align_verses``
 and split by a seeded shuffle (see the package notes, ``glassformer.data.corpora``).
 """
 
@@ -11,10 +11,16 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from glassformer.data.corpora._cache import prepared, read_about, write_about
+from glassformer.cache import prepared, read_about, write_about
 from glassformer.data.corpora._fetch import debian_files, package_version
 from glassformer.data.corpora._splits import Splits, seeded_shuffle
-from glassformer.data.sword import VerseKey, open_module, plain_text, read_verses, strongs_numbers
+from glassformer.data.corpora.sword import (
+    VerseKey,
+    open_module,
+    plain_text,
+    read_verses,
+    strongs_numbers,
+)
 
 BIBLE_MODULES = {  # Debian package -> SWORD module name
     "sword-text-kjv": "engKJV2006eb",  # King James Version, 1769 text

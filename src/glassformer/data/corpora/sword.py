@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from glassformer.data import kjv_versification
-from glassformer.data.kjv_versification import Book
+from glassformer.data.corpora import kjv_versification
+from glassformer.data.corpora.kjv_versification import Book
 
 VerseKey = tuple[str, int, int]  # (OSIS book id, chapter, verse); 0 = a heading
 HEADING: VerseKey = ("", 0, 0)  # the module and testament headings
