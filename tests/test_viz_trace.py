@@ -50,6 +50,7 @@ def test_every_step_is_the_value_the_model_computed(tok):
         first = cache[s.name].float()
         while first.dim() > 1:
             first = first[0]
+        first = first.masked_fill(first == torch.finfo(first.dtype).min, -torch.inf)  # masked
         torch.testing.assert_close(torch.tensor(s.values), first[:6], msg=s.name)
     T, H, D, V = 11, 4, 128, tok.vocab_size
     shapes = {s.what: s.shape for s in steps if s.where == "block 1 · self-attention"}
@@ -57,6 +58,9 @@ def test_every_step_is_the_value_the_model_computed(tok):
     (scores,) = steps_named(steps, "scores")[:1]
     assert scores.shape == (1, H, T, T)
     assert f"{H * T * (T - 1) // 2} of {H * T * T} masked (causal)" in scores.what
+    assert scores.values[1:] == [-torch.inf] * 5  # the first query sees only the first key
+    assert "[" + ", ".join(f"{x: .4f}" for x in scores.values) + ", …]" in format_trace([scores])
+    assert " -inf, -inf" in format_trace([scores])
     (logits,) = steps_named(steps, "logits")
     assert logits.shape == (1, T, V)
     torch.testing.assert_close(torch.tensor(logits.values), out.logits[0, 0, :6])

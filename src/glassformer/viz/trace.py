@@ -86,11 +86,15 @@ def trace(
 
 
 def _first(t: Tensor, count: int) -> list[float]:
-    """The first example's first row (first head, first position): its first ``count`` values."""
-    head = t.detach().float()
+    """The first example's first row (first head, first position): its first ``count`` values.
+
+    A masked score (attention fills it with the lowest float) reads as -inf."""
+    head = t.detach()
     while head.dim() > 1:
         head = head[0]
-    return head[:count].tolist()
+    if head.is_floating_point():
+        head = head.masked_fill(head == torch.finfo(head.dtype).min, -math.inf)
+    return head[:count].float().tolist()
 
 
 def _where(parts: re.Match, model: Any) -> str:
