@@ -387,6 +387,11 @@ def test_header_sizes_past_the_end_are_refused_before_reading(tmp_path):
     bad.write_bytes(counts)
     one_line_error(bad, "tensor infos")
 
+    blocks = bytearray(data)  # llama.block_count (a u32 after its type) of 4 billion: found
+    struct.pack_into("<I", blocks, _u64_after(data, b"llama.block_count", 4), 2**32 - 1)
+    bad.write_bytes(blocks)  # by hypothesis: the names of every block's tensors were listed
+    one_line_error(bad, "llama.block_count is 4294967295", "tensors for 1 blocks")
+
 
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory) -> tuple[bytes, list[int], int]:

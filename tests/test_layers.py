@@ -6,6 +6,8 @@ nn.Transformer), both norm orders, ReLU and GELU, train and eval mode, to 1e-5",
 weights copied either way: ``from_torch_nn`` into ours, ``to_torch_nn`` into nn's.
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -278,3 +280,41 @@ def test_bad_layer_arguments(kwargs, message):
             cls(**kwargs)
     with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
         Encoder(num_layers=0, d_model=8, num_heads=2, d_ff=8)
+
+
+def _old_modules():
+    small = dict(d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    return {
+        "enc_layer": EncoderLayer(**small),
+        "dec_layer": DecoderLayer(**small),
+        "enc": Encoder(num_layers=2, norm_first=True, **small),
+        "dec": Decoder(num_layers=2, norm_first=True, **small),
+    }
+
+
+def test_state_dicts_under_the_old_part_names_load_and_compute_what_they_did():
+    """Layers and stacks saved at 7a7e08c (self_attn, feed_forward, norm1..3, layers.N, norm)
+    load strictly into today's blocks and give the outputs that code gave, bit for bit."""
+    from safetensors.torch import load_file
+
+    saved = load_file(Path(__file__).parent / "data/runs_7a7e08c/layers.safetensors")
+    x, memory = saved["input/x"], saved["input/memory"]
+    for name, module in _old_modules().items():
+        state = {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith(f"{name}/")}
+        assert any("self_attn." in k for k in state)  # the old names, really
+        module.load_state_dict(state)  # strict: nothing missing, nothing left over
+        out = module.eval()(x, memory)[0] if name.startswith("dec") else module.eval()(x)[0]
+        assert torch.equal(out, saved[f"output/{name}"]), name
+
+
+def test_the_old_part_names_still_read_the_parts():
+    m = _old_modules()
+    enc, dec = m["enc_layer"], m["dec_layer"]
+    assert (enc.self_attn, enc.feed_forward, enc.norm1, enc.norm2) == (
+        enc.attn,
+        enc.mlp,
+        enc.ln1,
+        enc.ln2,
+    )
+    assert (dec.norm1, dec.norm2, dec.norm3) == (dec.ln1, dec.ln_cross, dec.ln2)
+    assert m["enc"].layers is m["enc"].blocks and m["enc"].norm is m["enc"].ln_final

@@ -100,6 +100,7 @@ class Block(nn.Module):
             self.hook_resid_mid_cross = HookPoint()  # after cross-attention's residual sum
         self.hook_mlp_out = HookPoint()  # the MLP's output, before the sum
         self.hook_resid_post = HookPoint()  # the block's output
+        self.register_load_state_dict_pre_hook(rename_old_keys)
 
     def forward(
         self,
@@ -164,6 +165,28 @@ class Block(nn.Module):
     def extra_repr(self) -> str:
         wiring = "parallel" if self.parallel else "pre-norm" if self.norm_first else "post-norm"
         return f"wiring={wiring}"
+
+    # The parts' names before blocks took parts (nn.TransformerEncoderLayer's and
+    # nn.TransformerDecoderLayer's): still readable, and a state dict under them still loads.
+    def old_names(self) -> dict[str, str]:
+        """Each old name and the part it is now."""
+        if self.cross_attn is None:
+            return {"self_attn": "attn", "feed_forward": "mlp", "norm1": "ln1", "norm2": "ln2"}
+        return {"self_attn": "attn", "feed_forward": "mlp", "norm1": "ln1",
+                "norm2": "ln_cross", "norm3": "ln2"}  # fmt: skip
+
+    self_attn = property(lambda self: self.attn)
+    feed_forward = property(lambda self: self.mlp)
+    norm1 = property(lambda self: self.ln1)
+    norm2 = property(lambda self: self.ln_cross if self.cross_attn is not None else self.ln2)
+    norm3 = property(lambda self: self.ln2 if self.cross_attn is not None else None)
+
+
+def rename_old_keys(module: nn.Module, state: dict, prefix: str, *_: Any) -> None:
+    """A load_state_dict pre-hook: keys under ``module``'s old part names get today's."""
+    for old, new in module.old_names().items():  # type: ignore[operator]
+        for key in [k for k in state if k.startswith(f"{prefix}{old}.")]:
+            state[f"{prefix}{new}.{key[len(prefix) + len(old) + 1 :]}"] = state.pop(key)
 
 
 class EncoderLayer(Block):

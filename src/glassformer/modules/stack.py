@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
-from glassformer.modules.block import DecoderLayer, EncoderLayer
+from glassformer.modules.block import DecoderLayer, EncoderLayer, rename_old_keys
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.norms import make_norm
 from glassformer.modules.rotary import RotaryAngles
@@ -86,6 +86,14 @@ class Stack(nn.Module):
             raise ValueError("a stack needs at least one block")
         self.blocks = nn.ModuleList(blocks)
         self.ln_final = ln_final
+        self.register_load_state_dict_pre_hook(rename_old_keys)  # layers.N, norm: before
+
+    def old_names(self) -> dict[str, str]:
+        """The names a stack's parts had before blocks took parts (``nn.TransformerEncoder``'s)."""
+        return {"layers": "blocks", "norm": "ln_final"}
+
+    layers = property(lambda self: self.blocks)
+    norm = property(lambda self: self.ln_final)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, **options: Any) -> StackOutput:
         """x (B, T, D), mask broadcastable to (B, H, T, Tk) → ``StackOutput``; the options

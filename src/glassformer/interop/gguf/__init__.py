@@ -170,12 +170,14 @@ def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:
         "mlp.up_proj",
         "mlp.down_proj",
     ]
+    layers = config["num_hidden_layers"]
+    present = {int(n.split(".")[2]) for n in state if n.startswith("model.layers.")}
+    if not 1 <= layers <= len(present):  # a corrupt count is not looped over
+        raise CheckpointError(
+            f"llama.block_count is {layers}; the file holds tensors for {len(present)} blocks"
+        )
     needed = ["model.embed_tokens.weight", "model.norm.weight"]
-    needed += [
-        f"model.layers.{i}.{part}.weight"
-        for i in range(config["num_hidden_layers"])
-        for part in per_layer
-    ]
+    needed += [f"model.layers.{i}.{part}.weight" for i in range(layers) for part in per_layer]
     missing = [n for n in needed if n not in state]
     if missing:
         raise CheckpointError(f"the tensor for {missing[0]} is missing ({len(missing)} in all)")
