@@ -1,6 +1,7 @@
 """Shared pytest set-up."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,30 @@ def chat_bpe():
         return folder
 
     return make
+
+
+# ---- a real browser: Debian's chromium through Playwright (the viewer's and the docs' tests) --
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("GLASSFORMER_CHROMIUM"), "chromium", "chromium-browser"):
+        if candidate and (found := shutil.which(candidate)):
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="browser tests need Playwright: pip install playwright"
+    )
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("browser tests need Chromium: apt-get install chromium")
+    with sync_api.sync_playwright() as p:
+        try:
+            launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        except Exception as e:  # noqa: BLE001 - any failure to start is a reason to skip
+            pytest.skip(f"Chromium at {executable} did not start: {str(e).splitlines()[0]}")
+        yield launched
+        launched.close()

@@ -1,6 +1,7 @@
 """The `glassformer` command: subcommands end to end, errors in one line."""
 
 import re
+import shlex
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from glassformer import Seq2SeqTransformer
-from glassformer.cli import main
+from glassformer.cli import SUBCOMMANDS, build_parser, main
 from glassformer.cli.demo import make_batch
 
 
@@ -141,3 +142,24 @@ def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
     err = capsys.readouterr().err
     expected = "warning: --dtype bf16 is slower than fp32 here: bf16 50 vs fp32 100 GFLOP/s"
     assert (expected in err) is warned
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_every_subcommands_help_ends_with_an_example_that_parses(name, capsys):
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    help_text = capsys.readouterr().out.rstrip()
+    last = help_text.splitlines()[-1].strip()
+    assert help_text.splitlines()[-2] == "example:" and last == SUBCOMMANDS[name].EXAMPLE
+    argv = shlex.split(last)
+    assert argv[:2] == ["glassformer", name]
+    assert build_parser().parse_args(argv[1:]).command == name  # its flags exist
+
+
+def test_the_top_level_help_names_every_task_train_takes(capsys):
+    from glassformer.training.tasks import BUILDERS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f"({task})" in text for task in BUILDERS), (sorted(BUILDERS), text)

@@ -499,3 +499,24 @@ def test_classify_init_from_an_lm_run_reads_the_last_real_token(files, tmp_path,
     capsys.readouterr()
     assert main(["classify", "--model", str(run), "a great fun film"]) == 0
     assert capsys.readouterr().out.split("\t")[0] in ("pos", "neg")
+
+
+def test_classify_arch_gpt_trains_a_gpt_shaped_classifier_from_random_weights(
+    files, tmp_path, capsys
+):
+    """--arch gpt: the demo's classifier in one command (no language-model detour): causal
+    pre-norm blocks of the GPT classifier's small preset, the head on the last real token."""
+    from glassformer import GPTClassifier
+
+    run = tmp_path / "gpt-clf"
+    assert train("classify", files / "reviews.csv", run, "--arch", "gpt", "--preset", "small",
+                 "--max-steps", "40", "--lr", "3e-3", "--vocab-size", "80",
+                 "--batch-size", "16") == 0  # fmt: skip
+    capsys.readouterr()
+    model, _ = load_run(run)
+    assert isinstance(model, GPTClassifier) and model.config.pooling == "last"
+    assert (model.config.num_layers, model.config.d_model, model.config.d_ff) == (2, 128, 256)
+    assert all(block.attn.causal for block in model.blocks)
+    assert json.loads((run / "results.json").read_text())["val_accuracy"] == 1.0
+    assert main(["classify", "--model", str(run), "great fun", "boring mess"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["pos", "neg"]

@@ -131,6 +131,10 @@ def test_frozen_and_keyword_only():
         ),
         (dict(task="classify", bias=False), "bias", "is for lm (a GPT), not 'classify'"),
         (dict(framework="keras"), "framework", "keras trains the classifier (classify) only"),
+        (dict(arch="rnn"), "arch", "must be one of ['encoder', 'gpt'], got 'rnn'"),
+        (dict(task="lm", arch="gpt"), "arch", "chooses a classifier's shape (classify), not 'lm'"),
+        (dict(task="classify", arch="gpt", init="runs/lm"), "arch", "comes from --init runs/lm"),
+        (dict(task="classify", arch="gpt", framework="keras"), "arch", "gpt is not in the Keras"),
     ],
 )
 def test_a_bad_value_is_one_error_naming_the_field(changes, field, message):

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -276,31 +275,7 @@ def test_notebooks_get_the_page_in_an_iframe(chars):
 # ---- in a browser ---------------------------------------------------------------------------
 
 
-def chromium_path() -> str | None:
-    for candidate in (os.environ.get("GLASSFORMER_CHROMIUM"), "chromium", "chromium-browser"):
-        if candidate and (found := shutil.which(candidate)):
-            return found
-    return None
-
-
 browser_test = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="browser tests need Playwright: pip install playwright"
-    )
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("browser tests need Chromium: apt-get install chromium")
-    with sync_api.sync_playwright() as p:
-        try:
-            launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        except Exception as e:  # noqa: BLE001 - any failure to start is a reason to skip
-            pytest.skip(f"Chromium at {executable} did not start: {str(e).splitlines()[0]}")
-        yield launched
-        launched.close()
 
 
 class Opened:

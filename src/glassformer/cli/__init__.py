@@ -1,4 +1,5 @@
-"""The `glassformer` command: one module per subcommand, each with `add_arguments` and `run`.
+"""The `glassformer` command: one module per subcommand, each with `HELP` (its line in the
+command's help), `EXAMPLE` (the last line of its own help), `add_arguments` and `run`.
 
 User errors (bad values, files, checkpoints) print one line and exit non-zero, without
 a traceback.
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glassformer",
         description="A Transformer written from scratch in PyTorch: train, inspect and use models.",
+        epilog="example:\n"
+        "  glassformer train classify --arch gpt --minutes 5 --out runs/demo-imdb\n"
+        "  glassformer COMMAND --help   (each command's options, and an example)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"glassformer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -62,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=module.HELP,
             description=module.__doc__,
+            epilog=f"example:\n  {module.EXAMPLE}",
             formatter_class=_Formatter,
         )
         module.add_arguments(p)

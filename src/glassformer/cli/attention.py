@@ -31,6 +31,10 @@ import argparse
 from pathlib import Path
 
 HELP = "draw attention heatmaps (per layer and head) for a text, or an interactive HTML page"
+EXAMPLE = (
+    'glassformer attention --model runs/demo-imdb "A moving, beautifully acted film." '
+    "--out view.html"
+)
 KINDS = ("encoder", "decoder", "cross")
 
 

@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 HELP = "run the side-by-side speed benchmarks"
+EXAMPLE = "glassformer bench attention generate --repeats 3"
 
 SCRIPTS = {
     "attention": "attention.py",

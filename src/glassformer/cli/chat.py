@@ -24,6 +24,7 @@ from glassformer.cli.generate import Printer, add_sampling_arguments, sampling_c
 from glassformer.inference import load_run
 
 HELP = "chat with an instruction-tuned model (SmolLM2-135M-Instruct), replies streamed"
+EXAMPLE = 'glassformer chat --system "You answer in one sentence." --max-new-tokens 64'
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
 

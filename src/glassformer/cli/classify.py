@@ -14,6 +14,9 @@ from glassformer.cli._common import inputs, load_model_dir
 from glassformer.inference import classify_texts, read_labels
 
 HELP = "classify texts with a trained classifier"
+EXAMPLE = (
+    'glassformer classify --model runs/demo-imdb "A moving film." "A dull plot and wooden acting."'
+)
 # trained from scratch, or fine-tuned from a BERT-style encoder (train classify --init)
 CLASSIFIER_KINDS = ("classifier", "bert_classifier", "gpt_classifier")
 

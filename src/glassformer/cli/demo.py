@@ -18,6 +18,7 @@ from tqdm import tqdm
 from glassformer.models import Seq2SeqConfig, Seq2SeqTransformer
 
 HELP = "train a small translator on a built-in task (reverse digits) and show its output"
+EXAMPLE = "glassformer demo"
 PAD, BOS, EOS, FIRST_DIGIT = 0, 1, 2, 3
 VOCAB = FIRST_DIGIT + 10
 

@@ -22,6 +22,10 @@ from torch import Tensor
 from glassformer.cli._common import inputs
 
 HELP = "embed sentences (all-MiniLM-L6-v2 or another sentence encoder)"
+EXAMPLE = (
+    'glassformer embed "A cat is sleeping on the sofa." "The stock market fell." '
+    "--out embeddings.npy"
+)
 FORMATS = (".safetensors", ".npy", ".jsonl")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 HELP = "guess the words hidden by [MASK] with a masked-language model"
+EXAMPLE = 'glassformer fill-mask --model runs/mlm "the film was [MASK] ."'
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
 
 HELP = "continue a prompt with a trained language model"
+EXAMPLE = 'glassformer generate --model runs/austen --prompt "It is a truth" --max-new-tokens 200'
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 HELP = "the logit lens: each layer's likeliest next token at every position"
+EXAMPLE = 'glassformer lens --model SmolLM2-135M-Instruct "The capital of France is" --out lens.png'
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,11 @@ from __future__ import annotations
 import argparse
 
 HELP = "activation patching between a clean and a corrupted text"
+EXAMPLE = (
+    "glassformer patch --model SmolLM2-135M-Instruct --clean "
+    '"The capital of France is" --corrupt "The capital of Italy is" --answer " Paris" '
+    '--wrong " Rome" --out patching.png'
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

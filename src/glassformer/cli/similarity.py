@@ -13,6 +13,10 @@ from glassformer.cli._common import inputs, read_lines
 from glassformer.cli.embed import add_model_arguments, load_encoder
 
 HELP = "rank sentences against a query by embedding similarity"
+EXAMPLE = (
+    'glassformer similarity "A cat is sleeping on the sofa." '
+    '"A kitten naps on the couch." "The stock market fell."'
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 HELP = "print every step of a forward pass with shapes and values"
+EXAMPLE = 'glassformer trace --model runs/austen "It is a truth" --layer 1'
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

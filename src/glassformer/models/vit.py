@@ -43,7 +43,8 @@ class ViTConfig(ConfigBase):
         pooling: "cls" (a learned class token, read at the end) or "mean" over the patches.
         positional: "learned" (a vector per patch) or "sinusoidal" (the paper's sinusoids
             along rows and along columns, ``SinusoidalGridEncoding``; D divisible by 4).
-        Others as in ``ModelConfig``; ViT is pre-norm with GELU.
+
+    The other fields are as in ``ModelConfig``; a ViT is pre-norm with GELU.
     """
 
     image_size: int | tuple[int, int]

@@ -126,8 +126,8 @@ class Block(nn.Module):
             cache: self-attention keys/values of earlier positions (decoding); ``x`` then
                 holds only the new positions.
             memory_cache: the memory's keys/values, filled on the first call.
-            positions, angles: where the tokens are, for rotary attention (``angles`` are
-                the rotation computed once by the model for every block).
+            positions: where the tokens are, for rotary attention.
+            angles: the rotation computed once by the model for every block (rotary).
         """
         x = self.hook_resid_pre(x)
         attn = self.attn(

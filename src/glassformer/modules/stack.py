@@ -113,7 +113,9 @@ class Encoder(Stack):
         **layer_kwargs: passed to every ``EncoderLayer`` (d_model, num_heads, d_ff, ...).
     """
 
-    def __init__(self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs) -> None:
+    def __init__(
+        self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs: Any
+    ) -> None:
         _check_layers(num_layers)
         layers = [EncoderLayer(**layer_kwargs) for _ in range(num_layers)]
         super().__init__(layers, _final_norm(final_norm, layer_kwargs))
@@ -128,7 +130,9 @@ class Decoder(Stack):
         **layer_kwargs: passed to every ``DecoderLayer``.
     """
 
-    def __init__(self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs) -> None:
+    def __init__(
+        self, *, num_layers: int, final_norm: bool | None = None, **layer_kwargs: Any
+    ) -> None:
         _check_layers(num_layers)
         layers = [DecoderLayer(**layer_kwargs) for _ in range(num_layers)]
         super().__init__(layers, _final_norm(final_norm, layer_kwargs))

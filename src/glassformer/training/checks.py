@@ -112,6 +112,18 @@ def check_fine_tuning(c: RunConfig) -> None:
             raise RunConfigError(name, "is for fine-tuning a pretrained encoder: give --init")
 
 
+def check_arch(c: RunConfig) -> None:
+    """The classifier's shape is a classify option; with --init the pretrained model gives it."""
+    if c.arch == "encoder":
+        return
+    if c.task != "classify":
+        raise RunConfigError("arch", f"chooses a classifier's shape (classify), not {c.task!r}")
+    if c.init is not None:
+        raise RunConfigError("arch", f"comes from --init {c.init}: leave out --arch")
+    if c.framework == "keras":
+        raise RunConfigError("arch", "gpt is not in the Keras twin (--framework keras)")
+
+
 def check_keras(c: RunConfig) -> None:
     """framework="keras" trains the classifier only, without the PyTorch-only options."""
     if c.task != "classify":

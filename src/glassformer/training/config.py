@@ -30,6 +30,7 @@ from glassformer.training.checks import (
     POSITIVE,
     POSITIVE_INT,
     Rule,
+    check_arch,
     check_choices,
     check_fine_tuning,
     check_keras,
@@ -172,6 +173,12 @@ class RunConfig:
         "with --attention-window: the first N tokens see and are seen by all (default: 0)",
         rule=Rule("an integer, 0 or more", lambda v: v >= 0),
     )
+    arch: Literal["encoder", "gpt"] = _opt(
+        "encoder",
+        "model",
+        "classify: the classifier's shape: encoder (the paper's encoder, mean pooling) or gpt "
+        "(causal pre-norm blocks, the head on the last real token), from random weights",
+    )
     # ---- fine-tuning
     init: str | None = _opt(
         None,
@@ -290,6 +297,7 @@ class RunConfig:
         if self.framework == "keras":
             check_keras(self)
         check_fine_tuning(self)
+        check_arch(self)
 
     def _fill_defaults(self) -> None:
         """Give the None-defaulted fields their task's values (frozen: through object)."""

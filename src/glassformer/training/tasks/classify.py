@@ -77,10 +77,15 @@ def build(
     else:
         shape = dict(vocab_size=tok.vocab_size, num_classes=len(labels), max_len=max_len,
                      pad_id=tok.pad_id)  # fmt: skip
-        model = TransformerClassifier(
-            ClassifierConfig.preset(config.preset, **{**shape, **model_overrides(config)})
-        )
+        model = new_classifier(config, {**shape, **model_overrides(config)})
     return _task(config, tok, model, labels, (train_rows, val_rows, test_rows), description, world)
+
+
+def new_classifier(config: RunConfig, fields: dict[str, Any]) -> Any:
+    """A classifier from random weights of ``--arch``'s shape at ``--preset``'s size."""
+    if config.arch == "gpt":
+        return GPTClassifier(GPTClassifierConfig.preset(config.preset, **fields))
+    return TransformerClassifier(ClassifierConfig.preset(config.preset, **fields))
 
 
 def _task(config, tok, model, labels, splits, description, world) -> ClassifyTask:
