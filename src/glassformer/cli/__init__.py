@@ -55,8 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glassformer",
         description="A Transformer written from scratch in PyTorch: train, inspect and use models.",
-        epilog="example:\n"
-        "  glassformer train classify --arch gpt --minutes 5 --out runs/demo-imdb\n"
+        epilog=f"example:\n  {train.EXAMPLE}\n"
         "  glassformer COMMAND --help   (each command's options, and an example)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
