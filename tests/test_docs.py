@@ -2,6 +2,8 @@
 the network off, its search finds what it holds, and its API reference lists every public
 name; the README is its front door (install and quick start on the first screen)."""
 
+import dataclasses
+import html
 import re
 import subprocess
 import sys
@@ -113,6 +115,18 @@ def test_the_api_reference_lists_every_public_name(site):
         ids |= set(re.findall(r'id="(glassformer\.[\w.]+)"', page.read_text(encoding="utf-8")))
     missing = [name for name in PUBLIC_NAMES if name not in ids]
     assert not missing, f"the API reference lacks {missing}"
+
+
+def test_the_reference_shows_every_runconfig_field_with_its_flag_and_help(site):
+    from glassformer.training.config import RunConfig
+
+    page = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    assert "{{ runconfig_fields }}" not in page
+    for f in dataclasses.fields(RunConfig):
+        flag = f.name if f.name == "task" else "--" + f.name.replace("_", "-")
+        row = f"<td><code>{f.name}</code></td>\n<td><code>{flag}</code></td>"
+        assert row in page, f"no row for {f.name}"
+        assert html.escape(f.metadata["help"], quote=False) in page, f.name
 
 
 def test_no_page_asks_for_anything_outside_the_site(site):

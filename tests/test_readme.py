@@ -5,12 +5,9 @@ that file, and every glassformer import in their Python examples resolves."""
 import importlib
 import re
 import shlex
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+from doc_pages import DOCUMENTS, ROOT, glassformer_commands
 
 
 def cited_tests(text: str) -> list[tuple[str, str]]:
@@ -139,20 +136,6 @@ def test_every_cited_test_file_exists():
             if not (ROOT / path).is_file():
                 missing.append(f"{document.relative_to(ROOT)}: {path}")
     assert not missing, f"the docs cite test files that do not exist: {missing}"
-
-
-def glassformer_commands(text: str) -> list[str]:
-    """Every `glassformer ...` command line of a page: in shell blocks (joined where a line
-    ends with a backslash, comments and `$ ` prompts dropped) and in inline code."""
-    commands = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.split(r"\s#\s", line.strip().removeprefix("$ "))[0].strip()
-            if line.startswith("glassformer "):
-                commands.append(line)
-    # inline: a whole command has a flag (`glassformer train` alone names the command)
-    commands += [c for c in re.findall(r"`(glassformer [^`]+)`", text) if " -" in c]
-    return commands
 
 
 def test_every_glassformer_command_in_the_docs_parses():
