@@ -200,3 +200,13 @@ def test_bad_run_files_are_one_error(text, message):
     with pytest.raises(ValueError) as e:
         RunConfig.from_json(text)
     assert message in str(e.value)
+
+
+def test_a_translate_run_from_before_its_dropout_default_reads_the_dropout_it_trained_with():
+    """Its run.json says null (the preset's 0.1, as its checkpoint's config holds); the task
+    default (0) is for runs that start now."""
+    old = Path(__file__).parent / "data" / "runs_7a7e08c" / "runs" / "translate"
+    assert json.loads((old / "run.json").read_text())["dropout"] is None
+    model_config = json.loads((old / "checkpoint" / "config.json").read_text())
+    assert RunConfig.from_run(old).dropout == model_config["config"]["dropout"] == 0.1
+    assert RunConfig(task="translate").dropout == 0.0

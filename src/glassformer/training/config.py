@@ -38,7 +38,7 @@ from glassformer.training.checks import (
     check_vision,
     on_off_auto,
 )
-from glassformer.training.defaults import COMMON_DEFAULTS, TASK_DEFAULTS
+from glassformer.training.defaults import BEFORE_TASK_DEFAULT, COMMON_DEFAULTS, TASK_DEFAULTS
 
 Task = Literal["lm", "translate", "classify", "mlm", "vision"]
 T = TypeVar("T")
@@ -142,7 +142,7 @@ class RunConfig:
         None, "model", "feed-forward width (default: the preset's)", rule=POSITIVE_INT
     )
     dropout: float | None = _opt(
-        None, "model", "dropout (default: the preset's; mlm: 0)", rule=FRACTION
+        None, "model", "dropout (default: the preset's; mlm and translate: 0)", rule=FRACTION
     )
     positional: Literal["learned", "sinusoidal", "rope"] | None = _opt(
         None,
@@ -378,6 +378,9 @@ def _run_values(text: str, source: str) -> dict[str, Any]:
         raise ValueError(f"{source} is not valid JSON ({e}); it cannot be resumed") from None
     if not isinstance(values, dict) or "task" not in values:
         raise ValueError(f"{source} does not describe a training run; it cannot be resumed")
+    for name, meant in BEFORE_TASK_DEFAULT.get(values["task"], {}).items():
+        if name in values and values[name] is None:  # written before the task default
+            values[name] = meant
     return values
 
 
