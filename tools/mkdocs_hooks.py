@@ -23,18 +23,18 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 def runconfig_fields() -> str:
     """A Markdown table per option group of RunConfig's fields."""
+    from glassformer.cli.train import flag_of
     from glassformer.training.config import RunConfig
 
     hints = typing.get_type_hints(RunConfig)
     groups: dict[str, list[str]] = {}
     for f in dataclasses.fields(RunConfig):
         group = f.metadata["group"]
-        flag = f.name if group == "positional" else "--" + f.name.replace("_", "-")
         default = "required" if f.default is dataclasses.MISSING else repr(f.default)
         kind = _type_name(hints[f.name])
         text = html.escape(f.metadata["help"], quote=False).replace("|", "\\|")  # <task> is text
         groups.setdefault(group, []).append(
-            f"| `{f.name}` | `{flag}` | `{kind}` | `{default}` | {text} |"
+            f"| `{f.name}` | `{flag_of(f)}` | `{kind}` | `{default}` | {text} |"
         )
     tables = []
     for group, rows in groups.items():

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             continue
         if group_name not in groups:
             groups[group_name] = p.add_argument_group(group_name)
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_of(f)
         # Unset options are left out (SUPPRESS): the config's defaults are the only ones,
         # and --resume knows which options were given.
         options: dict[str, Any] = dict(default=argparse.SUPPRESS, help=help_text)
@@ -79,6 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     groups["training"].add_argument(
         "--resume", metavar="DIR", default=argparse.SUPPRESS, help="continue the run in DIR"
     )
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """How the command line spells a RunConfig field: ``task``, ``--max-len``, ..."""
+    return f.name if f.metadata["group"] == "positional" else "--" + f.name.replace("_", "-")
 
 
 def _cli_type(hint: Any) -> tuple[type, list[Any] | None]:

@@ -329,14 +329,20 @@ class RunConfig:
         """A config from a dict of fields (run.json's keys; bookkeeping keys are left out)."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         known = set(fields)
-        # bookkeeping beside the fields, and None where an older run.json left a field
-        # unset that now has a value by default (on_nonfinite: null meant "stop")
-        values = {
-            k: v
-            for k, v in values.items()
-            if k != PROCESSES_KEY
-            and not (v is None and k in fields and fields[k].default is not None)
-        }
+        # What an older run.json's None meant: the value the field had before it took a
+        # task default (translate's dropout: the preset's 0.1), or, for a field that now
+        # has a default of its own, that default (on_nonfinite: null meant "stop").
+        meant_then = BEFORE_TASK_DEFAULT.get(str(values.get("task")), {})
+        kept = {}
+        for k, v in values.items():
+            if v is None and k in meant_then:
+                v = meant_then[k]
+            elif k == PROCESSES_KEY:
+                continue  # bookkeeping beside the fields
+            elif v is None and k in fields and fields[k].default is not None:
+                continue  # the field's own default
+            kept[k] = v
+        values = kept
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"RunConfig has no field(s) {unknown}")
@@ -378,9 +384,6 @@ def _run_values(text: str, source: str) -> dict[str, Any]:
         raise ValueError(f"{source} is not valid JSON ({e}); it cannot be resumed") from None
     if not isinstance(values, dict) or "task" not in values:
         raise ValueError(f"{source} does not describe a training run; it cannot be resumed")
-    for name, meant in BEFORE_TASK_DEFAULT.get(values["task"], {}).items():
-        if name in values and values[name] is None:  # written before the task default
-            values[name] = meant
     return values
 
 
