@@ -19,8 +19,14 @@ step reads) ÷ (memory bandwidth). The bandwidth is measured in the same run: re
 1 GiB buffer, and a matrix-vector product over one (the larger is kept). Prefill (the
 prompt) is timed against a training-style forward of the same tokens.
 
+With ``--shape smollm2`` the model is SmolLM2-135M's Llama shape (30 layers, 576 wide, 9
+heads over 3 key/value heads, vocabulary 49,152, tied head) with random weights, next to
+transformers' ``LlamaForCausalLM`` holding the same weights. With ``--device cuda`` everything
+runs on the GPU (the default precisions there: fp32 and bf16, Hugging Face in both).
+
     pip install transformers   # the peer; glassformer itself does not need it
     python benchmarks/generate.py [--repeats 5] [--new-tokens 256] [--compile]
+    python benchmarks/generate.py --device cuda --shape smollm2 --compile
     glassformer bench generate
 """
 
@@ -38,8 +44,35 @@ from torch import nn
 from glassformer import GPT, GPTConfig
 from glassformer.generation.static import static_cache
 from glassformer.interop import to_gpt2_state
+from glassformer.interop.llama import from_llama_state, llama_config
 
 SHAPE = dict(vocab_size=65, d_model=384, num_heads=6, num_layers=6)
+SMOLLM2 = dict(  # SmolLM2-135M's config.json, the shape only
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    bos_token_id=0,
+    eos_token_id=None,
+    pad_token_id=0,
+)
+
+
+def build_smollm2(positions: int):
+    """SmolLM2-135M's shape with random weights, in glassformer and in transformers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(**SMOLLM2, max_position_embeddings=positions)).eval()
+    config = llama_config(hf.config.to_dict())
+    ours = GPT(config).eval()
+    ours.load_state_dict(from_llama_state(hf.state_dict(), config))
+    return ours, hf
 
 
 def build(prompt_len: int, new_tokens: int):
@@ -82,25 +115,39 @@ def step_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
+def bandwidth(device: str, gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
     """Bytes/s of reading a ``gib`` GiB fp32 buffer: by a sum, and by a matrix-vector
     product (the decoding step's own pattern); best of ``repeats``."""
     n = int(gib * 2**30) // 4
     cols = 4096
-    big = torch.rand(n // cols, cols)
-    x = torch.rand(cols)
+    big = torch.rand(n // cols, cols, device=device)
+    x = torch.rand(cols, device=device)
     out = {}
     for name, fn in (("sum", lambda: big.sum()), ("matrix-vector", lambda: big @ x)):
+        fn = synced(fn, device)
         fn()
         best = min(timed(fn, 1) for _ in range(repeats))
         out[name] = big.numel() * 4 / best
     return out
 
 
-def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
+def synced(fn, device: str):
+    """``fn`` that returns only once the GPU has finished its work (a no-op on the CPU)."""
+    if device != "cuda":
+        return fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    return run
+
+
+def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int, hf_bf16=None) -> dict:
     mask = torch.ones_like(prompt)
 
-    def hf_generate():
+    def hf_generate(hf=hf):
         return hf.generate(
             prompt,
             attention_mask=mask,
@@ -111,6 +158,8 @@ def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
         )
 
     fns = {"Hugging Face generate, fp32": hf_generate}
+    if hf_bf16 is not None:
+        fns["Hugging Face generate, bf16"] = lambda: hf_generate(hf_bf16)
     fp32 = models["fp32"]
     fns["glassformer plain cache, fp32"] = lambda: fp32.generate(
         prompt, new_tokens, static_cache=False
@@ -120,7 +169,7 @@ def contenders(models: dict, hf, prompt: torch.Tensor, new_tokens: int) -> dict:
         fns[f"glassformer static, {name}"] = lambda model=model, compile=compile: model.generate(
             prompt, new_tokens, compile=compile
         )
-    return fns
+    return {name: synced(fn, prompt.device.type) for name, fn in fns.items()}
 
 
 def measure(fns: dict, repeats: int, tokens: int) -> tuple[dict[str, float], dict]:
@@ -136,11 +185,12 @@ def measure(fns: dict, repeats: int, tokens: int) -> tuple[dict[str, float], dic
     return {name: statistics.median(t) for name, t in times.items()}, outs
 
 
-def prefill(models: dict, hf, prompt_len: int, repeats: int) -> dict[str, float]:
+def prefill(models: dict, hf, prompt_len: int, repeats: int, vocab: int) -> dict[str, float]:
     """Tokens/s of a prompt of ``prompt_len`` through the static path's prefill (into a
     static cache, last logits only) and through a training-style forward (all logits)."""
     fp32 = models["fp32"]
-    ids = torch.randint(1, SHAPE["vocab_size"], (1, prompt_len))
+    device = next(fp32.parameters()).device
+    ids = torch.randint(1, vocab, (1, prompt_len), device=device)
     fns = {
         "glassformer prefill (static cache)": lambda: fp32(
             ids, cache=static_cache(fp32, 1, prompt_len), logits_to_keep=1
@@ -148,6 +198,7 @@ def prefill(models: dict, hf, prompt_len: int, repeats: int) -> dict[str, float]
         "glassformer forward, no cache": lambda: fp32(ids),
         "Hugging Face forward, no cache": lambda: hf(ids, use_cache=False),
     }
+    fns = {name: synced(fn, device.type) for name, fn in fns.items()}
     with torch.inference_mode():
         for fn in fns.values():
             fn()
@@ -164,14 +215,26 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--dtypes", default="fp32,bf16,int8,int4")
+    parser.add_argument("--dtypes", help="default: fp32,bf16,int8,int4 (cuda: fp32,bf16)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--shape", default="gpt", choices=["gpt", "smollm2"])
     parser.add_argument("--compile", action="store_true", help="also each dtype compiled")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    ours, hf = build(args.prompt_len, args.new_tokens)
+    cuda = args.device == "cuda"
+    args.dtypes = args.dtypes or ("fp32,bf16" if cuda else "fp32,bf16,int8,int4")
+    positions = args.prompt_len + args.new_tokens
+    if args.shape == "smollm2":
+        ours, hf = build_smollm2(max(positions, 256))  # 256: the prefill test
+        shape, vocab = "SmolLM2-135M's shape (30L, 576 wide, 9/3 heads)", SMOLLM2["vocab_size"]
+    else:
+        ours, hf = build(args.prompt_len, args.new_tokens)
+        shape, vocab = "GPT 6L/6H/384", SHAPE["vocab_size"]
+    ours, hf = ours.to(args.device), hf.to(args.device)
+    hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16) if cuda else None
     import transformers
 
     models = {}
@@ -179,11 +242,12 @@ def main() -> None:
         models[dtype] = copy.deepcopy(ours).for_inference(dtype)
         if args.compile:
             models[f"{dtype} compiled"] = models[dtype]
-    read = bandwidth()
+    read = bandwidth(args.device)
     bw = max(read.values())
+    where = torch.cuda.get_device_name() if cuda else f"{torch.get_num_threads()} threads"
     print(
-        f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{torch.get_num_threads()} threads; GPT 6L/6H/384, vocabulary 65, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {where}; "
+        f"{shape}, vocabulary {vocab}, random weights, "
         f"{args.prompt_len}-token prompt + {args.new_tokens} new tokens, greedy"
     )
     print(
@@ -191,10 +255,11 @@ def main() -> None:
         + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in read.items())
         + f"; the bound uses {bw / 1e9:.1f} GB/s"
     )
-    figures: dict = {"bandwidth_bytes_per_s": read, "decode": {}}
+    figures: dict = {"device": where, "shape": args.shape, "bandwidth_bytes_per_s": read}
+    figures["decode"] = {}
     for B in map(int, args.batch_sizes.split(",")):
-        prompt = torch.randint(1, SHAPE["vocab_size"], (B, args.prompt_len))
-        fns = contenders(models, hf, prompt, args.new_tokens)
+        prompt = torch.randint(1, vocab, (B, args.prompt_len), device=args.device)
+        fns = contenders(models, hf, prompt, args.new_tokens, hf_bf16)
         medians, outs = measure(fns, args.repeats, args.prompt_len + args.new_tokens)
         hf_name = "Hugging Face generate, fp32"
         reference = outs["glassformer static, fp32"]
@@ -228,7 +293,7 @@ def main() -> None:
                 f"{r['bound_fraction']:6.0%}   {same}"
             )
         figures["decode"][B] = rows
-    rates = prefill(models, hf, 256, args.repeats)
+    rates = prefill(models, hf, 256, args.repeats, vocab)
     figures["prefill_tokens_per_s"] = rates
     print("\nprefill, one 256-token prompt")
     for name, rate in rates.items():

@@ -9,7 +9,13 @@ glassformer) at its README's CPU configuration: 4 layers, 4 heads, 128 wide, con
 64, batch 12, dropout 0, lr 1e-3 decayed over the run. Its iteration count is set so its
 training fills the budget (measured from a short calibration run first).
 
+With ``--device cuda`` both run nanoGPT's own GPU configuration (its
+config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, context 256, batch 64,
+dropout 0.2, lr 1e-3, bf16 autocast, compiled), and glassformer the same shape with
+``--bf16 on --compile``; both models are scored on the GPU in fp32.
+
     python benchmarks/nanogpt_lm.py --nanogpt ~/src/nanoGPT --corpus austen --minutes 5
+    python benchmarks/nanogpt_lm.py --nanogpt ~/src/nanoGPT --device cuda --minutes 2
 """
 
 from __future__ import annotations
@@ -42,16 +48,22 @@ NANOGPT_CPU = [
     "--n_embd=128",
     "--dropout=0.0",
 ]
+# nanoGPT's GPU run is its shakespeare_char config as written (bf16 autocast, compiled).
+NANOGPT_CUDA = ["--device=cuda", "--compile=True", "--eval_iters=20"]
+OURS_CUDA = (
+    "--d-model 384 --num-heads 6 --num-layers 6 --d-ff 1536 --batch-size 64 --lr 1e-3 "
+    "--dropout 0.2 --device cuda --bf16 on --compile"
+)
 
 
-def run_nanogpt(code: Path, iters: int, out: Path) -> tuple[float, float]:
+def run_nanogpt(code: Path, iters: int, out: Path, device: str) -> tuple[float, float]:
     """Train nanoGPT for ``iters`` iterations; return (wall seconds, mean ms per iteration)."""
     cmd = [
         sys.executable,
         "train.py",
         "config/train_shakespeare_char.py",
         "--dataset=bench",
-        *NANOGPT_CPU,
+        *(NANOGPT_CUDA if device == "cuda" else NANOGPT_CPU),
         f"--max_iters={iters}",
         f"--lr_decay_iters={iters}",
         f"--eval_interval={iters}",
@@ -68,7 +80,7 @@ def run_nanogpt(code: Path, iters: int, out: Path) -> tuple[float, float]:
     return seconds, float(np.median(times[2:])) if len(times) > 3 else float("nan")
 
 
-def nanogpt_loss(code: Path, ckpt: Path, windows) -> float:
+def nanogpt_loss(code: Path, ckpt: Path, windows, device: str) -> float:
     sys.path.insert(0, str(code))
     from model import GPT as NanoGPT  # noqa: N811 -- nanoGPT's own class, from its checkout
     from model import GPTConfig as NanoConfig
@@ -76,21 +88,23 @@ def nanogpt_loss(code: Path, ckpt: Path, windows) -> float:
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     model = NanoGPT(NanoConfig(**state["model_args"]))
     model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in state["model"].items()})
-    model.eval()
+    model.to(device).eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for x, y in windows:
+            x, y = x.to(device), y.to(device)
             _, loss = model(x, y)
             total += loss.item() * y.numel()
             count += y.numel()
     return total / count
 
 
-def glassformer_loss(run: Path, windows) -> float:
-    model = load_checkpoint(run)
+def glassformer_loss(run: Path, windows, device: str) -> float:
+    model = load_checkpoint(run).to(device)
     total, count = 0.0, 0
     with torch.no_grad():
         for x, y in windows:
+            x, y = x.to(device), y.to(device)
             logits = model(x).logits
             total += torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), y.flatten(), reduction="sum"
@@ -106,14 +120,21 @@ def main() -> None:
     p.add_argument("--nanogpt", required=True, type=Path, help="nanoGPT checkout (or bare mirror)")
     p.add_argument("--corpus", default="austen", choices=["austen", "imdb"])
     p.add_argument("--minutes", type=float, default=5.0)
-    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--block-size", type=int, help="context (default: 64 on cpu, 256 on cuda)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument(
         "--ours",
-        default="--preset tiny --batch-size 32 --lr 2e-3 --dropout 0.0",
-        help="glassformer train lm options (besides corpus, budget, block size)",
+        help="glassformer train lm options besides corpus, budget, block size (default on "
+        "cpu: --preset tiny --batch-size 32 --lr 2e-3 --dropout 0.0; on cuda: " + OURS_CUDA + ")",
     )
     p.add_argument("--work", type=Path, default=None, help="keep runs here (default: a temp dir)")
     args = p.parse_args()
+    cuda = args.device == "cuda"
+    args.block_size = args.block_size or (256 if cuda else 64)
+    default = OURS_CUDA if cuda else "--preset tiny --batch-size 32 --lr 2e-3 --dropout 0.0"
+    args.ours = args.ours or default
+    if cuda:
+        print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="nanogpt-bench-"))
     work.mkdir(parents=True, exist_ok=True)
 
@@ -136,11 +157,11 @@ def main() -> None:
     )
 
     # nanoGPT: calibrate its speed, then train for as many iterations as the budget holds.
-    _, ms = run_nanogpt(code, 200, work / "nanogpt-calibrate")
+    _, ms = run_nanogpt(code, 200, work / "nanogpt-calibrate", args.device)
     iters = int(args.minutes * 60_000 / ms)
     print(f"nanoGPT: {ms:.1f} ms/iteration -> {iters} iterations in {args.minutes} min", flush=True)
-    seconds, ms = run_nanogpt(code, iters, work / "nanogpt-run")
-    nano = nanogpt_loss(code, work / "nanogpt-run" / "ckpt.pt", windows)
+    seconds, ms = run_nanogpt(code, iters, work / "nanogpt-run", args.device)
+    nano = nanogpt_loss(code, work / "nanogpt-run" / "ckpt.pt", windows, args.device)
     print(f"nanoGPT: {seconds / 60:.2f} min wall, validation loss {nano:.4f}", flush=True)
 
     # glassformer: the same budget of training time.
@@ -165,9 +186,11 @@ def main() -> None:
         *args.ours.split(),
     ]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"glassformer failed:\n{result.stderr[-2000:]}")
     wall = time.perf_counter() - start
-    ours = glassformer_loss(run, windows)
+    ours = glassformer_loss(run, windows, args.device)
     steps = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"]
     print(
         f"glassformer: {steps} steps, {wall / 60:.2f} min wall (incl. data prep), "
@@ -187,6 +210,8 @@ def main() -> None:
                 "nanogpt_iters": iters,
                 "glassformer_steps": steps,
                 "ours": args.ours,
+                "device": torch.cuda.get_device_name() if cuda else "cpu",
+                "nanogpt_ms_per_iter": ms,
             },
             indent=2,
         )
