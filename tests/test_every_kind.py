@@ -44,10 +44,14 @@ TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
 LABELS = ["neg", "pos", "mid"]
 TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
-         "bert", "bert classifier", "sentence", "vit")  # fmt: skip
-LENS = {"gpt", "modern gpt", "encoder lm", "classifier", "gpt classifier", "bert classifier",
-        "vit"}  # fmt: skip
-PATCH = {"gpt", "modern gpt", "encoder lm", "classifier", "gpt classifier", "bert classifier"}
+         "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt")  # fmt: skip
+LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt"}  # the loaded families' shapes too
+LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "vit"}
+PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
+# Qwen2: biases on q/k/v only and a window shorter than the text; Qwen3: QK-norm and heads
+# wider than d_model / num_heads.
+QWEN2 = dict(bias="qkv", qkv_bias=True, attention_window=4)
+QWEN3 = dict(bias=False, qk_norm=True, head_dim=16)
 
 
 def build(kind: str, chars, pieces):
@@ -66,6 +70,8 @@ def build(kind: str, chars, pieces):
         ),
         "gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY)),
         "modern gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32)),
+        "qwen2 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN2)),
+        "qwen3 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN3)),
         "encoder lm": lambda: EncoderLM(EncoderLMConfig(vocab_size=v, max_len=32, **TINY)),
         "bert": lambda: BertEncoder(BertConfig(**bert)),
         "bert classifier": lambda: BertClassifier(BertClassifierConfig(**bert, num_classes=3)),
@@ -171,7 +177,7 @@ def test_the_lens_of_every_kind_or_one_line_why_not(kind, runs, tmp_path, capsys
         assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
         printed = capsys.readouterr().out
         assert "layer 2" in printed and "embeddings" in printed
-        if kind not in ("gpt", "modern gpt", "encoder lm"):
+        if kind not in LMS | {"encoder lm"}:
             assert any(label in printed for label in LABELS)  # a classifier's classes
     else:
         assert code == 2

@@ -14,6 +14,15 @@ from glassformer import GPT
 from glassformer.checkpoint import CheckpointError
 
 transformers = pytest.importorskip("transformers")
+from hf_families import IDS as IDS_LONG  # noqa: E402  (after the skip: it needs transformers)
+from hf_families import (  # noqa: E402
+    LLAMA_SHAPED,
+    SMALL_DECODER,
+    check_generation,
+    compare_activations,
+    randomize,
+    save_and_open,
+)
 
 VOCAB = 97
 CASES = {
@@ -163,3 +172,41 @@ def test_a_llama_is_built_around_the_weights_read_not_a_copy_of_them():
     ids = torch.randint(0, 64, (2, 12))
     torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
     assert not model.training
+
+
+MISTRAL = {
+    "mistral-window4-gqa2": dict(num_key_value_heads=2, sliding_window=4),
+    "mistral-nowindow-untied": dict(
+        num_key_value_heads=4, sliding_window=None, tie_word_embeddings=False
+    ),
+}
+
+
+def _mistral(tmp_path, name):
+
+    config = transformers.MistralConfig(**SMALL_DECODER, **MISTRAL[name])
+    hf = transformers.MistralForCausalLM(config).eval()
+    randomize(hf)
+    return hf, save_and_open(hf, tmp_path / name)
+
+
+@pytest.mark.parametrize("name", sorted(MISTRAL))
+def test_mistral_every_activation_equals_transformers(tmp_path, name):
+
+    hf, ours = _mistral(tmp_path, name)
+    window = MISTRAL[name]["sliding_window"]
+    assert ours.config.attention_window == (None if window is None else window - 1)
+    compare_activations(hf, ours, IDS_LONG, LLAMA_SHAPED)  # 10 tokens: longer than the window
+
+
+@pytest.mark.parametrize("name", sorted(MISTRAL))
+def test_mistral_greedy_tokens_equal_cached_and_uncached(tmp_path, name):
+
+    hf, ours = _mistral(tmp_path, name)
+    check_generation(hf, ours, IDS_LONG[:, :3])  # 23 tokens: the rolling cache wraps
+
+
+def test_llama_every_activation_equals_transformers(tmp_path):
+
+    hf, ours, _ = _llama(tmp_path, "gqa2-theta50000")
+    compare_activations(hf, ours, IDS_LONG, LLAMA_SHAPED)

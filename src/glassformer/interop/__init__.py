@@ -3,7 +3,8 @@
 from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
-from glassformer.interop.llama import from_llama_state, load_llama
+from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
+from glassformer.interop.qwen import load_qwen2, load_qwen3
 from glassformer.interop.sentence import (
     from_sentence_transformers,
     load_sentence_encoder,
@@ -22,6 +23,9 @@ __all__ = [
     "load_bert",
     "load_gpt2",
     "load_llama",
+    "load_mistral",
+    "load_qwen2",
+    "load_qwen3",
     "load_sentence_encoder",
     "load_smollm2",
     "minilm_dir",

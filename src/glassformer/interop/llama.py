@@ -1,4 +1,4 @@
-"""Hugging Face Llama checkpoints (Llama, SmolLM2, TinyLlama, ...) read into ``GPT``.
+"""Hugging Face Llama checkpoints (Llama, SmolLM2, TinyLlama, ...) and Mistral's read into ``GPT``.
 
 A Llama directory holds ``config.json`` (``model_type`` "llama") and ``model.safetensors``
 or shards listed in ``model.safetensors.index.json``. Llama is glassformer's GPT with the
@@ -15,6 +15,11 @@ biases, usually an untied head.
     model.norm                                     ln_final
     lm_head (or tied to embed_tokens)              lm_head
 
+Mistral is Llama with a sliding window on every layer (``sliding_window`` W: each query
+sees its W latest keys, itself included, which is glassformer's ``attention_window`` W − 1).
+Qwen2 and Qwen3 share this weight map (``interop.qwen``): q/k/v biases, and QK-norm weights
+``self_attn.q_norm``/``k_norm`` → ``attn.q_norm``/``attn.k_norm``.
+
 Hugging Face's q/k projections are already in the ``rotate_half`` layout that
 ``modules.rotary`` uses, so no rows are permuted (GGUF files differ; their reader undoes
 llama.cpp's permutation before calling ``from_llama_state``).
@@ -22,6 +27,7 @@ llama.cpp's permutation before calling ``from_llama_state``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,30 +53,49 @@ _BLOCK = (
 )
 
 
-def _rope_theta(hf: dict[str, Any]) -> float:
+def _rope_theta(hf: dict[str, Any], family: str) -> float:
     """``rope_theta``, refusing any rope scaling (transformers 4's and 5's spellings)."""
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling")
     rope_type = params.get("rope_type", "default")
     if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
-        raise CheckpointError(f"Llama rope_scaling={scaling!r} is not supported (only None)")
+        raise CheckpointError(f"{family} rope_scaling={scaling!r} is not supported (only None)")
     if rope_type != "default":
-        raise CheckpointError(f"Llama rope_parameters rope_type={rope_type!r} is not supported")
+        raise CheckpointError(f"{family} rope_parameters rope_type={rope_type!r} is not supported")
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
-def llama_config(hf: dict[str, Any]) -> GPTConfig:
-    """A ``GPTConfig`` equal to a Llama ``config.json``; refuses what GPT cannot express."""
+def window_from_sliding(family: str, sliding_window: Any) -> int | None:
+    """Hugging Face's ``sliding_window`` W (each query sees W keys, itself included) as
+    glassformer's ``attention_window`` (the keys before itself): W − 1; None stays None."""
+    if sliding_window is None:
+        return None
+    if not isinstance(sliding_window, int) or sliding_window < 2:
+        raise CheckpointError(f"{family} sliding_window={sliding_window!r} is not supported (>= 2)")
+    return sliding_window - 1
+
+
+def mistral_config(hf: dict[str, Any]) -> GPTConfig:
+    """A ``GPTConfig`` equal to a Mistral ``config.json``: Llama's, with its sliding window."""
+    if hf.get("layer_types") is not None:
+        raise CheckpointError(f"Mistral layer_types={hf['layer_types']!r} is not supported")
+    window = window_from_sliding("Mistral", hf.get("sliding_window"))
+    return replace(llama_config(hf, family="Mistral"), attention_window=window)
+
+
+def llama_config(hf: dict[str, Any], family: str = "Llama") -> GPTConfig:
+    """A ``GPTConfig`` equal to a Llama ``config.json``; refuses what GPT cannot express,
+    naming the ``family`` whose config it reads."""
     if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"Llama hidden_act={hf['hidden_act']!r} is not supported (silu)")
+        raise CheckpointError(f"{family} hidden_act={hf['hidden_act']!r} is not supported (silu)")
     attention_bias, mlp_bias = hf.get("attention_bias", False), hf.get("mlp_bias", False)
     if attention_bias != mlp_bias:
         raise CheckpointError(
-            f"Llama attention_bias={attention_bias} with mlp_bias={mlp_bias} is not "
+            f"{family} attention_bias={attention_bias} with mlp_bias={mlp_bias} is not "
             "supported (glassformer's bias covers both)"
         )
     if hf.get("pretraining_tp", 1) != 1:
-        raise CheckpointError(f"Llama pretraining_tp={hf['pretraining_tp']} is not supported")
+        raise CheckpointError(f"{family} pretraining_tp={hf['pretraining_tp']} is not supported")
     d_model, num_heads = hf["hidden_size"], hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or d_model // num_heads
     return GPTConfig(
@@ -86,7 +111,7 @@ def llama_config(hf: dict[str, Any]) -> GPTConfig:
         attention_dropout=hf.get("attention_dropout", 0.0),
         activation="swiglu",
         positional="rope",
-        rope_theta=_rope_theta(hf),
+        rope_theta=_rope_theta(hf, family),
         norm="rms",
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         bias=bool(attention_bias),
@@ -110,14 +135,17 @@ def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, T
     for i in range(config.num_layers):
         theirs, ours = f"layers.{i}.", f"blocks.{i}."
         for name, their_name in _BLOCK:
-            if name.endswith(".bias") and not config.bias:
+            if name.endswith(".bias") and config.bias is not True:
                 continue
             out[ours + name] = take(theirs + their_name)
         qkv = ("q_proj", "k_proj", "v_proj")  # rows [q; k; v]: qkv_proj's layout
         out[ours + "attn.qkv_proj.weight"] = torch.cat(
             [take(f"{theirs}self_attn.{p}.weight") for p in qkv]
         )
-        if config.qkv_bias:
+        if config.qk_norm:  # Qwen3's
+            for p in ("q_norm", "k_norm"):
+                out[f"{ours}attn.{p}.weight"] = take(f"{theirs}self_attn.{p}.weight")
+        if config.qkv_bias and config.bias in (True, "qkv"):
             out[ours + "attn.qkv_proj.bias"] = torch.cat(
                 [take(f"{theirs}self_attn.{p}.bias") for p in qkv]
             )
@@ -130,10 +158,22 @@ def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, T
 
 def load_llama(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face Llama directory ``path``, in eval mode."""
+    return load_llama_shaped(path, "llama", llama_config)
+
+
+def load_mistral(path: str | Path) -> GPT:
+    """A ``GPT`` with the weights of the Hugging Face Mistral directory ``path``, in eval mode."""
+    return load_llama_shaped(path, "mistral", mistral_config)
+
+
+def load_llama_shaped(path: str | Path, model_type: str, make_config: Any) -> GPT:
+    """A ``GPT`` from a directory of ``model_type`` whose weights carry Llama's names, its
+    config read by ``make_config``."""
     path = Path(path)
-    hf = read_config(path, "llama")
-    config = build_config(llama_config, hf, path)
+    hf = read_config(path, model_type)
+    config = build_config(make_config, hf, path)
     return model_holding(GPT, config, from_llama_state(read_weights(path), config))
 
 
 register_format("llama", "gpt", load_llama)
+register_format("mistral", "gpt", load_mistral)

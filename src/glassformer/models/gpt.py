@@ -53,6 +53,11 @@ class GPTConfig(ModelConfig):
     ("layer" or "rms"), ``activation="swiglu"``, ``num_kv_heads`` (None: one per head).
     ``norm_eps`` is the norms' epsilon; ``layer_norm_eps`` is its older name, kept equal
     to it (a config giving only one sets both).
+
+    The parts other families bring: ``bias="qkv"`` (biases on the q, k and v projections
+    only: Qwen2), ``qk_norm`` (an RMSNorm over each head's queries and keys before the
+    rotation: Qwen3), ``rotary_dim`` (rotate only the first this many features of each
+    head: GPT-NeoX), ``parallel`` (attention and MLP read the same stream: GPT-NeoX).
     """
 
     vocab_size: int
@@ -64,13 +69,16 @@ class GPTConfig(ModelConfig):
     activation: Activation = "gelu"
     norm_first: bool = True
     positional: Positional = "learned"
-    bias: bool = True
+    bias: bool | Literal["qkv"] = True
     tie_weights: bool = True
     layer_norm_eps: float = 1e-5
     norm: Norm = "layer"
     norm_eps: float | None = None
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
+    qk_norm: bool = False
+    rotary_dim: int | None = None
+    parallel: bool = False
 
     EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("rope",)
     PRESETS: ClassVar[dict] = {
@@ -115,8 +123,15 @@ class GPTConfig(ModelConfig):
                 f"num_kv_heads must be a positive divisor of num_heads={self.num_heads}, "
                 f"got {self.num_kv_heads}"
             )
-        if self.positional == "rope" and (self.head_dim or self.d_model // self.num_heads) % 2:
-            raise ValueError("positional='rope' needs an even head width")
+        head_dim = self.head_dim or self.d_model // self.num_heads
+        if self.positional == "rope" and (self.rotary_dim or head_dim) % 2:
+            raise ValueError("positional='rope' needs an even head width (or rotary_dim)")
+        if self.rotary_dim is not None and not 0 < self.rotary_dim <= head_dim:
+            raise ValueError(
+                f"rotary_dim must be in 1..{head_dim} (the head width), got {self.rotary_dim}"
+            )
+        if self.bias not in (True, False, "qkv"):
+            raise ValueError(f"bias must be True, False or 'qkv', got {self.bias!r}")
         if self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:

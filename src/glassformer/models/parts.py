@@ -30,7 +30,12 @@ from glassformer.modules.rotary import RotaryEmbedding
 
 
 def _bias(c: Any) -> bool:
-    return getattr(c, "bias", True)
+    """Whether the linear layers and norms have biases (``bias="qkv"``: q, k, v only)."""
+    return getattr(c, "bias", True) is True
+
+
+def _qkv_bias(c: Any) -> bool:
+    return bool(c.qkv_bias) and getattr(c, "bias", True) in (True, "qkv")
 
 
 def attention(c: Any, *, causal: bool, cross: bool = False) -> MultiHeadAttention:
@@ -41,14 +46,21 @@ def attention(c: Any, *, causal: bool, cross: bool = False) -> MultiHeadAttentio
         num_heads=c.num_heads,
         head_dim=c.head_dim,
         dropout=c.attention_dropout,
-        qkv_bias=c.qkv_bias and _bias(c),
+        qkv_bias=_qkv_bias(c),
         out_bias=_bias(c),
         causal=causal and not cross,
         num_kv_heads=None if cross else getattr(c, "num_kv_heads", None),
         rotary=not cross and getattr(c, "positional", None) == "rope",  # the model's angles
         window=window,
         global_tokens=0 if window is None else getattr(c, "global_tokens", 0),
+        **(_qk_norms(c) if getattr(c, "qk_norm", False) and not cross else {}),
     )
+
+
+def _qk_norms(c: Any) -> dict[str, nn.Module]:
+    """QK-norm: an RMSNorm over each head's Dh features, for the queries and the keys."""
+    head_dim = c.head_dim or c.d_model // c.num_heads
+    return {name: make_norm("rms", head_dim, eps=c.layer_norm_eps) for name in ("q_norm", "k_norm")}
 
 
 def mlp(c: Any) -> nn.Module:
@@ -74,6 +86,7 @@ def block(c: Any, *, causal: bool, cross: bool = False) -> Block:
         ln_cross=norm(c) if cross else None,
         ln2=norm(c),
         norm_first=c.norm_first,
+        parallel=getattr(c, "parallel", False),
         dropout=c.dropout,
     )
 
@@ -92,7 +105,7 @@ def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any
     )
     if c.positional == "rope":
         head_dim = c.head_dim or c.d_model // c.num_heads
-        parts["rotary"] = RotaryEmbedding(head_dim, c.rope_theta)
+        parts["rotary"] = RotaryEmbedding(getattr(c, "rotary_dim", None) or head_dim, c.rope_theta)
     else:
         parts["pos_embed"] = positional_encoding(c.positional, d_model=c.d_model, max_len=c.max_len)
     return parts
@@ -153,7 +166,7 @@ def layer_options(c: Any) -> dict[str, Any]:
         activation=c.activation,
         norm_first=c.norm_first,
         head_dim=c.head_dim,
-        qkv_bias=c.qkv_bias and _bias(c),
+        qkv_bias=_qkv_bias(c),
         bias=_bias(c),
         attention_window=getattr(c, "attention_window", None),
         global_tokens=getattr(c, "global_tokens", 0),

@@ -12,13 +12,13 @@ to (B, H, Tq, Tk).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.modules.cache import KVCache
+from glassformer.modules.heads import check_dropout, check_heads, linear_rows, split_heads
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.local_attention import (
     attend_window,
@@ -69,6 +69,10 @@ class MultiHeadAttention(nn.Module):
             ``(w, 0)``. Masks must then be key masks, (B, 1, 1, Tk).
         global_tokens: with a window, the first this many positions see every key and are
             seen by every query (Longformer's [CLS]).
+        q_norm: a norm over each head's Dh features, applied to the projected queries
+            before the rotation (QK-norm: Qwen3, Gemma 3); given with ``k_norm``. Its
+            output passes its own ``hook_normalized``, seen as (B, T, H, Dh).
+        k_norm: the same for the keys, (B, T, Hkv, Dh).
     """
 
     def __init__(
@@ -85,8 +89,12 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | bool | None = None,
         window: tuple[int, int] | None = None,
         global_tokens: int = 0,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        if (q_norm is None) != (k_norm is None):
+            raise ValueError("q_norm and k_norm come together: give both or neither")
         head_dim = check_heads(d_model, num_heads, head_dim)
         self.window = None if window is None else check_window(window)
         self.global_tokens = check_global_tokens(global_tokens)
@@ -117,6 +125,7 @@ class MultiHeadAttention(nn.Module):
         kv_inner = num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
+        self.q_norm, self.k_norm = q_norm, k_norm
         # What a look inside can read or replace (B batch, T positions, H heads):
         self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)
         self.hook_k = HookPoint()  # (B, Tk, Hkv, Dh); this call's keys, not the cached ones
@@ -170,6 +179,8 @@ class MultiHeadAttention(nn.Module):
             )
         if key is None:  # q (B, H, T, Dh), k and v (B, Hkv, Tk, Dh), the cached ones too
             q, k, v = self._project(query, None, None)
+            if self.q_norm is not None:
+                q, k = self._normed(self.q_norm, q), self._normed(cast(nn.Module, self.k_norm), k)
             if self.rotates or angles is not None:
                 q, k = self._rotate(q, k, angles, positions, cache)
             if cache is not None:
@@ -192,7 +203,7 @@ class MultiHeadAttention(nn.Module):
         """Cross-attention's q, k and v: k and v from the memory, projected on the first
         call and kept in the ``cache`` (if any) for the next ones."""
         if cache is not None and len(cache) > 0:
-            q = self._hooked(self.hook_q, _split_heads(self._project_query(query), self.num_heads))
+            q = self._hooked(self.hook_q, split_heads(self._project_query(query), self.num_heads))
             return q, cache.keys, cache.values  # the memory's, computed on the first call
         q, k, v = self._project(query, key, value)
         if cache is not None:
@@ -254,6 +265,11 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(z.reshape(B, Tq, H * Dh))  # heads side by side (B, Tq, H·Dh)
 
     @staticmethod
+    def _normed(norm: nn.Module, x: Tensor) -> Tensor:
+        """``norm`` over each head's features: x (B, H, T, Dh), normed as (B, T, H, Dh)."""
+        return norm(x.transpose(1, 2)).transpose(1, 2)
+
+    @staticmethod
     def _hooked(point: HookPoint, x: Tensor) -> Tensor:
         """A hook point on per-head values, which it sees as (B, T, H, Dh); x is (B, H, T, Dh)."""
         if not point.fns:  # (no hook attached: the common case, kept to one test)
@@ -305,7 +321,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project_query(self, query: Tensor) -> Tensor:
         """The q projection alone, (B, Tq, H·Dh)."""
-        return _linear_rows(self.qkv_proj, query, 0, self.num_heads * self.head_dim)
+        return linear_rows(self.qkv_proj, query, 0, self.num_heads * self.head_dim)
 
     def _project(
         self, query: Tensor, key: Tensor | None, value: Tensor | None
@@ -324,19 +340,19 @@ class MultiHeadAttention(nn.Module):
                 q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
                 return self._hooked_qkv(q, k, v)
             q, k, v = qkv.split(sizes, dim=-1)  # (B, T, H·Dh), (B, T, Hkv·Dh) twice
-            q, k, v = _split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv)
+            q, k, v = split_heads(q, H), split_heads(k, Hkv), split_heads(v, Hkv)
             return self._hooked_qkv(q, k, v)
 
         value = key if value is None else value
-        q = _linear_rows(self.qkv_proj, query, 0, inner)  # (B, Tq, H·Dh)
+        q = linear_rows(self.qkv_proj, query, 0, inner)  # (B, Tq, H·Dh)
         end = inner + 2 * Hkv * Dh
         if value is key:
             # The memory is both keys and values: one matmul for the two.
-            k, v = _linear_rows(self.qkv_proj, key, inner, end).chunk(2, dim=-1)
+            k, v = linear_rows(self.qkv_proj, key, inner, end).chunk(2, dim=-1)
         else:  # each (B, Tk, Hkv·Dh)
-            k = _linear_rows(self.qkv_proj, key, inner, inner + Hkv * Dh)
-            v = _linear_rows(self.qkv_proj, value, inner + Hkv * Dh, end)
-        return self._hooked_qkv(_split_heads(q, H), _split_heads(k, Hkv), _split_heads(v, Hkv))
+            k = linear_rows(self.qkv_proj, key, inner, inner + Hkv * Dh)
+            v = linear_rows(self.qkv_proj, value, inner + Hkv * Dh, end)
+        return self._hooked_qkv(split_heads(q, H), split_heads(k, Hkv), split_heads(v, Hkv))
 
     def _hooked_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k and v through their hook points."""
@@ -354,40 +370,3 @@ class MultiHeadAttention(nn.Module):
             + ("" if self.window is None else f", window={self.window}")
             + (f", global_tokens={self.global_tokens}" if self.global_tokens else "")
         )
-
-
-def _linear_rows(layer: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
-    """Output features ``start:stop`` of the linear ``layer`` applied to ``x``: a slice of
-    the weight's rows, or what a quantised layer offers for it (``forward_rows``)."""
-    if isinstance(layer, nn.Linear):
-        b = None if layer.bias is None else layer.bias[start:stop]
-        return F.linear(x, layer.weight[start:stop], b)
-    return cast(Any, layer).forward_rows(x, start, stop)
-
-
-def _split_heads(x: Tensor, num_heads: int) -> Tensor:
-    B, T, inner = x.shape
-    return x.view(B, T, num_heads, inner // num_heads).transpose(1, 2)  # (B, H, T, Dh)
-
-
-def check_heads(d_model: int, num_heads: int, head_dim: int | None) -> int:
-    """Validate the head geometry and return the head width Dh."""
-    if d_model <= 0:
-        raise ValueError(f"d_model must be a positive integer, got {d_model}")
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads}")
-    if head_dim is None:
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-                "choose another num_heads or set head_dim explicitly"
-            )
-        return d_model // num_heads
-    if head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive integer or None, got {head_dim}")
-    return head_dim
-
-
-def check_dropout(p: float, name: str = "dropout") -> None:
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {p}")

@@ -82,7 +82,12 @@ class RotaryEmbedding(nn.Module):
 
     @staticmethod
     def rotate(x: Tensor, angles: RotaryAngles) -> Tensor:
-        """``x`` (B, H, T, Dh) rotated by ``angles`` (``cos_sin``)."""
+        """``x`` (B, H, T, Dh) rotated by ``angles`` (``cos_sin``). Angles narrower than
+        Dh (partial rotary, GPT-NeoX's ``rotary_pct``) turn the first features only."""
+        width = angles.cos.size(-1)
+        if width < x.size(-1):
+            turned = RotaryEmbedding.rotate(x[..., :width], angles)
+            return torch.cat((turned, x[..., width:]), dim=-1)
         return x * angles.cos + rotate_half(x) * angles.sin
 
     def extra_repr(self) -> str:

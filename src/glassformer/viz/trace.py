@@ -114,6 +114,9 @@ def _what(name: str, parts: re.Match, value: Tensor, modules: dict[str, nn.Modul
     owner = modules[name.rpartition(".")[0]] if "." in name else None
     block = modules.get(name[: name.index(parts["rest"])].rstrip(".")) if parts["block"] else None
     stack = modules[parts["stack"]] if parts["stack"] else modules[""]
+    if rest.endswith(("q_norm.hook_normalized", "k_norm.hook_normalized")):
+        letter, width = rest.split(".")[-2][0].upper(), value.size(-1)
+        return f"{letter} normalised per head: RMSNorm over its {width} features (QK-norm)"
     if ".hook_" in rest and rest.split(".")[0] in ("attn", "cross_attn"):
         return _attention_step(rest, owner, stack, value)
     if rest.endswith("hook_normalized"):

@@ -1,0 +1,128 @@
+"""What the family tests share: a random transformers model saved and opened by glassformer,
+and the comparison of every activation both libraries expose.
+
+``compare_activations`` checks, on one batch:
+- the logits;
+- ``output_hidden_states``: the stream before each block (``blocks.i.hook_resid_pre``)
+  and the final norm's output (``ln_final.hook_normalized``);
+- ``output_attentions`` (eager attention): each layer's weights (``attn.hook_pattern``);
+- forward hooks on transformers' own modules, named by the family's ``module_map``: for
+  each layer, e.g. its q/k/v projections against ``attn.hook_q``/``hook_k``/``hook_v``,
+  its attention output against ``hook_attn_out``, its MLP against ``hook_mlp_out``.
+Every one within ``ATOL``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+ATOL = 1e-4
+VOCAB = 97
+# A small Llama-shaped decoder's config fields; no end token, so generation runs its length.
+SMALL_DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    attn_implementation="eager",
+    bos_token_id=None,
+    eos_token_id=None,
+)
+# Ten tokens: longer than the windows the tests slide.
+IDS = torch.tensor([[5, 17, 3, 88, 42, 9, 60, 1, 33, 70], [7, 7, 30, 2, 96, 11, 4, 8, 19, 50]])
+# transformers' modules of a Llama-shaped layer (Llama, Mistral, Qwen2, Qwen3) → glassformer's hooks
+LLAMA_SHAPED = {
+    "model.layers.{i}.input_layernorm": "blocks.{i}.ln1.hook_normalized",
+    "model.layers.{i}.self_attn.q_proj": "blocks.{i}.attn.hook_q",
+    "model.layers.{i}.self_attn.k_proj": "blocks.{i}.attn.hook_k",
+    "model.layers.{i}.self_attn.v_proj": "blocks.{i}.attn.hook_v",
+    "model.layers.{i}.self_attn": "blocks.{i}.hook_attn_out",
+    "model.layers.{i}.post_attention_layernorm": "blocks.{i}.ln2.hook_normalized",
+    "model.layers.{i}.mlp": "blocks.{i}.hook_mlp_out",
+}
+
+
+def with_config(path, **changes) -> None:
+    """Change fields of the ``config.json`` in ``path`` (a hand-edited or hostile file)."""
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def randomize(model: torch.nn.Module, seed: int = 0) -> None:
+    """Every parameter drawn at random (norm weights around 1, the rest around 0, std 0.1
+    and 0.2): transformers' initial zeros and ones would hide a wrong mapping."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if re.search(r"norm|ln_|layernorm", name) and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
+def save_and_open(hf: torch.nn.Module, path, cls=None):
+    """``hf`` saved as a Hugging Face directory at ``path`` and opened by glassformer."""
+    from glassformer import GPT
+
+    hf.save_pretrained(path)
+    return (cls or GPT).from_pretrained(path)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """(B, T, H, Dh) → (B, T, H·Dh), the layout of a projection's output."""
+    return x.flatten(2) if x.dim() == 4 else x
+
+
+def compare_activations(hf, ours, ids: torch.Tensor, module_map: dict[str, str]) -> int:
+    """Assert every activation both expose is equal within ``ATOL``; returns how many
+    tensors were compared. ``module_map``: a transformers module name with ``{i}`` for the
+    layer → the glassformer hook name (also with ``{i}``)."""
+    L = ours.config.num_layers
+    hf.set_attn_implementation("eager")  # the one that returns attention weights
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+    modules = dict(hf.named_modules())
+    for theirs in module_map:
+        for i in range(L):
+            name = theirs.format(i=i)
+
+            def keep(module, args, output, name=name):
+                seen[name] = output[0] if isinstance(output, tuple) else output
+
+            handles.append(modules[name].register_forward_hook(keep))
+    try:
+        with torch.no_grad():
+            out = hf(ids, output_hidden_states=True, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    mine, cache = ours.run_with_cache(ids)
+    pairs = [("logits", out.logits, mine.logits)]
+    for i in range(L):
+        pairs.append((f"hidden {i}", out.hidden_states[i], cache[f"blocks.{i}.hook_resid_pre"]))
+        pairs.append((f"attention {i}", out.attentions[i], cache[f"blocks.{i}.attn.hook_pattern"]))
+        for theirs, hook in module_map.items():
+            pairs.append((theirs.format(i=i), seen[theirs.format(i=i)], cache[hook.format(i=i)]))
+    pairs.append(("final norm", out.hidden_states[L], cache["ln_final.hook_normalized"]))
+    for what, expected, got in pairs:
+        torch.testing.assert_close(_flat(got), _flat(expected), atol=ATOL, rtol=0, msg=what)
+    return len(pairs)
+
+
+def check_generation(hf, ours, prompt: torch.Tensor, new_tokens: int = 20) -> None:
+    """The same greedy tokens as transformers, cached and uncached."""
+    ref = hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    assert ref.size(1) == prompt.size(1) + new_tokens
+    assert torch.equal(ours.generate(prompt, new_tokens), ref)
+    assert torch.equal(ours.generate(prompt, new_tokens, use_cache=False), ref)
