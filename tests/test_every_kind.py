@@ -44,14 +44,17 @@ TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
 LABELS = ["neg", "pos", "mid"]
 TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
-         "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt")  # fmt: skip
-LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt"}  # the loaded families' shapes too
+         "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt",
+         "neox gpt")  # fmt: skip
+LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt", "neox gpt"}  # the loaded families' shapes
 LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "vit"}
 PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
 # Qwen2: biases on q/k/v only and a window shorter than the text; Qwen3: QK-norm and heads
 # wider than d_model / num_heads.
 QWEN2 = dict(bias="qkv", qkv_bias=True, attention_window=4)
 QWEN3 = dict(bias=False, qk_norm=True, head_dim=16)
+# GPT-NeoX: attention and MLP in parallel, half of each head rotated.
+NEOX = dict(positional="rope", rotary_dim=4, parallel=True)
 
 
 def build(kind: str, chars, pieces):
@@ -71,6 +74,7 @@ def build(kind: str, chars, pieces):
         "gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY)),
         "modern gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32)),
         "qwen2 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN2)),
+        "neox gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY, **NEOX)),
         "qwen3 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN3)),
         "encoder lm": lambda: EncoderLM(EncoderLMConfig(vocab_size=v, max_len=32, **TINY)),
         "bert": lambda: BertEncoder(BertConfig(**bert)),

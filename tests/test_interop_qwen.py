@@ -6,6 +6,8 @@ unlike hidden / heads, a sliding window on every layer shorter than the input), 
 parameter drawn at random, eager attention on transformers' side.
 """
 
+import json
+
 import pytest
 import torch
 from hf_families import (
@@ -141,3 +143,55 @@ def test_each_inference_precision_runs_a_qwen3_close_to_fp32(tmp_path, dtype, to
     assert error < tolerance, error
     prompt = IDS[:, :4]
     assert low.generate(prompt, 12).shape == (2, 16)  # the static cache, windowed, quantised
+
+
+def _sharded(tmp_path):
+    hf = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**SMALL_DECODER, num_key_value_heads=2)
+    )
+    path = tmp_path / "sharded"
+    hf.save_pretrained(path, max_shard_size="20KB")
+    index = path / "model.safetensors.index.json"
+    assert index.is_file()
+    return path, index, json.loads(index.read_text())
+
+
+def test_a_sharded_qwen2_loads(tmp_path):
+    path, _, _ = _sharded(tmp_path)
+    assert GPT.from_pretrained(path).config.bias == "qkv"
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        ("outside", "names a shard outside its directory: '../outside.safetensors'"),
+        ("absolute", "names a shard outside its directory: '/etc/passwd'"),
+        ("garbled index", "is not a readable shard index"),
+        ("missing tensor", "Qwen2 weights have no 'layers.1.self_attn.q_proj.bias'"),
+        ("wrong shape", "the weight for blocks.0.attn.out_proj.weight has shape (32, 16)"),
+    ],
+)
+def test_a_hostile_or_broken_directory_is_one_error(tmp_path, spoil, message):
+    from safetensors.torch import load_file, save_file
+
+    path, index, data = _sharded(tmp_path)
+    weight_map = data["weight_map"]
+    if spoil in ("outside", "absolute"):
+        target = "../outside.safetensors" if spoil == "outside" else "/etc/passwd"
+        weight_map["model.norm.weight"] = target
+        index.write_text(json.dumps(data))
+    elif spoil == "garbled index":
+        index.write_text("{not json")
+    else:
+        name = {"missing tensor": "model.layers.1.self_attn.q_proj.bias",
+                "wrong shape": "model.layers.0.self_attn.o_proj.weight"}[spoil]  # fmt: skip
+        shard = path / weight_map[name]
+        tensors = load_file(shard)
+        if spoil == "missing tensor":
+            del tensors[name]
+        else:
+            tensors[name] = tensors[name][:, :16].contiguous()
+        save_file(tensors, shard, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        GPT.from_pretrained(path)
+    assert "\n" not in str(e.value)

@@ -95,6 +95,21 @@ def test_modern_gpt_trace_shows_rope_gqa_rmsnorm_swiglu(tok):
     assert not any("positions" in w for w in whats)  # rotary adds no position vectors
 
 
+def test_the_families_parts_are_named_in_the_trace(tok):
+    """QK-norm (Qwen3), a partial rotation and parallel blocks (GPT-NeoX) say what they are."""
+    torch.manual_seed(0)
+    qwen3 = GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, qk_norm=True, head_dim=16)
+    whats = [s.what for s in trace(GPT(qwen3).eval(), tok, TEXT)]
+    assert "Q normalised per head: RMSNorm over its 16 features (QK-norm)" in whats
+    assert "K normalised per head: RMSNorm over its 16 features (QK-norm)" in whats
+    neox = GPTConfig.preset("tiny", vocab_size=tok.vocab_size, positional="rope", rotary_dim=8,
+                            parallel=True)  # fmt: skip
+    whats = [s.what for s in trace(GPT(neox).eval(), tok, TEXT)]
+    assert "Q rotated by position (RoPE, theta=10000, its first 8 of 32 features)" in whats
+    parallel = "block output: x + self-attention(x) + feed-forward(x), in parallel"
+    assert whats.count(parallel) == 4
+
+
 def test_pre_norm_and_one_layer(tok):
     model = gpt(tok)  # GPT blocks are pre-norm
     steps = trace(model, tok, TEXT, layer=2)

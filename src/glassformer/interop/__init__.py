@@ -3,7 +3,9 @@
 from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
+from glassformer.interop.gpt_neox import from_gpt_neox_state, load_gpt_neox
 from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
+from glassformer.interop.opt import from_opt_state, load_opt
 from glassformer.interop.qwen import load_qwen2, load_qwen3
 from glassformer.interop.sentence import (
     from_sentence_transformers,
@@ -17,13 +19,17 @@ __all__ = [
     "SMOLLM2_NAME",
     "from_bert_state",
     "from_gpt2_state",
+    "from_gpt_neox_state",
     "from_llama_state",
+    "from_opt_state",
     "from_sentence_transformers",
     "from_torch_nn",
     "load_bert",
     "load_gpt2",
+    "load_gpt_neox",
     "load_llama",
     "load_mistral",
+    "load_opt",
     "load_qwen2",
     "load_qwen3",
     "load_sentence_encoder",

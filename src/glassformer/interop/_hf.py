@@ -40,6 +40,31 @@ def build_config(make: Callable[[dict[str, Any]], Any], hf: dict[str, Any], path
         raise CheckpointError(f"{path / 'config.json'}: {e}") from None
 
 
+def load_directory(
+    cls: Callable[[Any], M],
+    path: str | Path,
+    model_type: str,
+    make_config: Callable[[dict[str, Any]], Any],
+    convert: Callable[[dict[str, Tensor], Any], dict[str, Tensor]],
+) -> M:
+    """A ``cls`` model of the Hugging Face directory ``path`` (whose config.json says
+    ``model_type``): its config read by ``make_config``, its tensors renamed by ``convert``."""
+    path = Path(path)
+    config = build_config(make_config, read_config(path, model_type), path)
+    return model_holding(cls, config, convert(read_weights(path), config))
+
+
+def taker(state: dict[str, Tensor], family: str) -> Callable[[str], Tensor]:
+    """``take(name)``: the tensor ``name`` of ``state``, or one error naming what is missing."""
+
+    def take(name: str) -> Tensor:
+        if name not in state:
+            raise CheckpointError(f"{family} weights have no {name!r}")
+        return state[name]
+
+    return take
+
+
 def load_weights(model: M, state: dict[str, Tensor]) -> M:
     """Load converted weights after checking every shape against the model's; eval mode."""
     _check_shapes(model, state)
@@ -91,10 +116,9 @@ def read_weights(path: Path) -> dict[str, Tensor]:
         return _guarded(load_file, path / "model.safetensors")
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         state: dict[str, Tensor] = {}
-        for shard in shards:
-            state.update(_guarded(load_file, path / shard))
+        for shard in _shards(index):
+            state.update(_guarded(load_file, shard))
         return state
     if (path / "pytorch_model.bin").is_file():
         return _guarded(
@@ -102,6 +126,23 @@ def read_weights(path: Path) -> dict[str, Tensor]:
             path / "pytorch_model.bin",
         )
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
+
+
+def _shards(index: Path) -> list[Path]:
+    """The shard files a ``model.safetensors.index.json`` names, each checked to lie in
+    its directory (a name like ``../x`` or an absolute path is refused)."""
+    try:
+        names = set(json.loads(index.read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{index} is not a readable shard index: {e!r}") from None
+    folder = index.parent.resolve()
+    shards = []
+    for name in sorted(map(str, names)):
+        shard = (folder / name).resolve()
+        if not shard.is_relative_to(folder):
+            raise CheckpointError(f"{index} names a shard outside its directory: {name!r}")
+        shards.append(shard)
+    return shards
 
 
 def _guarded(load, file: Path) -> dict[str, Tensor]:

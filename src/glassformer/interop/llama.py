@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop._hf import build_config, model_holding, read_config, read_weights
+from glassformer.interop._hf import load_directory, taker
 from glassformer.models.gpt import GPT, GPTConfig
 
 # glassformer name inside a block → Llama's, for the weights that are simply renamed.
@@ -53,7 +53,7 @@ _BLOCK = (
 )
 
 
-def _rope_theta(hf: dict[str, Any], family: str) -> float:
+def rope_theta(hf: dict[str, Any], family: str) -> float:
     """``rope_theta``, refusing any rope scaling (transformers 4's and 5's spellings)."""
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling")
@@ -111,7 +111,7 @@ def llama_config(hf: dict[str, Any], family: str = "Llama") -> GPTConfig:
         attention_dropout=hf.get("attention_dropout", 0.0),
         activation="swiglu",
         positional="rope",
-        rope_theta=_rope_theta(hf, family),
+        rope_theta=rope_theta(hf, family),
         norm="rms",
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         bias=bool(attention_bias),
@@ -121,15 +121,13 @@ def llama_config(hf: dict[str, Any], family: str = "Llama") -> GPTConfig:
     )
 
 
-def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
-    """Llama weights under Hugging Face's names (``model.`` prefix optional) → a GPT state dict."""
+def from_llama_state(
+    state: dict[str, Tensor], config: GPTConfig, family: str = "Llama"
+) -> dict[str, Tensor]:
+    """Llama weights under Hugging Face's names (``model.`` prefix optional) → a GPT state
+    dict; a missing tensor is one error naming the ``family``."""
     state = {k.removeprefix("model."): v for k, v in state.items()}
-
-    def take(theirs: str) -> Tensor:
-        if theirs not in state:
-            raise CheckpointError(f"Llama weights have no {theirs!r}")
-        return state[theirs]
-
+    take = taker(state, family)
     out = {"embed.weight": take("embed_tokens.weight")}
     out["ln_final.weight"] = take("norm.weight")
     for i in range(config.num_layers):
@@ -158,21 +156,22 @@ def from_llama_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, T
 
 def load_llama(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face Llama directory ``path``, in eval mode."""
-    return load_llama_shaped(path, "llama", llama_config)
+    return load_llama_shaped(path, "llama", llama_config, "Llama")
 
 
 def load_mistral(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face Mistral directory ``path``, in eval mode."""
-    return load_llama_shaped(path, "mistral", mistral_config)
+    return load_llama_shaped(path, "mistral", mistral_config, "Mistral")
 
 
-def load_llama_shaped(path: str | Path, model_type: str, make_config: Any) -> GPT:
+def load_llama_shaped(path: str | Path, model_type: str, make_config: Any, family: str) -> GPT:
     """A ``GPT`` from a directory of ``model_type`` whose weights carry Llama's names, its
     config read by ``make_config``."""
-    path = Path(path)
-    hf = read_config(path, model_type)
-    config = build_config(make_config, hf, path)
-    return model_holding(GPT, config, from_llama_state(read_weights(path), config))
+
+    def convert(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+        return from_llama_state(state, config, family)
+
+    return load_directory(GPT, path, model_type, make_config, convert)
 
 
 register_format("llama", "gpt", load_llama)

@@ -66,12 +66,12 @@ def qwen3_config(hf: dict[str, Any]) -> GPTConfig:
 
 def load_qwen2(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face Qwen2 directory ``path``, in eval mode."""
-    return load_llama_shaped(path, "qwen2", qwen2_config)
+    return load_llama_shaped(path, "qwen2", qwen2_config, "Qwen2")
 
 
 def load_qwen3(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face Qwen3 directory ``path``, in eval mode."""
-    return load_llama_shaped(path, "qwen3", qwen3_config)
+    return load_llama_shaped(path, "qwen3", qwen3_config, "Qwen3")
 
 
 register_format("qwen2", "gpt", load_qwen2)

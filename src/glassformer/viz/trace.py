@@ -147,6 +147,10 @@ def _stream_step(rest: str, block: Any, stack: Any, value: Tensor) -> str:
         "hook_mlp_out": "the MLP's output: d_ff → D",
         "hook_resid_post": "block output: x + feed-forward(x)" + (", then ln2" if post else ""),
     }
+    if getattr(block, "parallel", False):
+        text["hook_resid_post"] = (
+            "block output: x + self-attention(x) + feed-forward(x), in parallel"
+        )
     return text.get(rest, rest)
 
 
@@ -201,8 +205,10 @@ def _attention_step(rest: str, attn: Any, stack: Any, value: Tensor) -> str:
         plus = f" + b_{letter.lower()}" if bias else ""
         return f"{letter} = {x}·W_{letter.lower()}{plus}, in {heads} heads of {Dh}{shared}"
     if leaf in ("hook_rot_q", "hook_rot_k"):
-        theta = getattr(getattr(stack, "rotary", None) or attn.rotary, "theta", 0)
-        return f"{leaf[-1].upper()} rotated by position (RoPE, theta={theta:g})"
+        rotary = getattr(stack, "rotary", None) or attn.rotary
+        theta, width = getattr(rotary, "theta", 0), getattr(rotary, "head_dim", Dh)
+        part = f", its first {width} of {Dh} features" if width < Dh else ""
+        return f"{leaf[-1].upper()} rotated by position (RoPE, theta={theta:g}{part})"
     if leaf == "hook_attn_scores":
         masked = int((value == torch.finfo(value.dtype).min).sum())
         why = "causal" if attn.causal else "padding"
