@@ -79,9 +79,9 @@ def save_and_open(hf: torch.nn.Module, path, cls=None):
     return (cls or GPT).from_pretrained(path)
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    """(B, T, H, Dh) → (B, T, H·Dh), the layout of a projection's output."""
-    return x.flatten(2) if x.dim() == 4 else x
+def _flat(x: torch.Tensor, per_head: bool) -> torch.Tensor:
+    """A per-head value (B, T, H, Dh) → (B, T, H·Dh), the layout of a projection's output."""
+    return x.flatten(2) if per_head and x.dim() == 4 else x
 
 
 def compare_activations(hf, ours, ids: torch.Tensor, module_map: dict) -> int:
@@ -118,7 +118,8 @@ def compare_activations(hf, ours, ids: torch.Tensor, module_map: dict) -> int:
             pairs.append((theirs.format(i=i), seen[theirs.format(i=i)], mine_i))
     pairs.append(("final norm", out.hidden_states[L], cache["ln_final.hook_normalized"]))
     for what, expected, got in pairs:
-        got, expected = _flat(got), _flat(expected)
+        per_head = expected.dim() == 3 and got.dim() == 4  # q/k/v against a projection's output
+        got = _flat(got, per_head)
         if expected.dim() == 2 and got.dim() == 3:  # OPT's MLP runs on (B·T, D)
             expected = expected.view(got.shape)
         torch.testing.assert_close(got, expected, atol=ATOL, rtol=0, msg=what)

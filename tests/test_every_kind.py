@@ -45,8 +45,8 @@ LABELS = ["neg", "pos", "mid"]
 TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
          "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt",
-         "neox gpt")  # fmt: skip
-LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt", "neox gpt"}  # the loaded families' shapes
+         "neox gpt", "gemma gpt")  # fmt: skip
+LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt", "neox gpt", "gemma gpt"}  # families' shapes
 LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "vit"}
 PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
 # Qwen2: biases on q/k/v only and a window shorter than the text; Qwen3: QK-norm and heads
@@ -55,6 +55,12 @@ QWEN2 = dict(bias="qkv", qkv_bias=True, attention_window=4)
 QWEN3 = dict(bias=False, qk_norm=True, head_dim=16)
 # GPT-NeoX: attention and MLP in parallel, half of each head rotated.
 NEOX = dict(positional="rope", rotary_dim=4, parallel=True)
+# Gemma 3: four norms a block, scaled embeddings and scores, a window on the first layer only
+# with its own rotary base, QK-norm, soft-capped logits.
+GEMMA = dict(norm="gemma_rms", activation="geglu_tanh", scale_embeddings=True,
+             sandwich_norms=True, attention_scale=0.3, attention_window=3,
+             full_attention_layers=[1], rope_local_theta=100.0, qk_norm=True,
+             final_softcap=5.0)  # fmt: skip
 
 
 def build(kind: str, chars, pieces):
@@ -74,6 +80,7 @@ def build(kind: str, chars, pieces):
         "gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY)),
         "modern gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32)),
         "qwen2 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN2)),
+        "gemma gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **GEMMA)),
         "neox gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY, **NEOX)),
         "qwen3 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN3)),
         "encoder lm": lambda: EncoderLM(EncoderLMConfig(vocab_size=v, max_len=32, **TINY)),

@@ -65,6 +65,29 @@ def test_attribution_parts_add_up_to_the_logits(modern):
     )
 
 
+def test_the_lens_and_attribution_of_a_gemma_shaped_gpt():
+    """Four norms a block (1 + w), a soft cap on the logits: the lens ends in the model's
+    (capped) logits; attribution's parts add up to the logits before the cap, each block's
+    normalised attention one part."""
+    torch.manual_seed(0)
+    config = GPTConfig.preset(
+        "llama-tiny", vocab_size=V, max_len=32, norm="gemma_rms", sandwich_norms=True,
+        scale_embeddings=True, final_softcap=2.0, activation="geglu_tanh",
+    )  # fmt: skip
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or "norm" in name:
+                p.normal_(0.0, 0.3)
+    ids = torch.randint(1, V, (1, 8))
+    lens = logit_lens(model, ids)
+    torch.testing.assert_close(lens.logits[-1], model(ids).logits[0], atol=1e-5, rtol=0)
+    parts = direct_logit_attribution(model, ids)
+    uncapped = model.lm_head(model.run_with_cache(ids)[1]["ln_final.hook_normalized"])[0, -1]
+    torch.testing.assert_close(parts.logits.sum(0), uncapped, atol=1e-4, rtol=0)
+    assert "L1 attention" in parts.parts and not any("H1" in p for p in parts.parts)
+
+
 def test_patching_the_clean_stream_back_in_everywhere_restores_the_clean_answer():
     model = gpt(False)
     clean = torch.randint(1, V, (1, 6))

@@ -51,7 +51,7 @@ def readout(model: Any, inputs: tuple[Tensor, ...] = ()) -> Readout:
         return Readout("decoder.", model.decoder, model.output_proj, model.output_proj)
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Module) and hasattr(model, "blocks"):
-        return Readout("", model, head, head)
+        return Readout("", model, getattr(model, "unembed", head), head)
     if isinstance(getattr(model, "head", None), nn.Module) and hasattr(model, "hook_pooled"):
         pad_id = getattr(model.config, "pad_id", None)
         ids = inputs[0] if inputs and not inputs[0].is_floating_point() else None
@@ -133,7 +133,9 @@ class Attribution:
 def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = -1) -> Attribution:
     """The logits at ``position`` split into the embeddings, each head (of self- and
     cross-attention), each attention output bias, each MLP and the biases of the final
-    norm and the head.
+    norm and the head. A block that normalises its attention's output before the sum
+    (Gemma's ``ln1_post``) gives its attention as one part; a soft-capped head's logits
+    (Gemma) are split before the cap.
 
     Args:
         model: a pre-norm model with a vocabulary head (a ``GPT``; a pre-norm encoder LM or
@@ -167,7 +169,8 @@ def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = 
     return Attribution(parts, logits)
 
 
-_PARTS = ("hook_embed", "hook_pos_embed", "hook_result", "hook_mlp_out", "hook_resid_post")
+_PARTS = ("hook_embed", "hook_pos_embed", "hook_result", "hook_attn_out", "hook_mlp_out",
+          "hook_resid_post")  # fmt: skip
 
 
 def _is_part(name: str) -> bool:
@@ -185,6 +188,10 @@ def _stream_parts(cache: Any, prefix: str, stack: Any, pos: int) -> tuple[list[s
         for attn_name, short in (("attn", ""), ("cross_attn", " cross")):
             attn = getattr(block, attn_name, None)
             if attn is None:
+                continue
+            if attn_name == "attn" and getattr(block, "ln1_post", None) is not None:
+                parts.append(f"L{i + 1} attention")  # normalised: no longer a sum of heads
+                vectors.append(cache[f"{prefix}blocks.{i}.hook_attn_out"][0, pos])
                 continue
             result = cache[f"{prefix}blocks.{i}.{attn_name}.hook_result"][0, pos]  # (H, D)
             for h in range(result.size(0)):
@@ -205,7 +212,8 @@ def _unembed(norm: Any, head: nn.Module, resid: Tensor, scale_from: Tensor) -> T
     if norm is None:
         normed = x
     elif isinstance(norm, RMSNorm):
-        normed = x * ref.pow(2).mean(-1, keepdim=True).add(norm.eps).rsqrt() * norm.weight.float()
+        scale = norm.weight.float() + (1.0 if norm.unit_offset else 0.0)  # Gemma's: 1 + w
+        normed = x * ref.pow(2).mean(-1, keepdim=True).add(norm.eps).rsqrt() * scale
     else:
         var = ref.var(-1, keepdim=True, unbiased=False)
         centred = x - x.mean(-1, keepdim=True)

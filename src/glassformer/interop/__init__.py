@@ -1,6 +1,7 @@
 """Importers and exporters for other implementations' weights."""
 
 from glassformer.interop.bert import from_bert_state, load_bert
+from glassformer.interop.gemma import from_gemma_state, load_gemma2, load_gemma3
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.gpt_neox import from_gpt_neox_state, load_gpt_neox
@@ -19,6 +20,7 @@ __all__ = [
     "SMOLLM2_NAME",
     "from_bert_state",
     "from_gpt2_state",
+    "from_gemma_state",
     "from_gpt_neox_state",
     "from_llama_state",
     "from_opt_state",
@@ -26,6 +28,8 @@ __all__ = [
     "from_torch_nn",
     "load_bert",
     "load_gpt2",
+    "load_gemma2",
+    "load_gemma3",
     "load_gpt_neox",
     "load_llama",
     "load_mistral",

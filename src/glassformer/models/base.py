@@ -47,10 +47,10 @@ __all__ = [
 ]
 
 Activation = Literal[
-    "relu", "gelu", "gelu_tanh", "swiglu"
+    "relu", "gelu", "gelu_tanh", "swiglu", "geglu_tanh"
 ]  # the feed-forward's (modules.feedforward)
 Positional = Literal["sinusoidal", "learned", "rope"]  # how positions enter (modules.position)
-Norm = Literal["layer", "rms"]  # LayerNorm, or RMSNorm (modules.norms)
+Norm = Literal["layer", "rms", "gemma_rms"]  # LayerNorm, RMSNorm, Gemma's (modules.norms)
 Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
 
 C = TypeVar("C", bound="ConfigBase")

@@ -17,8 +17,8 @@ Reading order of one forward: this file, ``models/backbone.py``, ``modules/block
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,8 @@ from glassformer.models.base import (
     cross_entropy,
 )
 from glassformer.models.common import key_mask
+from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.block import Block
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.norms import NORMS
@@ -58,6 +60,12 @@ class GPTConfig(ModelConfig):
     only: Qwen2), ``qk_norm`` (an RMSNorm over each head's queries and keys before the
     rotation: Qwen3), ``rotary_dim`` (rotate only the first this many features of each
     head: GPT-NeoX), ``parallel`` (attention and MLP read the same stream: GPT-NeoX).
+    Gemma's: ``norm="gemma_rms"``, ``scale_embeddings`` (× √d_model), ``attention_scale``
+    (the scores' factor instead of 1/√Dh), ``sandwich_norms`` (each sub-layer's output
+    normalised before the sum), ``full_attention_layers`` (the layers that do not slide
+    although ``attention_window`` is set), ``rope_local_theta`` (the sliding layers' base),
+    ``final_softcap`` (logits = c·tanh(logits / c)), ``attention_softcap`` (the same on
+    every attention score, Gemma 2's).
     """
 
     vocab_size: int
@@ -79,6 +87,13 @@ class GPTConfig(ModelConfig):
     qk_norm: bool = False
     rotary_dim: int | None = None
     parallel: bool = False
+    scale_embeddings: bool = False
+    attention_scale: float | None = None
+    sandwich_norms: bool = False
+    full_attention_layers: list[int] = field(default_factory=list)
+    rope_local_theta: float | None = None
+    final_softcap: float | None = None
+    attention_softcap: float | None = None
 
     EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("rope",)
     PRESETS: ClassVar[dict] = {
@@ -132,6 +147,16 @@ class GPTConfig(ModelConfig):
             )
         if self.bias not in (True, False, "qkv"):
             raise ValueError(f"bias must be True, False or 'qkv', got {self.bias!r}")
+        self.full_attention_layers = list(self.full_attention_layers)
+        if any(not 0 <= i < self.num_layers for i in self.full_attention_layers):
+            raise ValueError(
+                f"full_attention_layers must be layer indices in 0..{self.num_layers - 1}, "
+                f"got {list(self.full_attention_layers)}"
+            )
+        for name in ("attention_scale", "rope_local_theta", "final_softcap", "attention_softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value!r}")
         if self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
@@ -206,14 +231,24 @@ class GPT(Backbone):
         )
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
-        logits = self.hook_logits(self.lm_head(x))  # (B, T, V)
+        logits = self.hook_logits(self.unembed(x))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, self.config.pad_id)
         return ModelOutput(logits, loss, decoder_attentions=attentions)
 
+    def unembed(self, x: Tensor) -> Tensor:
+        """Final states (…, D) → logits (…, V): the vocabulary head, and the soft cap
+        c·tanh(logits / c) where the config has one (Gemma). The logit lens reads through it."""
+        logits = self.lm_head(x)
+        cap = self.config.final_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
     def new_cache(self) -> DecoderCache:
         """An empty key/value cache for incremental decoding with ``forward(..., cache=)``."""
-        c = self.config
-        return DecoderCache(c.num_layers, window=c.attention_window, global_tokens=c.global_tokens)
+        reach: list[int | None] = []  # each layer's reach back (None: every key)
+        for block in self.blocks:
+            window = cast(MultiHeadAttention, cast(Block, block).attn).window
+            reach.append(None if window is None else window[0])
+        return DecoderCache(len(reach), windows=reach, global_tokens=self.config.global_tokens)
 
     @torch.no_grad()
     def generate(

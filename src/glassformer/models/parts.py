@@ -38,9 +38,16 @@ def _qkv_bias(c: Any) -> bool:
     return bool(c.qkv_bias) and getattr(c, "bias", True) in (True, "qkv")
 
 
-def attention(c: Any, *, causal: bool, cross: bool = False) -> MultiHeadAttention:
-    """Self-attention (causal or not, windowed where the config says) or cross-attention."""
-    window = None if cross else window_of(getattr(c, "attention_window", None), causal)
+def attention(c: Any, *, causal: bool, cross: bool = False, layer: int = 0) -> MultiHeadAttention:
+    """Self-attention (causal or not, windowed where the config says) or cross-attention.
+    ``layer`` is its index: a config can leave some layers unwindowed, and give the
+    windowed ones a rotary base of their own (Gemma)."""
+    sliding = not cross and layer not in getattr(c, "full_attention_layers", ())
+    window = window_of(getattr(c, "attention_window", None), causal) if sliding else None
+    rotary: RotaryEmbedding | bool = not cross and getattr(c, "positional", None) == "rope"
+    local_theta = getattr(c, "rope_local_theta", None)
+    if rotary and window is not None and local_theta is not None:
+        rotary = RotaryEmbedding(_rotary_width(c), local_theta)  # this layer's own angles
     return MultiHeadAttention(
         d_model=c.d_model,
         num_heads=c.num_heads,
@@ -50,17 +57,26 @@ def attention(c: Any, *, causal: bool, cross: bool = False) -> MultiHeadAttentio
         out_bias=_bias(c),
         causal=causal and not cross,
         num_kv_heads=None if cross else getattr(c, "num_kv_heads", None),
-        rotary=not cross and getattr(c, "positional", None) == "rope",  # the model's angles
+        rotary=rotary,  # True: the angles the model computes once for every layer
         window=window,
         global_tokens=0 if window is None else getattr(c, "global_tokens", 0),
+        scale=getattr(c, "attention_scale", None),
+        softcap=getattr(c, "attention_softcap", None),
         **(_qk_norms(c) if getattr(c, "qk_norm", False) and not cross else {}),
     )
 
 
+def _rotary_width(c: Any) -> int:
+    """The features of each head that rotary positions turn (all, or ``rotary_dim``)."""
+    return getattr(c, "rotary_dim", None) or c.head_dim or c.d_model // c.num_heads
+
+
 def _qk_norms(c: Any) -> dict[str, nn.Module]:
-    """QK-norm: an RMSNorm over each head's Dh features, for the queries and the keys."""
+    """QK-norm: an RMSNorm (Gemma's where the model's are) over each head's Dh features,
+    for the queries and the keys."""
     head_dim = c.head_dim or c.d_model // c.num_heads
-    return {name: make_norm("rms", head_dim, eps=c.layer_norm_eps) for name in ("q_norm", "k_norm")}
+    kind = "gemma_rms" if getattr(c, "norm", "rms") == "gemma_rms" else "rms"
+    return {name: make_norm(kind, head_dim, eps=c.layer_norm_eps) for name in ("q_norm", "k_norm")}
 
 
 def mlp(c: Any) -> nn.Module:
@@ -76,10 +92,12 @@ def norm(c: Any) -> nn.Module:
     return make_norm(getattr(c, "norm", "layer"), c.d_model, eps=eps, bias=_bias(c))
 
 
-def block(c: Any, *, causal: bool, cross: bool = False) -> Block:
-    """One block: self-attention, cross-attention too when ``cross``, the MLP, their norms."""
+def block(c: Any, *, causal: bool, cross: bool = False, layer: int = 0) -> Block:
+    """One block: self-attention, cross-attention too when ``cross``, the MLP, their norms
+    (and a norm after each sub-layer, where the config has ``sandwich_norms``)."""
+    sandwich = getattr(c, "sandwich_norms", False)
     return Block(
-        attn=attention(c, causal=causal),
+        attn=attention(c, causal=causal, layer=layer),
         cross_attn=attention(c, causal=causal, cross=True) if cross else None,
         mlp=mlp(c),
         ln1=norm(c),
@@ -88,11 +106,13 @@ def block(c: Any, *, causal: bool, cross: bool = False) -> Block:
         norm_first=c.norm_first,
         parallel=getattr(c, "parallel", False),
         dropout=c.dropout,
+        ln1_post=norm(c) if sandwich else None,
+        ln2_post=norm(c) if sandwich else None,
     )
 
 
 def blocks(c: Any, num_layers: int, *, causal: bool, cross: bool = False) -> list[Block]:
-    return [block(c, causal=causal, cross=cross) for _ in range(num_layers)]
+    return [block(c, causal=causal, cross=cross, layer=i) for i in range(num_layers)]
 
 
 def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any]:
@@ -104,8 +124,7 @@ def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any
         dropout=c.dropout,
     )
     if c.positional == "rope":
-        head_dim = c.head_dim or c.d_model // c.num_heads
-        parts["rotary"] = RotaryEmbedding(getattr(c, "rotary_dim", None) or head_dim, c.rope_theta)
+        parts["rotary"] = RotaryEmbedding(_rotary_width(c), c.rope_theta)
     else:
         parts["pos_embed"] = positional_encoding(c.positional, d_model=c.d_model, max_len=c.max_len)
     return parts
@@ -114,7 +133,7 @@ def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any
 def decoder_only(c: Any) -> dict[str, Any]:
     """GPT's parts: causal pre-norm blocks and a final norm (GPT-2's or Llama's, by config)."""
     return dict(
-        **embeddings(c, c.vocab_size),
+        **embeddings(c, c.vocab_size, scale=getattr(c, "scale_embeddings", False)),
         blocks=blocks(c, c.num_layers, causal=True),
         ln_final=norm(c),
     )

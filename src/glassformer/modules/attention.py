@@ -73,6 +73,11 @@ class MultiHeadAttention(nn.Module):
             before the rotation (QK-norm: Qwen3, Gemma 3); given with ``k_norm``. Its
             output passes its own ``hook_normalized``, seen as (B, T, H, Dh).
         k_norm: the same for the keys, (B, T, Hkv, Dh).
+        scale: what the scores q·k are multiplied by, instead of 1/√Dh (Gemma's
+            ``query_pre_attn_scalar``^-½); applied by scaling the queries by scale·√Dh as
+            they enter attention, so every path (fused, readable, windowed) honours it.
+        softcap: squash the scores into (−c, c) as c·tanh(s / c) before the mask (Gemma 2);
+            such a layer always attends on the readable path.
     """
 
     def __init__(
@@ -91,6 +96,8 @@ class MultiHeadAttention(nn.Module):
         global_tokens: int = 0,
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
+        scale: float | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         if (q_norm is None) != (k_norm is None):
@@ -126,6 +133,7 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
         self.q_norm, self.k_norm = q_norm, k_norm
+        self.scale, self.softcap = scale, softcap
         # What a look inside can read or replace (B batch, T positions, H heads):
         self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)
         self.hook_k = HookPoint()  # (B, Tk, Hkv, Dh); this call's keys, not the cached ones
@@ -187,8 +195,12 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
         else:
             q, k, v = self._project_memory(query, key, value, cache)
+        if self.scale is not None:  # scores × scale instead of / √Dh
+            q = q * (self.scale * self.head_dim**0.5)
         looking = need_weights or bool(self.hook_attn_scores.fns or self.hook_pattern.fns)
-        if self.window is None and not looking and k.dtype == q.dtype:  # the common case
+        if (
+            self.window is None and not looking and k.dtype == q.dtype and self.softcap is None
+        ):  # the common case
             dropout_p = self.dropout if self.training else 0.0
             out = fused_attention(q, k, v, mask, dropout_p, self.causal)
             return AttentionOutput(self._merge(out), None)
@@ -218,11 +230,13 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None,
         cache: KVCache | None,
     ) -> tuple[Tensor, Tensor]:
-        """q and k turned by their positions: by the ``angles`` the model passes, or by the
-        module's own ``rotary``. Angles given to a module that does not rotate are an error."""
+        """q and k turned by their positions: by the module's own ``rotary`` if it has one
+        (a layer whose base differs from the model's: Gemma's sliding layers), else by the
+        ``angles`` the model passes. Angles given to a module that does not rotate are an
+        error."""
         if not self.rotates:
             raise ValueError("angles given to an attention that does not rotate (rotary=None)")
-        if angles is None:
+        if self.rotary is not None or angles is None:
             if self.rotary is None:
                 raise ValueError("this attention rotates by the angles it is given; pass angles=")
             if positions is None:
@@ -289,6 +303,7 @@ class MultiHeadAttention(nn.Module):
             need_weights=weights,
             is_causal=self.causal,
             hooks=(self.hook_attn_scores, self.hook_pattern),
+            softcap=self.softcap,
         )
 
     def _local(
@@ -305,8 +320,9 @@ class MultiHeadAttention(nn.Module):
         assert self.window is not None
         hooks = (self.hook_attn_scores, self.hook_pattern)
         return attend_window(
-            q, k, v, self.window, self.global_tokens, mask, dropout_p, weights, cache, hooks
-        )
+            q, k, v, self.window, self.global_tokens, mask, dropout_p, weights, cache, hooks,
+            self.softcap,
+        )  # fmt: skip
 
     def _from_heads(self, z: Tensor) -> Tensor:
         """The output as the sum of each head's share (``hook_result``), plus the bias:

@@ -11,6 +11,9 @@ block only wires them, in one of three ways:
     post-norm (the paper, BERT, ``norm_first=False``): x = norm(x + sublayer(x))
     parallel (GPT-J, Pythia, ``parallel=True``):     x = x + attn(ln1(x)) + mlp(ln2(x))
 
+A pre-norm block can also normalise each sub-layer's output before the sum (Gemma's
+"sandwich": ``ln1_post``, ``ln2_post``): x = x + ln1_post(attn(ln1(x))).
+
 Every value on the way passes a hook point, named as TransformerLens names it
 (``hook_resid_pre``, ``hook_attn_out``, ``hook_resid_mid``, ``hook_mlp_out``,
 ``hook_resid_post``; with cross-attention ``hook_cross_attn_out`` and
@@ -59,6 +62,8 @@ class Block(nn.Module):
         norm_first: pre-norm (True) or the paper's post-norm (False).
         parallel: attention and MLP read the same stream and both add to it (pre-norm only,
             no cross-attention); there is then no ``hook_resid_mid``.
+        ln1_post: a norm of the attention's output before the sum (Gemma), or None.
+        ln2_post: a norm of the MLP's output before the sum (Gemma), or None.
         dropout: on each sub-layer's output, before it is added to the stream.
     """
 
@@ -74,8 +79,12 @@ class Block(nn.Module):
         norm_first: bool = True,
         parallel: bool = False,
         dropout: float = 0.0,
+        ln1_post: nn.Module | None = None,
+        ln2_post: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        if (ln1_post is not None or ln2_post is not None) and not norm_first:
+            raise ValueError("ln1_post and ln2_post normalise a pre-norm block's sub-layers")
         if (cross_attn is None) != (ln_cross is None):
             raise ValueError("cross_attn and ln_cross come together: give both or neither")
         if parallel and (not norm_first or cross_attn is not None):
@@ -88,6 +97,8 @@ class Block(nn.Module):
         self.ln1 = ln1
         self.ln_cross = ln_cross
         self.ln2 = ln2
+        self.ln1_post = ln1_post
+        self.ln2_post = ln2_post
         self.norm_first = norm_first
         self.parallel = parallel
         self.dropout = nn.Dropout(dropout)
@@ -134,11 +145,12 @@ class Block(nn.Module):
             self._in(x, self.ln1), mask=mask, need_weights=need_weights, cache=cache,
             positions=positions, angles=angles,
         )  # fmt: skip
+        attn_out = self.hook_attn_out(_post(self.ln1_post, attn.output))
         if self.parallel:  # both sub-layers read the block's input
-            mlp = self.hook_mlp_out(self.mlp(self.ln2(x)))
-            out = x + self.dropout(self.hook_attn_out(attn.output)) + self.dropout(mlp)
+            mlp = self.hook_mlp_out(_post(self.ln2_post, self.mlp(self.ln2(x))))
+            out = x + self.dropout(attn_out) + self.dropout(mlp)
             return BlockOutput(self.hook_resid_post(out), attn.weights)
-        x = self.hook_resid_mid(self._add(x, self.hook_attn_out(attn.output), self.ln1))
+        x = self.hook_resid_mid(self._add(x, attn_out, self.ln1))
         cross_weights = None
         if self.cross_attn is not None:
             if memory is None:
@@ -149,7 +161,7 @@ class Block(nn.Module):
             )  # fmt: skip
             x = self._add(x, self.hook_cross_attn_out(cross.output), self.ln_cross)
             x, cross_weights = self.hook_resid_mid_cross(x), cross.weights
-        mlp = self.hook_mlp_out(self.mlp(self._in(x, self.ln2)))
+        mlp = self.hook_mlp_out(_post(self.ln2_post, self.mlp(self._in(x, self.ln2))))
         x = self.hook_resid_post(self._add(x, mlp, self.ln2))
         return BlockOutput(x, attn.weights, cross_weights)
 
@@ -180,6 +192,11 @@ class Block(nn.Module):
     norm1 = property(lambda self: self.ln1)
     norm2 = property(lambda self: self.ln_cross if self.cross_attn is not None else self.ln2)
     norm3 = property(lambda self: self.ln2 if self.cross_attn is not None else None)
+
+
+def _post(norm: nn.Module | None, y: Tensor) -> Tensor:
+    """A sub-layer's output, normalised by its post-norm if the block has one (Gemma)."""
+    return y if norm is None else norm(y)
 
 
 def rename_old_keys(module: nn.Module, state: dict, prefix: str, *_: Any) -> None:

@@ -235,6 +235,8 @@ class DecoderCache:
         cross_attention: also cache each layer's cross-attention keys/values.
         window: the self-attention's reach to the left w, for sliding-window layers
             (``window=(w, 0)``): each layer's cache is then a ``RollingKVCache``.
+        windows: each layer's own reach (None: a full cache), where layers differ (Gemma's
+            sliding and global layers); instead of ``window``.
         global_tokens: with a window, the global tokens each rolling cache keeps.
         make: builds each layer's self-attention cache instead (the static decoding path's
             preallocated ``StaticKVCache``).
@@ -246,12 +248,21 @@ class DecoderCache:
         *,
         cross_attention: bool = False,
         window: int | None = None,
+        windows: list[int | None] | None = None,
         global_tokens: int = 0,
         make: Callable[[], KVCache] | None = None,
     ) -> None:
-        if make is None:
-            make = KVCache if window is None else lambda: RollingKVCache(window, global_tokens)
-        self.self_attn: list[KVCache] = [make() for _ in range(num_layers)]
+        if windows is None:
+            windows = [window] * num_layers
+        if len(windows) != num_layers:
+            raise ValueError(f"{len(windows)} windows for {num_layers} layers")
+
+        def layer_cache(w: int | None) -> KVCache:
+            if make is not None:
+                return make()
+            return KVCache() if w is None else RollingKVCache(w, global_tokens)
+
+        self.self_attn: list[KVCache] = [layer_cache(w) for w in windows]
         self.cross_attn = [KVCache() for _ in range(num_layers)] if cross_attention else None
 
     @property

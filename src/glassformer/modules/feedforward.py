@@ -24,7 +24,11 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 # Gated activations: the named function is applied to the gate branch.
-GATED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"swiglu": F.silu}
+# "swiglu" is Llama's; "geglu_tanh" (GELU's tanh approximation on the gate) Gemma's and T5 v1.1's.
+GATED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "swiglu": F.silu,
+    "geglu_tanh": functools.partial(F.gelu, approximate="tanh"),
+}
 
 
 def check_activation(name: str) -> None:
@@ -105,7 +109,7 @@ class GatedFeedForward(nn.Module):
         d_model: D.
         d_ff: the inner width (Llama's ``intermediate_size``).
         dropout: dropout on the gated product, before ``down_proj``.
-        activation: "swiglu" (SiLU on the gate).
+        activation: "swiglu" (SiLU on the gate) or "geglu_tanh" (GELU, tanh approximation).
         bias: whether the three linear layers have a bias (Llama's ``mlp_bias``).
     """
 

@@ -193,6 +193,7 @@ def attend_window(
     need_weights: bool,
     cache: KVCache | None,
     hooks: tuple[HookPoint, HookPoint],
+    softcap: float | None = None,
 ) -> AttentionOutput:
     """A windowed attention layer's attention: (B, H, Tq, Dh), weights (B, H, Tq, Tk) or None.
 
@@ -201,10 +202,10 @@ def attend_window(
     weights are asked for or hooked it is the readable dense path under the window's mask
     (the same numbers; the hooks then see (B, H, Tq, Tk) as in every layer). Decoding with a
     cache, the few new queries attend the keys the cache kept (a rolling one keeps only the
-    window) the same way.
+    window) the same way. Soft-capped scores (``softcap``) take the readable path too.
     """
     B, Tq, Tk = q.size(0), q.size(2), k.size(2)
-    if Tk == Tq and not need_weights:
+    if Tk == Tq and not need_weights and softcap is None:
         key_mask = as_key_mask(mask, B, Tk)
         out, _ = local_attention(q, k, v, window, global_tokens=global_tokens,
                                  key_mask=key_mask, dropout_p=dropout_p)  # fmt: skip
@@ -217,7 +218,7 @@ def attend_window(
     if keys is not None:
         allowed = allowed & keys[:, None, None, key_pos]  # (B, 1, Tq, Tk)
     return scaled_dot_product_attention(
-        q, k, v, allowed, dropout_p, need_weights=need_weights, hooks=hooks
+        q, k, v, allowed, dropout_p, need_weights=need_weights, hooks=hooks, softcap=softcap
     )
 
 

@@ -10,6 +10,10 @@ RMSNorm (Zhang & Sennrich, 2019) drops LayerNorm's mean subtraction and bias:
 As in Hugging Face's ``LlamaRMSNorm``, the statistics are taken in float32 and the
 result is cast back to the input's dtype before the weight is applied, so bf16/fp16
 models give the same numbers as theirs.
+
+Gemma's RMSNorm (``norm="gemma_rms"``) stores the scale as an offset from one, so a weight
+of zeros is the identity: y = x / sqrt(mean(x²) + eps) · (1 + weight), the whole product in
+float32 before the cast back (as Gemma computes it).
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ from torch import Tensor, nn
 
 from glassformer.modules.hooks import HookPoint
 
-NORMS = ("layer", "rms")
+NORMS = ("layer", "rms", "gemma_rms")
 
 
 def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """The norm a config names: "layer" (``LayerNorm``) or "rms" (``RMSNorm``, no bias)."""
+    """The norm a config names: "layer" (``LayerNorm``), "rms" (``RMSNorm``, no bias) or
+    "gemma_rms" (``RMSNorm`` scaling by 1 + weight)."""
     if kind == "layer":
         return LayerNorm(d_model, eps=eps, bias=bias)
-    if kind == "rms":
-        return RMSNorm(d_model, eps=eps)
+    if kind in ("rms", "gemma_rms"):
+        return RMSNorm(d_model, eps=eps, unit_offset=kind == "gemma_rms")
     raise ValueError(f"norm must be one of {list(NORMS)}, got {kind!r}")
 
 
@@ -52,16 +57,18 @@ class RMSNorm(nn.Module):
     Args:
         d_model: D, the width normalised over.
         eps: added to the mean square inside the square root.
+        unit_offset: scale by 1 + weight, in float32 (Gemma's); the weight starts at zeros.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-6, *, unit_offset: bool = False) -> None:
         super().__init__()
         if d_model <= 0:
             raise ValueError(f"d_model must be a positive integer, got {d_model}")
         if eps < 0:
             raise ValueError(f"eps must be non-negative, got {eps}")
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.zeros(d_model) if unit_offset else torch.ones(d_model))
         self.hook_normalized = HookPoint()  # the output
 
     def forward(self, x: Tensor) -> Tensor:
@@ -70,7 +77,10 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         mean_square = x32.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
         normalised = x32 * torch.rsqrt(mean_square + self.eps)  # (B, T, D)
+        if self.unit_offset:  # Gemma: (1 + w) applied in float32, then the cast
+            return self.hook_normalized((normalised * (1.0 + self.weight.float())).to(dtype))
         return self.hook_normalized(self.weight * normalised.to(dtype))
 
     def extra_repr(self) -> str:
-        return f"{self.weight.numel()}, eps={self.eps}"
+        offset = ", unit_offset=True" if self.unit_offset else ""
+        return f"{self.weight.numel()}, eps={self.eps}{offset}"

@@ -40,6 +40,7 @@ def scaled_dot_product_attention(
     need_weights: bool = True,
     is_causal: bool = False,
     hooks: tuple[HookPoint, HookPoint] | None = None,
+    softcap: float | None = None,
 ) -> AttentionOutput:
     """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
 
@@ -62,6 +63,8 @@ def scaled_dot_product_attention(
             end of the keys, so a block of Tq new queries after Tk - Tq cached keys works.
         hooks: the readable path's hook points for the scaled and masked scores and for
             the weights (``MultiHeadAttention.hook_attn_scores``, ``.hook_pattern``).
+        softcap: squash the scaled scores into (−c, c) as c·tanh(s / c) before the mask
+            (Gemma 2); the readable path only.
 
     Returns:
         ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None)``.
@@ -69,7 +72,7 @@ def scaled_dot_product_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     check_mask(mask)
-    if not need_weights:
+    if not need_weights and softcap is None:
         return AttentionOutput(fused_attention(q, k, v, mask, dropout_p, is_causal, hooks), None)
     Tq, Tk = q.size(-2), k.size(-2)
     if is_causal and Tq > 1:  # one query at the end of the keys may see all of them
@@ -77,7 +80,8 @@ def scaled_dot_product_attention(
     group = _group_size(q, k)
     if group > 1:  # spelled out: each key/value head repeated for the query heads it serves
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    return AttentionOutput(*_attend(q, k, v, mask, dropout_p, hooks))
+    out, weights = _attend(q, k, v, mask, dropout_p, hooks, softcap)
+    return AttentionOutput(out, weights if need_weights else None)
 
 
 def fused_attention(
@@ -122,10 +126,13 @@ def _attend(
     mask: Tensor | None,
     dropout_p: float,
     hooks: tuple[HookPoint, HookPoint] | None = None,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The readable path, step by step: (output (B, H, Tq, Dv), weights (B, H, Tq, Tk))."""
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     scores = scores / math.sqrt(q.size(-1))
+    if softcap is not None:  # Gemma 2: c·tanh(s / c), before the mask
+        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
         # The most negative finite value, not -inf (NaN for empty rows) nor -1e9 (overflows fp16).
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)

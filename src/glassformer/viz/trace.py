@@ -33,7 +33,8 @@ _SUBLAYER = {"ln1": "self-attention", "attn": "self-attention", "hook_attn_out":
              "cross_attn": "cross-attention", "hook_cross_attn_out": "cross-attention",
              "hook_resid_mid_cross": "cross-attention", "ln2": "feed-forward",
              "mlp": "feed-forward", "hook_mlp_out": "feed-forward",
-             "hook_resid_post": "feed-forward"}  # fmt: skip
+             "hook_resid_post": "feed-forward", "ln1_post": "self-attention",
+             "ln2_post": "feed-forward"}  # fmt: skip
 
 
 @dataclass
@@ -181,10 +182,15 @@ def _pooling_text(model: Any) -> str:
 
 def _norm_step(part: str, norm: Any, block: Any) -> str:
     kind = "RMSNorm" if isinstance(norm, RMSNorm) else "LayerNorm"
+    if isinstance(norm, RMSNorm) and norm.unit_offset:
+        kind = "RMSNorm × (1 + w)"
     if part == "ln_final":
         return f"final {kind}"
     if part == "ln_embed":
         return f"+ token types, then {kind} (BERT normalises the embeddings)"
+    if part in ("ln1_post", "ln2_post"):
+        sub = "self-attention" if part == "ln1_post" else "feed-forward"
+        return f"{part}: {kind} of the {sub}'s output, before the sum (Gemma's sandwich)"
     sub = {"ln1": "self-attention", "ln_cross": "cross-attention", "ln2": "feed-forward"}[part]
     if block is not None and block.norm_first:
         return f"{part}: {kind} of the stream, before {sub} (pre-norm)"
@@ -229,9 +235,13 @@ def _mlp_step(rest: str, mlp: Any) -> str:
     if isinstance(mlp, GatedFeedForward):
         return {"hook_pre": "gate_proj: D → d_ff",
                 "hook_pre_linear": "up_proj: D → d_ff",
-                "hook_post": f"{mlp.activation}: silu(gate) · up"}.get(leaf, leaf)  # fmt: skip
+                "hook_post": f"{mlp.activation}: {_GATES[mlp.activation]}(gate) · up"}.get(
+                    leaf, leaf)  # fmt: skip
     return {"hook_pre": "linear1: D → d_ff",
             "hook_post": f"{mlp.activation}(linear1)"}.get(leaf, leaf)  # fmt: skip
+
+
+_GATES = {"swiglu": "silu", "geglu_tanh": "gelu_tanh"}
 
 
 def format_trace(steps: Iterable[Step]) -> str:
