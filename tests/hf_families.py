@@ -58,12 +58,15 @@ def with_config(path, **changes) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-def randomize(model: torch.nn.Module, seed: int = 0) -> None:
+def randomize(model: torch.nn.Module, seed: int = 0, keep: tuple[str, ...] = ()) -> None:
     """Every parameter drawn at random (norm weights around 1, the rest around 0, std 0.1
-    and 0.2): transformers' initial zeros and ones would hide a wrong mapping."""
+    and 0.2): transformers' initial zeros and ones would hide a wrong mapping. Parameters
+    whose name contains one of ``keep`` stay (a fixed table stored as a parameter)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if any(k in name for k in keep):
+                continue
             noise = torch.randn(p.shape, generator=generator)
             if re.search(r"norm|ln_|layernorm", name) and name.endswith("weight"):
                 p.copy_(1.0 + 0.2 * noise)

@@ -45,7 +45,7 @@ LABELS = ["neg", "pos", "mid"]
 TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
          "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt",
-         "neox gpt", "gemma gpt")  # fmt: skip
+         "neox gpt", "gemma gpt", "marian translator")  # fmt: skip
 LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt", "neox gpt", "gemma gpt"}  # families' shapes
 LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "vit"}
 PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
@@ -55,6 +55,10 @@ QWEN2 = dict(bias="qkv", qkv_bias=True, attention_window=4)
 QWEN3 = dict(bias=False, qk_norm=True, head_dim=16)
 # GPT-NeoX: attention and MLP in parallel, half of each head rotated.
 NEOX = dict(positional="rope", rotary_dim=4, parallel=True)
+# Marian: post-norm, sines then cosines, one table for source, target and output, SiLU, the
+# decoder starting from the pad id.
+MARIAN = dict(positional="sinusoidal_halves", norm_first=False, activation="silu",
+              share_embeddings=True, tie_output=True, bos_id=0, pad_id=0, eos_id=2)  # fmt: skip
 # Gemma 3: four norms a block, scaled embeddings and scores, a window on the first layer only
 # with its own rotary base, QK-norm, soft-capped logits.
 GEMMA = dict(norm="gemma_rms", activation="geglu_tanh", scale_embeddings=True,
@@ -73,6 +77,9 @@ def build(kind: str, chars, pieces):
         ),
         "gpt classifier": lambda: GPTClassifier(
             GPTClassifierConfig(vocab_size=v, num_classes=3, max_len=32, **TINY)
+        ),
+        "marian translator": lambda: Seq2SeqTransformer(
+            Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32, **MARIAN)
         ),
         "translator": lambda: Seq2SeqTransformer(
             Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32)
@@ -143,7 +150,7 @@ def test_the_attention_picture_and_page_of_every_kind(kind, runs, tmp_path, caps
     assert main(["attention", "--model", str(runs[kind]), text, "--out", str(picture)]) == 0
     pictures = list(tmp_path.glob("a*.png"))
     assert pictures and all(p.read_bytes()[:4] == b"\x89PNG" for p in pictures)
-    assert len(pictures) == (3 if kind == "translator" else 1)  # encoder, decoder, cross
+    assert len(pictures) == (3 if "translator" in kind else 1)  # encoder, decoder, cross
     page = tmp_path / "v.html"
     assert main(["attention", "--model", str(runs[kind]), text, "--out", str(page)]) == 0
     assert page.read_text().startswith("<!DOCTYPE html>")
@@ -166,7 +173,7 @@ def test_run_with_cache_on_every_kind_has_the_shared_names(kind, runs):
     model, tokenizer = load_run(runs[kind])
     args, kwargs, _ = model_inputs(model, tokenizer, text_for(kind, runs), None)
     _, cache = model.run_with_cache(*args, **kwargs)
-    prefix = "decoder." if kind == "translator" else ""
+    prefix = "decoder." if "translator" in kind else ""
     shared = (
         "hook_embed",
         "blocks.0.hook_resid_pre",

@@ -6,6 +6,7 @@ from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.gpt_neox import from_gpt_neox_state, load_gpt_neox
 from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
+from glassformer.interop.marian import from_marian_state, load_marian
 from glassformer.interop.opt import from_opt_state, load_opt
 from glassformer.interop.qwen import load_qwen2, load_qwen3
 from glassformer.interop.sentence import (
@@ -23,6 +24,7 @@ __all__ = [
     "from_gemma_state",
     "from_gpt_neox_state",
     "from_llama_state",
+    "from_marian_state",
     "from_opt_state",
     "from_sentence_transformers",
     "from_torch_nn",
@@ -32,6 +34,7 @@ __all__ = [
     "load_gemma3",
     "load_gpt_neox",
     "load_llama",
+    "load_marian",
     "load_mistral",
     "load_opt",
     "load_qwen2",

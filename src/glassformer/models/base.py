@@ -47,9 +47,10 @@ __all__ = [
 ]
 
 Activation = Literal[
-    "relu", "gelu", "gelu_tanh", "swiglu", "geglu_tanh"
+    "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu_tanh"
 ]  # the feed-forward's (modules.feedforward)
-Positional = Literal["sinusoidal", "learned", "rope"]  # how positions enter (modules.position)
+# How positions enter (modules.position); "sinusoidal_halves" is Marian's layout.
+Positional = Literal["sinusoidal", "sinusoidal_halves", "learned", "rope"]
 Norm = Literal["layer", "rms", "gemma_rms"]  # LayerNorm, RMSNorm, Gemma's (modules.norms)
 Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
 

@@ -170,6 +170,9 @@ class Seq2SeqTransformer(PretrainedModel):
         tgt_mask = key_mask(
             tgt, pad, tgt_mask, decoder_attention_mask, names=("tgt_mask", "decoder_attention_mask")
         )
+        if tgt_mask is not None and self.config.bos_id == pad:  # Marian starts with the pad id
+            tgt_mask = tgt_mask.clone()
+            tgt_mask[..., 0] = True  # the first target token is the start, never padding
         memory, enc_w, _ = self.encode(src, src_mask, need_weights=need_weights)
         hidden, dec_w, cross_w = self.decode(
             tgt, memory, src_mask, tgt_mask, need_weights=need_weights

@@ -20,6 +20,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,  # "swish": Marian's
 }
 
 

@@ -13,7 +13,9 @@ columns) pass ``positions`` (B, T) instead.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -58,28 +60,31 @@ class SinusoidalPositionalEncoding(nn.Module):
     """The paper's fixed encoding: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...).
 
     Sine and cosine interleave (even and odd features), as in "Attention Is All You
-    Need". The table is a non-persistent buffer: it is recomputed, never saved.
+    Need"; with ``halves`` the sines fill the first half of the features and the cosines the
+    second (the same frequencies: tensor2tensor's and Marian's layout). The table is a
+    non-persistent buffer: it is recomputed, never saved.
 
     Args:
         d_model: D (even).
         max_len: longest sequence the table covers.
+        halves: sines then cosines, instead of interleaved.
     """
 
     pe: Tensor  # (max_len, D), a buffer
 
-    def __init__(self, *, d_model: int, max_len: int = 5000) -> None:
+    def __init__(self, *, d_model: int, max_len: int = 5000, halves: bool = False) -> None:
         super().__init__()
         if d_model <= 0 or d_model % 2:
             raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
         if max_len <= 0:
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
-        self.max_len, self.d_model = max_len, d_model
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        self.max_len, self.d_model, self.halves = max_len, d_model, halves
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model, halves), persistent=False)
 
     def reset_buffers(self) -> None:
         """Compute the table again (on the CPU): for a model built on the meta device and
         given its weights afterwards, which do not hold it."""
-        self.pe = sinusoidal_table(self.max_len, self.d_model)
+        self.pe = sinusoidal_table(self.max_len, self.d_model, self.halves)
 
     def forward(self, x: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
         """(B, T, D) → (B, T, D) with positions start..start+T-1 (or ``positions``) added."""
@@ -102,11 +107,14 @@ def table_rows(table: Tensor, x: Tensor, start: int, positions: Tensor | None) -
     return table[start : start + T].to(x.dtype)  # (T, D)
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
-    """The (max_len, D) table of the paper's sinusoids, computed in float64 then cast."""
+def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> Tensor:
+    """The (max_len, D) table of the paper's sinusoids, computed in float64 then cast;
+    interleaved, or with ``halves`` all sines then all cosines."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     angles = position * inv_freq  # (max_len, D/2)
+    if halves:
+        return torch.cat([angles.sin(), angles.cos()], dim=1).float()
     table = torch.empty(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = angles.sin()
     table[:, 1::2] = angles.cos()
@@ -198,7 +206,11 @@ class LearnedPositionalEmbedding(nn.Embedding):
         return self.weight[start : start + T]  # (T, D), broadcast over B
 
 
-POSITIONAL = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEmbedding}
+POSITIONAL: dict[str, Callable[..., nn.Module]] = {
+    "sinusoidal": SinusoidalPositionalEncoding,
+    "sinusoidal_halves": functools.partial(SinusoidalPositionalEncoding, halves=True),
+    "learned": LearnedPositionalEmbedding,
+}
 
 
 def positional_encoding(kind: str, *, d_model: int, max_len: int) -> nn.Module:

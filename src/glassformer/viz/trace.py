@@ -166,6 +166,8 @@ def _embed_text(model: Any) -> str:
 
 def _positions_text(model: Any) -> str:
     kind = type(model.pos_embed).__name__
+    if getattr(model.pos_embed, "halves", False):
+        return "sinusoidal positions (sines, then cosines: Marian's layout)"
     return {"SinusoidalPositionalEncoding": "sinusoidal positions (the paper's)",
             "SinusoidalGridEncoding": "sinusoidal positions on the patch grid",
             "LearnedPositionalEmbedding": "learned positions"}.get(kind, kind)  # fmt: skip
