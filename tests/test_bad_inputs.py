@@ -190,9 +190,9 @@ def _bigger_char_vocabulary(ctx: Ctx) -> list[str]:
 
 
 def _foreign(ctx: Ctx) -> list[str]:
-    hf = ctx.tmp / "t5"
+    hf = ctx.tmp / "bloom"
     hf.mkdir()
-    (hf / "config.json").write_text('{"model_type": "t5", "d_model": 512}')
+    (hf / "config.json").write_text('{"model_type": "bloom", "hidden_size": 512}')
     return ["generate", "--model", str(hf)]
 
 
@@ -391,7 +391,7 @@ CASES = [
     # ---- checkpoints: missing, foreign, truncated, mismatched, the wrong kind
     Case("no such model", lambda c: ["generate", "--model", str(c.tmp / "x")], "x does not exist"),
     Case("empty model directory", _empty_dir, "is not a glassformer checkpoint: no config.json"),
-    Case("foreign checkpoint", _foreign, "is a Hugging Face 't5' checkpoint"),
+    Case("foreign checkpoint", _foreign, "is a Hugging Face 'bloom' checkpoint"),
     Case(
         "truncated weights",
         _truncated("lm", "model.safetensors", "generate", "--model", "RUN"),

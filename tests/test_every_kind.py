@@ -45,7 +45,7 @@ LABELS = ["neg", "pos", "mid"]
 TINY = dict(d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0)
 KINDS = ("classifier", "gpt classifier", "translator", "gpt", "modern gpt", "encoder lm",
          "bert", "bert classifier", "sentence", "vit", "qwen2 gpt", "qwen3 gpt",
-         "neox gpt", "gemma gpt", "marian translator")  # fmt: skip
+         "neox gpt", "gemma gpt", "marian translator", "t5 translator")  # fmt: skip
 LMS = {"gpt", "modern gpt", "qwen2 gpt", "qwen3 gpt", "neox gpt", "gemma gpt"}  # families' shapes
 LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "vit"}
 PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
@@ -59,6 +59,12 @@ NEOX = dict(positional="rope", rotary_dim=4, parallel=True)
 # decoder starting from the pad id.
 MARIAN = dict(positional="sinusoidal_halves", norm_first=False, activation="silu",
               share_embeddings=True, tie_output=True, bos_id=0, pad_id=0, eos_id=2)  # fmt: skip
+# T5: relative position buckets, RMSNorm, no biases, unscaled scores, gated GELU, a tied
+# head reading the states × d^-½.
+T5 = dict(positional="relative", relative_buckets=8, relative_max_distance=16, norm="rms",
+          bias=False, attention_scale=1.0, activation="geglu_tanh", share_embeddings=True,
+          tie_output=True, scale_output=True, bos_id=0, pad_id=0, eos_id=2, norm_first=True,
+          scale_embeddings=False)  # fmt: skip
 # Gemma 3: four norms a block, scaled embeddings and scores, a window on the first layer only
 # with its own rotary base, QK-norm, soft-capped logits.
 GEMMA = dict(norm="gemma_rms", activation="geglu_tanh", scale_embeddings=True,
@@ -77,6 +83,9 @@ def build(kind: str, chars, pieces):
         ),
         "gpt classifier": lambda: GPTClassifier(
             GPTClassifierConfig(vocab_size=v, num_classes=3, max_len=32, **TINY)
+        ),
+        "t5 translator": lambda: Seq2SeqTransformer(
+            Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32, **T5)
         ),
         "marian translator": lambda: Seq2SeqTransformer(
             Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32, **MARIAN)

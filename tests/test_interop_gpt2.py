@@ -269,7 +269,7 @@ def test_bad_gpt2_directories_give_one_clear_error(tmp_path):
             _write(tmp_path / "nofield", {"model_type": "gpt2"}),
             "lacks the field 'n_embd'",
         ),
-        (_write(tmp_path / "bert", {"model_type": "t5"}), "Hugging Face 't5' checkpoint"),
+        (_write(tmp_path / "bert", {"model_type": "bloom"}), "Hugging Face 'bloom' checkpoint"),
     ]
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "config.json").write_text(json.dumps(good))

@@ -30,7 +30,7 @@ def decoder_logits(
         hidden = model.decode(ys, memory, src_mask).hidden  # (B, T, D): all of it again
     else:
         hidden = model.decode(ys[:, cache.length :], memory, src_mask, cache=cache).hidden
-    return model.output_proj(hidden[:, -1])
+    return model.unembed(hidden[:, -1])
 
 
 def never_specials(scores: Tensor, config) -> Tensor:

@@ -48,7 +48,7 @@ def readout(model: Any, inputs: tuple[Tensor, ...] = ()) -> Readout:
     say which positions are padding). Other models have no head: a one-line error says so."""
     kind = getattr(model, "kind", type(model).__name__)
     if kind == "seq2seq":
-        return Readout("decoder.", model.decoder, model.output_proj, model.output_proj)
+        return Readout("decoder.", model.decoder, model.unembed, model.output_proj)
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Module) and hasattr(model, "blocks"):
         return Readout("", model, getattr(model, "unembed", head), head)
@@ -162,6 +162,9 @@ def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = 
     if norm_bias is not None:
         parts.append("final norm bias")
         logits = torch.cat([logits, (norm_bias.float() @ head.weight.float().T)[None]])
+    config: Any = model.config
+    if getattr(config, "scale_output", False):  # T5: the states × d^-½ before the head
+        logits = logits * config.d_model**-0.5
     head_bias = getattr(head, "bias", None)
     if head_bias is not None:
         parts.append("head bias")

@@ -15,6 +15,7 @@ from glassformer.interop.sentence import (
     minilm_dir,
 )
 from glassformer.interop.smollm2 import SMOLLM2_NAME, load_smollm2
+from glassformer.interop.t5 import from_t5_state, load_t5
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "from_marian_state",
     "from_opt_state",
     "from_sentence_transformers",
+    "from_t5_state",
     "from_torch_nn",
     "load_bert",
     "load_gpt2",
@@ -41,6 +43,7 @@ __all__ = [
     "load_qwen3",
     "load_sentence_encoder",
     "load_smollm2",
+    "load_t5",
     "minilm_dir",
     "read_gguf",
     "save_gpt2",

@@ -18,6 +18,7 @@ ACTIVATIONS = {
     "relu": ops.relu,
     "gelu": functools.partial(ops.gelu, approximate=False),
     "gelu_tanh": functools.partial(ops.gelu, approximate=True),
+    "silu": ops.silu,
 }
 assert set(ACTIVATIONS) == set(TORCH_ACTIVATIONS)
 

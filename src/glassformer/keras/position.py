@@ -6,7 +6,9 @@ embeddings (B, T, D) and return them with the positions ``start .. start+T-1`` a
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import keras
 from keras import ops
@@ -47,21 +49,25 @@ class TokenEmbedding(keras.layers.Embedding):
 
 @keras.saving.register_keras_serializable(package="glassformer")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
-    """The paper's fixed encoding, sine and cosine interleaved; a constant, never saved.
+    """The paper's fixed encoding, sine and cosine interleaved (or, with ``halves``, all
+    sines then all cosines: Marian's); a constant, never saved.
 
     Args:
         d_model: D (even).
         max_len: longest sequence the table covers.
+        halves: sines then cosines, instead of interleaved.
     """
 
-    def __init__(self, *, d_model: int, max_len: int = 5000, **kwargs) -> None:
+    def __init__(
+        self, *, d_model: int, max_len: int = 5000, halves: bool = False, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         if d_model <= 0 or d_model % 2:
             raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
         if max_len <= 0:
             raise ValueError(f"max_len must be a positive integer, got {max_len}")
-        self.d_model, self.max_len = d_model, max_len
-        self._table = sinusoidal_table(max_len, d_model).numpy()  # (max_len, D), float32
+        self.d_model, self.max_len, self.halves = d_model, max_len, halves
+        self._table = sinusoidal_table(max_len, d_model, halves).numpy()  # (max_len, D), float32
 
     def call(self, x, start: int = 0):
         """(B, T, D) → (B, T, D) with positions start..start+T-1 added."""
@@ -72,7 +78,8 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
         return x + ops.slice(table, (start, 0), (ops.shape(x)[1], self.d_model))  # (T, D)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "d_model": self.d_model, "max_len": self.max_len}
+        config = {"d_model": self.d_model, "max_len": self.max_len, "halves": self.halves}
+        return {**super().get_config(), **config}
 
 
 @keras.saving.register_keras_serializable(package="glassformer")
@@ -111,8 +118,9 @@ class LearnedPositionalEmbedding(keras.layers.Embedding):
         }
 
 
-KERAS_POSITIONAL = {
+KERAS_POSITIONAL: dict[str, Any] = {
     "sinusoidal": SinusoidalPositionalEncoding,
+    "sinusoidal_halves": functools.partial(SinusoidalPositionalEncoding, halves=True),
     "learned": LearnedPositionalEmbedding,
 }
 assert set(KERAS_POSITIONAL) == set(POSITIONAL)

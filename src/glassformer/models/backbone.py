@@ -11,6 +11,7 @@ activations alike:
 
     hook_embed                 the token embeddings (B, T, D)
     hook_pos_embed             the position vectors added to them (T, D) or (B, T, D)
+    hook_pos_bias              T5's relative positions: what each score gets (1, H, T, Tk)
     blocks.{i}.…               each block's (``modules.block``)
     ln_final.hook_normalized   the final norm's output
 
@@ -50,6 +51,8 @@ class Backbone(PretrainedModel):
         token_type: an embedding of segment ids added too (BERT), or None.
         ln_embed: a norm on the embeddings' sum (BERT), or None.
         ln_final: the norm after the last block (pre-norm stacks), or None.
+        relative_bias: a bias on every self-attention score for the query–key distance
+            (T5's ``RelativePositionBias``), computed here once per forward, or None.
         dropout: on the embeddings.
     """
 
@@ -68,6 +71,7 @@ class Backbone(PretrainedModel):
         token_type: nn.Module | None = None,
         ln_embed: nn.Module | None = None,
         ln_final: nn.Module | None = None,
+        relative_bias: nn.Module | None = None,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
@@ -82,6 +86,9 @@ class Backbone(PretrainedModel):
         self.hook_embed = HookPoint()  # the token embeddings, (B, T, D)
         if pos_embed is not None:
             self.hook_pos_embed = HookPoint()  # the position vectors added, (T, D) or (B, T, D)
+        self.relative_bias = relative_bias
+        if relative_bias is not None:
+            self.hook_pos_bias = HookPoint()  # (1, H, T, Tk), added to every score
         self.blocks = nn.ModuleList(blocks)
         self.ln_final = ln_final
 
@@ -130,6 +137,10 @@ class Backbone(PretrainedModel):
             if positions is None:
                 positions = torch.arange(start, start + x.size(1), device=x.device)
             angles = self.rotary.cos_sin(positions, x.dtype)
+        pos_bias = None
+        if self.relative_bias is not None:  # queries start.., keys 0..start+T-1
+            T = x.size(1)
+            pos_bias = self.hook_pos_bias(self.relative_bias(T, start + T, start).to(x.dtype))
         out = run_blocks(
             self.blocks,
             x,
@@ -140,6 +151,7 @@ class Backbone(PretrainedModel):
             cache=cache,
             positions=positions,
             angles=angles,
+            pos_bias=pos_bias,
         )
         if self.ln_final is None:
             return out

@@ -26,6 +26,7 @@ from glassformer.modules.block import Block, window_of
 from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
 from glassformer.modules.position import TokenEmbedding, positional_encoding
+from glassformer.modules.relative import RelativePositionBias
 from glassformer.modules.rotary import RotaryEmbedding
 
 
@@ -115,9 +116,12 @@ def blocks(c: Any, num_layers: int, *, causal: bool, cross: bool = False) -> lis
     return [block(c, causal=causal, cross=cross, layer=i) for i in range(num_layers)]
 
 
-def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any]:
-    """The token embedding and what carries positions: a table added to it, or rotary
-    angles that attention applies (``positional="rope"``)."""
+def embeddings(
+    c: Any, vocab_size: int, *, scale: bool = False, causal: bool = False
+) -> dict[str, Any]:
+    """The token embedding and what carries positions: a table added to it, rotary angles
+    that attention applies (``positional="rope"``), or T5's bias on the scores for each
+    query–key distance (``positional="relative"``; bidirectional unless ``causal``)."""
     parts: dict[str, Any] = dict(
         embed=TokenEmbedding(vocab_size=vocab_size, d_model=c.d_model, scale=scale),
         max_len=c.max_len,
@@ -125,6 +129,11 @@ def embeddings(c: Any, vocab_size: int, *, scale: bool = False) -> dict[str, Any
     )
     if c.positional == "rope":
         parts["rotary"] = RotaryEmbedding(_rotary_width(c), c.rope_theta)
+    elif c.positional == "relative":
+        parts["relative_bias"] = RelativePositionBias(
+            c.num_heads, num_buckets=c.relative_buckets, max_distance=c.relative_max_distance,
+            bidirectional=not causal,
+        )  # fmt: skip
     else:
         parts["pos_embed"] = positional_encoding(c.positional, d_model=c.d_model, max_len=c.max_len)
     return parts
@@ -167,7 +176,7 @@ def translator(c: Any, side: str) -> dict[str, Any]:
     layers = c.num_decoder_layers if decoder else c.num_encoder_layers
     vocab_size = c.tgt_vocab_size if decoder else c.src_vocab_size
     return dict(
-        **embeddings(c, vocab_size, scale=c.scale_embeddings),
+        **embeddings(c, vocab_size, scale=c.scale_embeddings, causal=decoder),
         blocks=blocks(c, layers, causal=decoder, cross=decoder),
         ln_final=norm(c) if c.norm_first else None,
     )

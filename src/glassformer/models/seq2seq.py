@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from glassformer.generation import GenerationConfig, seq2seq_generate
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
-from glassformer.models.base import ModelConfig, ModelOutput, PretrainedModel, cross_entropy
+from glassformer.models.base import ModelConfig, ModelOutput, Norm, PretrainedModel, cross_entropy
 from glassformer.models.common import key_mask
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
@@ -35,6 +35,12 @@ class Seq2SeqConfig(ModelConfig):
 
     ``share_embeddings`` makes source and target one embedding matrix (needs equal
     vocabularies); ``tie_output`` makes the output projection reuse the target embedding.
+
+    The parts other translators bring: ``positional="relative"`` (T5's learned bias per
+    bucket of query–key distances, ``relative_buckets`` and ``relative_max_distance``),
+    ``norm`` ("layer" or "rms") with ``layer_norm_eps``, ``bias=False`` (no biases in the
+    linear layers or norms), ``attention_scale`` (T5's 1: scores are not divided by √Dh),
+    ``scale_output`` (the decoder's states × d_model^-½ before a tied output projection).
     """
 
     src_vocab_size: int
@@ -48,6 +54,15 @@ class Seq2SeqConfig(ModelConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    norm: Norm = "layer"
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
+    attention_scale: float | None = None
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    scale_output: bool = False
+
+    EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("relative",)
 
     PRESETS: ClassVar[dict] = {
         "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256),
@@ -125,6 +140,13 @@ class Seq2SeqTransformer(PretrainedModel):
             cache=cache,
         )  # fmt: skip
 
+    def unembed(self, hidden: Tensor) -> Tensor:
+        """The decoder's final states (…, D) → logits (…, V): the output projection, after
+        scaling the states by d_model^-½ where the config says (T5's tied head)."""
+        if self.config.scale_output:
+            hidden = hidden * self.config.d_model**-0.5
+        return self.output_proj(hidden)
+
     def new_cache(self) -> DecoderCache:
         """An empty decoder cache (self- and cross-attention) for ``decode(..., cache=)``."""
         c = self.config
@@ -177,7 +199,7 @@ class Seq2SeqTransformer(PretrainedModel):
         hidden, dec_w, cross_w = self.decode(
             tgt, memory, src_mask, tgt_mask, need_weights=need_weights
         )
-        logits = self.hook_logits(self.output_proj(hidden))  # (B, T, V)
+        logits = self.hook_logits(self.unembed(hidden))  # (B, T, V)
         loss = None if labels is None else cross_entropy(logits, labels, pad)
         return ModelOutput(logits, loss, enc_w, dec_w, cross_w)
 

@@ -158,6 +158,7 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None = None,
         *,
         angles: RotaryAngles | None = None,
+        bias: Tensor | None = None,
     ) -> AttentionOutput:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -177,6 +178,8 @@ class MultiHeadAttention(nn.Module):
             angles: the rotation of this call's positions, computed once for every layer
                 by the model (``RotaryEmbedding.cos_sin``): q and k are turned by them
                 (self-attention only), with or without a ``rotary`` of the module's own.
+            bias: added to every score (after the scale, before the mask), broadcastable to
+                (B, H, Tq, Tk): positions as T5 gives them. It takes the readable path.
 
         Returns:
             ``AttentionOutput(output (B, Tq, D), weights (B, H, Tq, Tk) or None)``.
@@ -198,13 +201,14 @@ class MultiHeadAttention(nn.Module):
         if self.scale is not None:  # scores × scale instead of / √Dh
             q = q * (self.scale * self.head_dim**0.5)
         looking = need_weights or bool(self.hook_attn_scores.fns or self.hook_pattern.fns)
-        if (
-            self.window is None and not looking and k.dtype == q.dtype and self.softcap is None
-        ):  # the common case
+        plain = self.softcap is None and bias is None  # (the others take the readable path)
+        if self.window is None and not looking and k.dtype == q.dtype and plain:  # the common case
             dropout_p = self.dropout if self.training else 0.0
             out = fused_attention(q, k, v, mask, dropout_p, self.causal)
             return AttentionOutput(self._merge(out), None)
-        out, weights = self._attend(q, k, v, mask, looking, cache, self_attention=key is None)
+        out, weights = self._attend(
+            q, k, v, mask, looking, cache, self_attention=key is None, bias=bias
+        )
         if out.dtype != query.dtype:
             out = out.to(query.dtype)
         return AttentionOutput(self._merge(out), weights if need_weights else None)
@@ -256,6 +260,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None,
         *,
         self_attention: bool,
+        bias: Tensor | None = None,
     ) -> AttentionOutput:
         """Each head's weighted sum of values, (B, H, Tq, Dh), and the weights when asked
         for (or hooked: the scores and weights exist on the readable path only). Keys a
@@ -264,11 +269,18 @@ class MultiHeadAttention(nn.Module):
         if k.dtype != q.dtype:
             q = q.to(k.dtype)
         dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
-        if self.window is None:
-            return self._dense(q, k, v, mask, dropout_p, looking)
-        if not self_attention:
-            raise ValueError("a windowed attention layer attends to itself; key must be None")
-        return self._local(q, k, v, mask, dropout_p, looking, cache)
+        hooks = (self.hook_attn_scores, self.hook_pattern)
+        if self.window is None:  # every query against every key it may attend
+            return scaled_dot_product_attention(
+                q, k, v, mask, dropout_p, need_weights=looking, is_causal=self.causal,
+                hooks=hooks, softcap=self.softcap, bias=bias,
+            )  # fmt: skip
+        if bias is not None or not self_attention:
+            raise ValueError("a windowed attention layer attends to itself, with no bias")
+        return attend_window(  # each query against the keys in its window
+            q, k, v, self.window, self.global_tokens, mask, dropout_p, looking, cache, hooks,
+            self.softcap,
+        )  # fmt: skip
 
     def _merge(self, out: Tensor) -> Tensor:
         """The heads' outputs (B, H, Tq, Dh) side by side, projected: (B, Tq, D)."""
@@ -289,40 +301,6 @@ class MultiHeadAttention(nn.Module):
         if not point.fns:  # (no hook attached: the common case, kept to one test)
             return x
         return point(x.transpose(1, 2)).transpose(1, 2)
-
-    def _dense(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, weights: bool
-    ) -> AttentionOutput:
-        """Every query against every key it may attend: (B, H, Tq, Dh), weights or None."""
-        return scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            dropout_p,
-            need_weights=weights,
-            is_causal=self.causal,
-            hooks=(self.hook_attn_scores, self.hook_pattern),
-            softcap=self.softcap,
-        )
-
-    def _local(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        dropout_p: float,
-        weights: bool,
-        cache: KVCache | None,
-    ) -> AttentionOutput:
-        """Each query against the keys in its window (``local_attention.attend_window``)."""
-        assert self.window is not None
-        hooks = (self.hook_attn_scores, self.hook_pattern)
-        return attend_window(
-            q, k, v, self.window, self.global_tokens, mask, dropout_p, weights, cache, hooks,
-            self.softcap,
-        )  # fmt: skip
 
     def _from_heads(self, z: Tensor) -> Tensor:
         """The output as the sum of each head's share (``hook_result``), plus the bias:

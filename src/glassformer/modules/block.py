@@ -125,6 +125,7 @@ class Block(nn.Module):
         memory_cache: KVCache | None = None,
         positions: Tensor | None = None,
         angles: RotaryAngles | None = None,
+        pos_bias: Tensor | None = None,
     ) -> BlockOutput:
         """Run the block on the stream ``x`` (B, T, D).
 
@@ -139,11 +140,14 @@ class Block(nn.Module):
             memory_cache: the memory's keys/values, filled on the first call.
             positions: where the tokens are, for rotary attention.
             angles: the rotation computed once by the model for every block (rotary).
+            pos_bias: what the model adds to every self-attention score for the positions
+                (T5's relative buckets), (1, H, T, Tk).
         """
         x = self.hook_resid_pre(x)
         attn = self.attn(
             self._in(x, self.ln1), mask=mask, need_weights=need_weights, cache=cache,
             positions=positions, angles=angles,
+            **({"bias": pos_bias} if pos_bias is not None else {}),
         )  # fmt: skip
         attn_out = self.hook_attn_out(_post(self.ln1_post, attn.output))
         if self.parallel:  # both sub-layers read the block's input

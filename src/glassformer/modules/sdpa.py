@@ -41,6 +41,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     hooks: tuple[HookPoint, HookPoint] | None = None,
     softcap: float | None = None,
+    bias: Tensor | None = None,
 ) -> AttentionOutput:
     """softmax(q kᵀ / √Dh) v, with an optional boolean mask.
 
@@ -65,6 +66,8 @@ def scaled_dot_product_attention(
             the weights (``MultiHeadAttention.hook_attn_scores``, ``.hook_pattern``).
         softcap: squash the scaled scores into (−c, c) as c·tanh(s / c) before the mask
             (Gemma 2); the readable path only.
+        bias: added to the scaled scores before the cap and the mask, broadcastable to
+            (B, H, Tq, Tk) (T5's relative positions); the readable path only.
 
     Returns:
         ``AttentionOutput(output (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None)``.
@@ -72,7 +75,7 @@ def scaled_dot_product_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     check_mask(mask)
-    if not need_weights and softcap is None:
+    if not need_weights and softcap is None and bias is None:
         return AttentionOutput(fused_attention(q, k, v, mask, dropout_p, is_causal, hooks), None)
     Tq, Tk = q.size(-2), k.size(-2)
     if is_causal and Tq > 1:  # one query at the end of the keys may see all of them
@@ -80,7 +83,7 @@ def scaled_dot_product_attention(
     group = _group_size(q, k)
     if group > 1:  # spelled out: each key/value head repeated for the query heads it serves
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out, weights = _attend(q, k, v, mask, dropout_p, hooks, softcap)
+    out, weights = _attend(q, k, v, mask, dropout_p, hooks, softcap, bias)
     return AttentionOutput(out, weights if need_weights else None)
 
 
@@ -127,10 +130,13 @@ def _attend(
     dropout_p: float,
     hooks: tuple[HookPoint, HookPoint] | None = None,
     softcap: float | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The readable path, step by step: (output (B, H, Tq, Dv), weights (B, H, Tq, Tk))."""
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     scores = scores / math.sqrt(q.size(-1))
+    if bias is not None:  # T5: each head's bias for the query–key distance
+        scores = scores + bias
     if softcap is not None:  # Gemma 2: c·tanh(s / c), before the mask
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:

@@ -42,6 +42,7 @@ def run_blocks(
     cache: DecoderCache | None = None,
     positions: Tensor | None = None,
     angles: RotaryAngles | None = None,
+    pos_bias: Tensor | None = None,
 ) -> StackOutput:
     """Each block in turn on the stream ``x`` (B, T, D) → ``StackOutput``.
 
@@ -62,6 +63,7 @@ def run_blocks(
             need_weights=need_weights,
             positions=positions,
             angles=angles,
+            **({"pos_bias": pos_bias} if pos_bias is not None else {}),
             **caches,
         )
         self_weights.append(w_self)

@@ -134,6 +134,11 @@ def _stream_step(rest: str, block: Any, stack: Any, value: Tensor) -> str:
         return _embed_text(stack)
     if rest == "hook_pos_embed":
         return f"+ {_positions_text(stack)}"
+    if rest == "hook_pos_bias":
+        bias = stack.relative_bias
+        way = "before and after" if bias.bidirectional else "before"
+        return (f"relative positions: a bias per head on every score, by distance bucket "
+                f"({bias.num_buckets} buckets, keys {way}; T5)")  # fmt: skip
     if rest == "hook_pooled":
         return f"pooled: {_pooling_text(stack)}"
     if rest == "hook_logits":
@@ -221,7 +226,14 @@ def _attention_step(rest: str, attn: Any, stack: Any, value: Tensor) -> str:
         masked = int((value == torch.finfo(value.dtype).min).sum())
         why = "causal" if attn.causal else "padding"
         mask = f", {masked} of {value.numel()} masked ({why})" if masked else ""
-        return f"scores Q·Kᵀ/√{Dh} (× {1 / math.sqrt(Dh):.4f}){mask}"
+        scale = (
+            f"/√{Dh} (× {1 / math.sqrt(Dh):.4f})" if attn.scale is None else f" × {attn.scale:.4g}"
+        )
+        bias = getattr(stack, "relative_bias", None) is not None and source == "x"
+        extra = (" + position bias" if bias else "") + (
+            f", capped at ±{attn.softcap:g}" if attn.softcap is not None else ""
+        )
+        return f"scores Q·Kᵀ{scale}{extra}{mask}"
     if leaf == "hook_pattern":
         sums = value.sum(-1)
         return f"softmax over keys: rows sum to {sums.min():.4f}..{sums.max():.4f}"
