@@ -196,6 +196,33 @@ def test_the_page_holds_the_models_own_weights_queries_and_keys(which, chars):
         assert data["kinds"][0]["rotary"] and data["kinds"][0]["kvHeads"] == 2
 
 
+def test_the_page_scales_the_scores_as_the_model_does(chars):
+    """A Gemma-shaped GPT (scores × 0.3, QK-norm) and a T5-shaped translator (scores × 1 and
+    a position bias): the page carries each scale, and says what its softmax leaves out."""
+    torch.manual_seed(0)
+    config = GPTConfig.preset("llama-tiny", vocab_size=chars.vocab_size, max_len=32,
+                              attention_scale=0.3, qk_norm=True, norm="gemma_rms")  # fmt: skip
+    model = GPT(config).eval()
+    (kind,) = page_data(attention_html(model, chars, TEXT).html)["kinds"]
+    assert kind["scale"] == pytest.approx(0.3) and kind["notes"] == []
+    L, H, T, Dh = kind["layers"], kind["heads"], len(kind["queries"]), kind["headDim"]
+    q = floats(kind["q"], L, H, T, Dh).double()
+    k = floats(kind["k"], L, kind["kvHeads"], T, Dh).double().repeat_interleave(2, 1)
+    scores = (q @ k.transpose(-2, -1) * 0.3).masked_fill(torch.ones(T, T).triu(1).bool(), -1e9)
+    weights = floats(kind["weights"], L, H, T, T)
+    torch.testing.assert_close(scores.softmax(-1).float(), weights, atol=1e-6, rtol=0)
+    v = chars.vocab_size
+    relative = dict(positional="relative", relative_buckets=8, relative_max_distance=16)
+    t5 = Seq2SeqConfig.preset(
+        "tiny", src_vocab_size=v, tgt_vocab_size=v, attention_scale=1.0, **relative
+    )
+    kinds = page_data(attention_html(Seq2SeqTransformer(t5).eval(), chars, TEXT,
+                                     target="el gato").html)["kinds"]  # fmt: skip
+    notes = {k["kind"]: k["notes"] for k in kinds}
+    assert all(k["scale"] == 1.0 for k in kinds)
+    assert "T5's relative positions" in notes["encoder"][0] and notes["cross"] == []
+
+
 def test_the_page_is_one_file_that_asks_for_nothing(chars):
     page = attention_html(modern_gpt(chars.vocab_size), chars, TEXT).html
     assert page.startswith("<!DOCTYPE html>")

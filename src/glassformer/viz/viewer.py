@@ -138,6 +138,8 @@ def attention_data(
                 "heads": q.size(1),
                 "kvHeads": k.size(1),
                 "headDim": q.size(-1),
+                "scale": _scale(model, names[0]),
+                "notes": _score_notes(model, names[0]),
                 "weights": _floats(maps.weights),
                 "q": _floats(q),
                 "k": _floats(k),
@@ -152,6 +154,31 @@ def attention_data(
         "kinds": kinds,
         "lens": lens_data(model, tokenizer, args[0], labels.get("input", [])),
     }
+
+
+def _scale(model: Any, attention: str) -> float:
+    """What q·k is multiplied by in ``attention``'s scores: 1/√Dh, or its own (Gemma, T5)."""
+    attn = model.get_submodule(attention)
+    return attn.scale if attn.scale is not None else attn.head_dim**-0.5
+
+
+def _score_notes(model: Any, attention: str) -> list[str]:
+    """What ``attention``'s scores hold beyond the scaled q·k, which the neuron view's
+    softmax leaves out (the model's weight, shown beside it, includes it)."""
+    attn = model.get_submodule(attention)
+    stack = model.get_submodule(attention.split("blocks.")[0].rstrip(".") or "")
+    notes = []
+    if getattr(stack, "relative_bias", None) is not None and attention.endswith(".attn"):
+        notes.append(
+            "The scores also get a learned bias for each distance (T5's relative positions)."
+        )
+    if attn.softcap is not None:
+        notes.append(f"The scores are soft-capped at ±{attn.softcap:g} (Gemma 2).")
+    if attn.window is not None:
+        notes.append(
+            f"Each query reads its last {attn.window[0] + 1} keys only (a sliding window)."
+        )
+    return notes
 
 
 def _heads(cache: Any, attention: str, which: str) -> Tensor:

@@ -138,7 +138,7 @@ function drawNeuron() {
   const q = queryVector(K, l, h, i);
   const k = keyVector(K, l, h, j);
   const D = K.headDim;
-  const scale = 1 / Math.sqrt(D);
+  const scale = K.scale ?? 1 / Math.sqrt(D); // Gemma and T5 scale the scores their own way
   const products = Array.from(q, (qd, d) => qd * k[d] * scale);
   const score = products.reduce((a, b) => a + b, 0);
   // the query's whole row of scores, for the softmax the weight comes from
@@ -154,7 +154,8 @@ function drawNeuron() {
 
   const notes = [
     `layer ${l + 1} · head ${h + 1}: query ${i} “${K.queries[i]}” → key ${j} “${K.keys[j]}”.`,
-    `Each bar is one dimension d of the head: q_d · k_d / √${D}; the bars sum to the score.`,
+    `Each bar is one dimension d of the head: q_d · k_d × ${scale.toPrecision(4)}; the bars sum to the score.`,
+    ...(K.notes ?? []),
   ];
   if (K.rotary) notes.push("q and k are taken after the rotary position embedding (RoPE).");
   if (K.kvHeads !== K.heads) {
@@ -165,7 +166,7 @@ function drawNeuron() {
   $("neuron-hint").textContent = notes.join(" ");
   const sum = $("neuron-sum");
   sum.replaceChildren(
-    tag("span", "score = Σ q_d·k_d/√Dh = "), valueSpan("neuron-score", score),
+    tag("span", "score = Σ q_d·k_d × scale = "), valueSpan("neuron-score", score),
     tag("span", mayAttend(K, i, j)
       ? "; softmax over the query's keys gives "
       : "; masked (a later position): weight "),
