@@ -108,3 +108,31 @@ def browser():
             pytest.skip(f"Chromium at {executable} did not start: {str(e).splitlines()[0]}")
         yield launched
         launched.close()
+
+
+# ---- the support matrix (glassformer models, the docs' families page) ----------------------
+# Each family's tests record what they proved; a passing run of the whole suite (every
+# family recorded) writes src/glassformer/interop/support.json. Nothing is written by hand.
+SHOWN: dict[str, set[str]] = {}
+
+
+@pytest.fixture
+def support():
+    """``support(family, *capabilities)``: call it once the test has proved them."""
+
+    def record(family: str, *capabilities: str) -> None:
+        from glassformer.interop.support import CAPABILITIES
+
+        unknown = set(capabilities) - set(CAPABILITIES)
+        assert not unknown, f"unknown capabilities {unknown}"
+        SHOWN.setdefault(family, set()).update(capabilities)
+
+    return record
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from glassformer.interop.support import FAMILIES, write_support
+
+    everyone = {family for family, _, _ in FAMILIES}
+    if exitstatus == 0 and everyone <= set(SHOWN) and not session.config.option.keyword:
+        write_support(SHOWN)

@@ -135,3 +135,40 @@ def check_generation(hf, ours, prompt: torch.Tensor, new_tokens: int = 20) -> No
     assert ref.size(1) == prompt.size(1) + new_tokens
     assert torch.equal(ours.generate(prompt, new_tokens), ref)
     assert torch.equal(ours.generate(prompt, new_tokens, use_cache=False), ref)
+
+
+def check_precisions_and_tools(ours, inputs: tuple[torch.Tensor, ...]) -> None:
+    """int8 close to fp32 (within 5% of the largest logit) and int4 generating; the logit
+    lens ending in the model's logits; activation patching of the clean run into itself
+    giving the clean metric everywhere; the viewer's data holding every layer's weights."""
+    import copy
+
+    from glassformer.data.tokenizers import CharTokenizer
+    from glassformer.inspect import activation_patching, logit_difference, logit_lens
+    from glassformer.viz.viewer import attention_data
+
+    seq2seq = ours.kind == "seq2seq"
+    with torch.no_grad():
+        logits = ours(*inputs).logits
+        int8 = copy.deepcopy(ours).for_inference("int8")
+        error = (int8(*inputs).logits.float() - logits).abs().max() / logits.abs().max()
+    assert error < 0.05, f"int8 moved the logits by {error:.1%} of the largest"
+    int4 = copy.deepcopy(ours).for_inference("int4")
+    new = int4.generate(inputs[0][:1], 4)
+    assert new.size(1) >= (2 if seq2seq else inputs[0].size(1) + 4)
+    one = tuple(x[:1] for x in inputs)
+    lens = logit_lens(ours, *one)
+    torch.testing.assert_close(lens.logits[-1], logits[0], atol=1e-4, rtol=0)
+    metric = logit_difference(3, 4)
+    effect = activation_patching(ours, one, one, metric)
+    torch.testing.assert_close(
+        effect, torch.full_like(effect, metric(logits[:1])), atol=1e-4, rtol=0
+    )
+    c = ours.config
+    vocab = c.tgt_vocab_size if seq2seq else c.vocab_size
+    specials = CharTokenizer("a").vocab_size - 1
+    chars = CharTokenizer("".join(chr(33 + i) for i in range(vocab - specials)))  # all ids
+    data = attention_data(ours, chars, "thecatsat", target="elgato" if seq2seq else None)
+    layers = ours.config.num_decoder_layers if seq2seq else ours.config.num_layers
+    assert all(kind["layers"] == layers or seq2seq for kind in data["kinds"])
+    assert len(data["kinds"]) == (3 if seq2seq else 1)

@@ -27,6 +27,7 @@ from doc_pages import DOCUMENTS, ROOT, glassformer_commands
 ELSEWHERE = {
     "glassformer bench": "a measurement: its figures, machine and date stand beside it",
     "--compile": "tests/test_cli_train.py::test_a_compiled_run_saves_the_plain_models_keys",
+    "path/to/": "tests/test_support.py::test_a_family_directory_runs_from_the_command_line",
 }
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in
 SHORT = ["--max-steps", "2"]  # the budget every training command runs with here

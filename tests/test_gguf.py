@@ -215,7 +215,7 @@ def test_bf16_dtype(tmp_path):
 
 
 @pytest.mark.parametrize("untied", [True, False])
-def test_names_map_and_rope_permutation_is_undone(tmp_path, untied):
+def test_names_map_and_rope_permutation_is_undone(tmp_path, untied, support):
     """A file written from known Hugging Face tensors (q and k permuted as llama.cpp does,
     with 4 query and 2 key/value heads) reads back to exactly those tensors, names and all."""
     hf = hf_tensors(untied=untied)
@@ -227,6 +227,7 @@ def test_names_map_and_rope_permutation_is_undone(tmp_path, untied):
     # the permutation is not the identity here, so the test would see it left in place
     q = hf["model.layers.0.self_attn.q_proj.weight"]
     assert not torch.equal(llama_cpp_permute(q, H), q)
+    support("Llama", "GGUF")
 
 
 def test_config(tmp_path):
@@ -608,3 +609,82 @@ def test_smollm2_tokenizer_and_unchanged_transformers_differ_only_before_digits(
     assert all(re.search(r"\s\s\d", line) for line in differ), differ[:3]
     assert len(differ) < len(lines) // 4
     assert tok.encode("   3") == [333, 35]  # "ĠĠĠ", "3"
+
+
+# --- other families: qwen2, qwen3 -----------------------------------------------------------
+
+FAMILY_NAMES = {  # Hugging Face's name inside a layer → llama.cpp's, written here independently
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+}  # fmt: skip
+
+
+def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
+    """A GGUF file of ``arch`` holding a transformers model's weights as llama.cpp's
+    converter writes a Qwen (rows as they are: llama.cpp rotates Qwen's halves itself)."""
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    for name, value in hf.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        if name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            part, kind = rest.rsplit(".", 1)
+            gguf_name = f"blk.{i}.{FAMILY_NAMES[part]}.{kind}"
+        else:
+            gguf_name = {"model.embed_tokens.weight": "token_embd.weight",
+                         "model.norm.weight": "output_norm.weight",
+                         "lm_head.weight": "output.weight"}[name]  # fmt: skip
+        array = value.detach().numpy().astype(np.float32)
+        kind = qtype if array.ndim == 2 else Q.F32
+        w.add_tensor(gguf_name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_gguf_files_open_as_the_model_transformers_builds(tmp_path, arch, support):
+    """F32: the same logits as transformers' model of the weights written; Q8_0: the model
+    of the file's dequantised weights (gguf's own dequantiser)."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    fields = dict(SMALL_DECODER, num_key_value_heads=2, tie_word_embeddings=arch == "qwen3")
+    if arch == "qwen2":
+        hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**fields))
+    else:
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**fields, head_dim=16))
+    randomize(hf.eval())
+    ours = GPT.from_pretrained(write_family_gguf(tmp_path / "f32.gguf", arch, hf))
+    assert ours.config.qk_norm == (arch == "qwen3") and ours.config.bias == (
+        "qkv" if arch == "qwen2" else False
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    q8 = write_family_gguf(tmp_path / "q8.gguf", arch, hf, Q.Q8_0)
+    reader = gguf.GGUFReader(str(q8))
+    dequantised = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    model = GPT.from_pretrained(q8)
+    embed = torch.from_numpy(dequantised["token_embd.weight"].copy()).float()
+    torch.testing.assert_close(model.embed.weight, embed, atol=0, rtol=0)
+    q = torch.from_numpy(dequantised["blk.1.attn_q.weight"].copy()).float()
+    torch.testing.assert_close(model.blocks[1].attn.qkv_proj.weight[: q.size(0)], q, atol=0, rtol=0)
+    support("Qwen2" if arch == "qwen2" else "Qwen3", "GGUF")

@@ -13,6 +13,7 @@ from hf_families import (
     IDS,
     SMALL_DECODER,
     check_generation,
+    check_precisions_and_tools,
     compare_activations,
     randomize,
     save_and_open,
@@ -85,17 +86,30 @@ def _gemma(tmp_path, name):
     return hf, save_and_open(hf, tmp_path / name), tmp_path / name
 
 
+def family(name: str) -> str:
+    return "Gemma 3" if name in GEMMA3 else "Gemma 2"
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_activation_equals_transformers(tmp_path, name):
+def test_every_activation_equals_transformers(tmp_path, name, support):
     hf, ours, _ = _gemma(tmp_path, name)
     modules = {**MODULES, **(QK_NORM if name in GEMMA3 else {})}
     assert compare_activations(hf, ours, IDS, modules) == 2 + 3 * (2 + len(modules))
+    support(family(name), "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name):
+def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name, support):
     hf, ours, _ = _gemma(tmp_path, name)
     check_generation(hf, ours, IDS[:, :4])
+    support(family(name), "generate with cache")
+
+
+@pytest.mark.parametrize("name", ["gemma3-window4-softcap", "gemma2-softcaps"])
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, name, support):
+    _, ours, _ = _gemma(tmp_path, name)
+    check_precisions_and_tools(ours, (IDS,))
+    support(family(name), "int8/int4", "lens/patching/viewer")
 
 
 def test_the_parts_follow_the_config(tmp_path):

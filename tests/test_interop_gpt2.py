@@ -52,7 +52,7 @@ def hf_gpt2(seed=0, **kwargs):
 
 
 @pytest.mark.parametrize("kwargs", CONFIGS)
-def test_gpt2_logits_and_greedy_continuations_match_transformers(kwargs, tmp_path):
+def test_gpt2_logits_and_greedy_continuations_match_transformers(kwargs, tmp_path, support):
     hf = hf_gpt2(**kwargs)
     hf.save_pretrained(tmp_path)
     ours = GPT.from_pretrained(tmp_path)
@@ -71,6 +71,36 @@ def test_gpt2_logits_and_greedy_continuations_match_transformers(kwargs, tmp_pat
     )
     assert torch.equal(ours.generate(prompt, 10), hf_out)
     assert len({tuple(row) for row in hf_out[:, 4:].tolist()}) > 1  # they depend on the prompt
+    assert torch.equal(ours.generate(prompt, 10, use_cache=False), hf_out)
+    support("GPT-2", "load", "logits", "generate with cache")
+
+
+def fused_qkv(cache, i):
+    """glassformer's q, k, v as GPT-2's c_attn lays them out: all q, then k, then v."""
+    return torch.cat([cache[f"blocks.{i}.attn.hook_{x}"].flatten(2) for x in "qkv"], dim=-1)
+
+
+GPT2_MODULES = {
+    "transformer.h.{i}.ln_1": "blocks.{i}.ln1.hook_normalized",
+    "transformer.h.{i}.attn.c_attn": fused_qkv,
+    "transformer.h.{i}.attn": "blocks.{i}.hook_attn_out",
+    "transformer.h.{i}.ln_2": "blocks.{i}.ln2.hook_normalized",
+    "transformer.h.{i}.mlp.c_fc": "blocks.{i}.mlp.hook_pre",
+    "transformer.h.{i}.mlp": "blocks.{i}.hook_mlp_out",
+}
+
+
+def test_gpt2_every_activation_equals_transformers_and_the_tools_run(tmp_path, support):
+    from hf_families import check_precisions_and_tools, compare_activations
+
+    hf = hf_gpt2(**CONFIGS[0])
+    hf.save_pretrained(tmp_path)
+    ours = GPT.from_pretrained(tmp_path)
+    ids = torch.randint(0, CONFIGS[0]["vocab_size"], (2, 12))
+    assert compare_activations(hf, ours, ids, GPT2_MODULES) == 2 + ours.config.num_layers * 8
+    support("GPT-2", "every activation")
+    check_precisions_and_tools(ours, (ids,))
+    support("GPT-2", "int8/int4", "lens/patching/viewer")
 
 
 @pytest.mark.parametrize("kwargs", CONFIGS[:2])

@@ -7,7 +7,15 @@ rotated, the whole head rotated, a tied head; every parameter drawn at random.
 
 import pytest
 import torch
-from hf_families import IDS, VOCAB, check_generation, compare_activations, randomize, save_and_open
+from hf_families import (
+    IDS,
+    VOCAB,
+    check_generation,
+    check_precisions_and_tools,
+    compare_activations,
+    randomize,
+    save_and_open,
+)
 from hf_families import with_config as _with_config
 
 from glassformer import GPT
@@ -61,15 +69,23 @@ def _neox(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_activation_equals_transformers(tmp_path, name):
+def test_every_activation_equals_transformers(tmp_path, name, support):
     hf, ours, _ = _neox(tmp_path, name)
     assert compare_activations(hf, ours, IDS, MODULES) == 2 + 2 * (2 + len(MODULES))
+    support("GPT-NeoX", "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name):
+def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name, support):
     hf, ours, _ = _neox(tmp_path, name)
     check_generation(hf, ours, IDS[:, :4])
+    support("GPT-NeoX", "generate with cache")
+
+
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
+    _, ours, _ = _neox(tmp_path, "parallel-quarter")
+    check_precisions_and_tools(ours, (IDS,))
+    support("GPT-NeoX", "int8/int4", "lens/patching/viewer")
 
 
 def test_the_parts_follow_the_config(tmp_path):

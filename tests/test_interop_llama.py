@@ -19,6 +19,7 @@ from hf_families import (  # noqa: E402
     LLAMA_SHAPED,
     SMALL_DECODER,
     check_generation,
+    check_precisions_and_tools,
     compare_activations,
     randomize,
     save_and_open,
@@ -64,12 +65,13 @@ IDS = torch.tensor([[5, 17, 3, 88, 42, 9, 60, 1], [7, 7, 30, 2, 96, 11, 4, 8]])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_equal_llama(tmp_path, name):
+def test_logits_equal_llama(tmp_path, name, support):
     hf, ours, _ = _llama(tmp_path, name)
     with torch.no_grad():
         expected = hf(IDS).logits
     assert expected.abs().max() > 1.0  # the weights are not negligible
     torch.testing.assert_close(ours(IDS).logits, expected, atol=1e-4, rtol=0)
+    support("Llama", "load", "logits")
 
 
 def test_sharded_directory_loads(tmp_path):
@@ -81,7 +83,7 @@ def test_sharded_directory_loads(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_continuations_equal_and_cached_equals_uncached(tmp_path, name):
+def test_greedy_continuations_equal_and_cached_equals_uncached(tmp_path, name, support):
     hf, ours, _ = _llama(tmp_path, name)
     prompt = IDS[:, :4]
     ref = hf.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
@@ -89,6 +91,7 @@ def test_greedy_continuations_equal_and_cached_equals_uncached(tmp_path, name):
     uncached = ours.generate(prompt, 20, use_cache=False)
     assert torch.equal(cached, ref)
     assert torch.equal(uncached, ref)
+    support("Llama", "generate with cache")
 
 
 def test_left_padded_batch_matches_llama_on_real_positions(tmp_path):
@@ -191,22 +194,34 @@ def _mistral(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", sorted(MISTRAL))
-def test_mistral_every_activation_equals_transformers(tmp_path, name):
+def test_mistral_every_activation_equals_transformers(tmp_path, name, support):
 
     hf, ours = _mistral(tmp_path, name)
     window = MISTRAL[name]["sliding_window"]
     assert ours.config.attention_window == (None if window is None else window - 1)
     compare_activations(hf, ours, IDS_LONG, LLAMA_SHAPED)  # 10 tokens: longer than the window
+    support("Mistral", "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(MISTRAL))
-def test_mistral_greedy_tokens_equal_cached_and_uncached(tmp_path, name):
+def test_mistral_greedy_tokens_equal_cached_and_uncached(tmp_path, name, support):
 
     hf, ours = _mistral(tmp_path, name)
     check_generation(hf, ours, IDS_LONG[:, :3])  # 23 tokens: the rolling cache wraps
+    support("Mistral", "generate with cache")
 
 
-def test_llama_every_activation_equals_transformers(tmp_path):
+def test_llama_every_activation_equals_transformers(tmp_path, support):
 
     hf, ours, _ = _llama(tmp_path, "gqa2-theta50000")
     compare_activations(hf, ours, IDS_LONG, LLAMA_SHAPED)
+    support("Llama", "every activation")
+
+
+def test_int8_int4_and_the_glass_box_tools_run_on_llama_and_mistral(tmp_path, support):
+    _, llama, _ = _llama(tmp_path, "gqa2-theta50000")
+    check_precisions_and_tools(llama, (IDS_LONG,))
+    support("Llama", "int8/int4", "lens/patching/viewer")
+    _, mistral = _mistral(tmp_path, "mistral-window4-gqa2")
+    check_precisions_and_tools(mistral, (IDS_LONG,))
+    support("Mistral", "int8/int4", "lens/patching/viewer")

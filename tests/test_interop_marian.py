@@ -8,7 +8,7 @@ unscaled embeddings; every parameter drawn at random, ``final_logits_bias`` incl
 
 import pytest
 import torch
-from hf_families import randomize, save_and_open, with_config
+from hf_families import check_precisions_and_tools, randomize, save_and_open, with_config
 
 from glassformer import Seq2SeqTransformer
 from glassformer.checkpoint import CheckpointError
@@ -47,7 +47,7 @@ def _marian(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_state_and_attention_equals_marian(tmp_path, name):
+def test_every_state_and_attention_equals_marian(tmp_path, name, support):
     hf, ours, _ = _marian(tmp_path, name)
     tgt = TGT.clamp(max=ours.config.tgt_vocab_size - 1)
     with torch.no_grad():
@@ -73,18 +73,28 @@ def test_every_state_and_attention_equals_marian(tmp_path, name):
             got = cache[name.format(i) + ".hook_pattern"]
             rows = real[:, None, :, None] if name.startswith("encoder") else True  # real queries
             torch.testing.assert_close(got * rows, expected[i] * rows, atol=1e-4, rtol=0)
+    support("MarianMT", "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_translations_equal_marian(tmp_path, name):
+def test_greedy_translations_equal_marian(tmp_path, name, support):
     """As opus-mt's generation config does, transformers is told never to choose the pad
     id (glassformer's translator never chooses its pad or start token)."""
     hf, ours, _ = _marian(tmp_path, name)
     expected = hf.generate(SRC, attention_mask=MASK, max_new_tokens=12, num_beams=1,
                            do_sample=False, bad_words_ids=[[PAD]])  # fmt: skip
-    got = ours.generate(SRC, 12, src_mask=MASK.bool()[:, None, None, :])
+    src_mask = MASK.bool()[:, None, None, :]
     assert expected.size(1) > 4  # not stopped at once
-    assert torch.equal(got[:, : expected.size(1)], expected)
+    for use_cache in (True, False):
+        got = ours.generate(SRC, 12, src_mask=src_mask, use_cache=use_cache)
+        assert torch.equal(got[:, : expected.size(1)], expected)
+    support("MarianMT", "generate with cache")
+
+
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
+    _, ours, _ = _marian(tmp_path, "shared-swish-scaled")
+    check_precisions_and_tools(ours, (SRC, TGT))
+    support("MarianMT", "int8/int4", "lens/patching/viewer")
 
 
 def test_the_parts_follow_the_config(tmp_path):

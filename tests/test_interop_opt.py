@@ -8,7 +8,15 @@ positions (it counts them from the attention mask).
 
 import pytest
 import torch
-from hf_families import IDS, VOCAB, check_generation, compare_activations, randomize, save_and_open
+from hf_families import (
+    IDS,
+    VOCAB,
+    check_generation,
+    check_precisions_and_tools,
+    compare_activations,
+    randomize,
+    save_and_open,
+)
 from hf_families import with_config as _with_config
 
 from glassformer import GPT
@@ -53,15 +61,23 @@ def _opt(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_activation_equals_transformers(tmp_path, name):
+def test_every_activation_equals_transformers(tmp_path, name, support):
     hf, ours, _ = _opt(tmp_path, name)
     assert compare_activations(hf, ours, IDS, MODULES) == 2 + 2 * (2 + len(MODULES))
+    support("OPT", "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name):
+def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name, support):
     hf, ours, _ = _opt(tmp_path, name)
     check_generation(hf, ours, IDS[:, :4])
+    support("OPT", "generate with cache")
+
+
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
+    _, ours, _ = _opt(tmp_path, "relu-tied")
+    check_precisions_and_tools(ours, (IDS,))
+    support("OPT", "int8/int4", "lens/patching/viewer")
 
 
 def test_a_left_padded_batch_equals_opt_on_its_real_tokens(tmp_path):

@@ -15,6 +15,7 @@ from hf_families import (
     LLAMA_SHAPED,
     SMALL_DECODER,
     check_generation,
+    check_precisions_and_tools,
     compare_activations,
     randomize,
     save_and_open,
@@ -71,18 +72,31 @@ def _qwen(tmp_path, name):
     return hf, save_and_open(hf, tmp_path / name), tmp_path / name
 
 
+def family(name: str) -> str:
+    return "Qwen2" if name.startswith("qwen2") else "Qwen3"
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_activation_equals_transformers(tmp_path, name):
+def test_every_activation_equals_transformers(tmp_path, name, support):
     hf, ours, _ = _qwen(tmp_path, name)
     modules = {**LLAMA_SHAPED, **(QK_NORM if name.startswith("qwen3") else {})}
     compared = compare_activations(hf, ours, IDS, modules)
     assert compared == 2 + ours.config.num_layers * (2 + len(modules))
+    support(family(name), "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name):
+def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name, support):
     hf, ours, _ = _qwen(tmp_path, name)
     check_generation(hf, ours, IDS[:, :4])
+    support(family(name), "generate with cache")
+
+
+@pytest.mark.parametrize("name", ["qwen2-window4", "qwen3-head16-gqa2-tied"])
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, name, support):
+    _, ours, _ = _qwen(tmp_path, name)
+    check_precisions_and_tools(ours, (IDS,))
+    support(family(name), "int8/int4", "lens/patching/viewer")
 
 
 def test_each_family_is_built_from_its_parts(tmp_path):

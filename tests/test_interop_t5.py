@@ -9,7 +9,7 @@ largest bucket distance (the log buckets and their clamp); every parameter at ra
 
 import pytest
 import torch
-from hf_families import randomize, save_and_open, with_config
+from hf_families import check_precisions_and_tools, randomize, save_and_open, with_config
 
 from glassformer import Seq2SeqTransformer
 from glassformer.checkpoint import CheckpointError
@@ -75,7 +75,7 @@ def test_the_buckets_equal_t5s():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_state_and_attention_equals_t5(tmp_path, name):
+def test_every_state_and_attention_equals_t5(tmp_path, name, support):
     hf, ours, _ = _t5(tmp_path, name)
     with torch.no_grad():
         out = hf(SRC, attention_mask=MASK, decoder_input_ids=TGT, output_hidden_states=True,
@@ -106,10 +106,11 @@ def test_every_state_and_attention_equals_t5(tmp_path, name):
             got = cache[name.format(i) + ".hook_pattern"]
             rows = real[:, None, :, None] if name.startswith("encoder") else True
             torch.testing.assert_close(got * rows, expected[i] * rows, atol=1e-4, rtol=0)
+    support("T5", "load", "logits", "every activation")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_outputs_equal_t5_cached_and_not(tmp_path, name):
+def test_greedy_outputs_equal_t5_cached_and_not(tmp_path, name, support):
     hf, ours, _ = _t5(tmp_path, name)
     expected = hf.generate(SRC, attention_mask=MASK, max_new_tokens=20, num_beams=1,
                            do_sample=False, bad_words_ids=[[0]])  # fmt: skip
@@ -118,6 +119,13 @@ def test_greedy_outputs_equal_t5_cached_and_not(tmp_path, name):
     for use_cache in (True, False):
         got = ours.generate(SRC, 20, src_mask=src_mask, use_cache=use_cache)
         assert torch.equal(got[:, : expected.size(1)], expected)
+    support("T5", "generate with cache")
+
+
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
+    _, ours, _ = _t5(tmp_path, "flan-gated-untied-wide-heads")
+    check_precisions_and_tools(ours, (SRC, TGT))
+    support("T5", "int8/int4", "lens/patching/viewer")
 
 
 def test_the_parts_follow_the_config(tmp_path):

@@ -89,3 +89,14 @@ def test_int4_keeps_weights_that_are_already_on_a_4_bit_grid():
         layer.weight.copy_((mins + levels * steps).view(64, 128))
     w = Int4Linear.from_linear(layer, 32).dequantized()
     torch.testing.assert_close(w, layer.weight, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("k", [24, 72, 100])
+def test_int8_with_input_widths_the_kernel_cannot_take_multiplies_correctly(k):
+    """PyTorch's int8 CPU kernel crashes the process for K not a multiple of 16 (a
+    T5/Llama test shape with d_ff 72 did): those layers take the plain product instead."""
+    layer = linear(n=40, k=k, bias=False)
+    q = Int8Linear.from_linear(layer, torch.bfloat16)
+    x = torch.randn(2, 5, k, dtype=torch.bfloat16)
+    expected = nn.functional.linear(x, q.dequantized().to(x.dtype))
+    torch.testing.assert_close(q(x), expected, atol=1e-2, rtol=1e-2)

@@ -2,7 +2,8 @@
 
 ``{{ runconfig_fields }}`` in a page becomes the table of ``RunConfig``'s fields: each one's
 command-line flag, type, default and help, grouped as ``glassformer train --help`` groups
-them (the same metadata makes both).
+them (the same metadata makes both). ``{{ support_matrix }}`` becomes the model families'
+table that ``glassformer models`` prints (written by the last passing test run).
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import typing
 from typing import Any
 
 MARKER = "{{ runconfig_fields }}"
+SUPPORT = "{{ support_matrix }}"
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, runconfig_fields())
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, runconfig_fields())
+    if SUPPORT in markdown:
+        from glassformer.interop.support import support_table
+
+        markdown = markdown.replace(SUPPORT, support_table(markdown=True))
+    return markdown
 
 
 def runconfig_fields() -> str:

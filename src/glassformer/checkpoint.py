@@ -260,6 +260,8 @@ def load_checkpoint(
         return loader(**options)
     if options:
         raise TypeError(f"unexpected option(s) {sorted(options)} for a checkpoint directory")
+    if Path(path).suffix == ".gguf" and Path(path).is_file():  # llama.cpp's one-file format
+        return _load_foreign(Path(path), ".gguf", kind)
     path = resolve_checkpoint_dir(path)
     config_file = path / CONFIG_NAME
     if not config_file.is_file():

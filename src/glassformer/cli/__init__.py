@@ -22,6 +22,7 @@ from glassformer.cli import (
     fill_mask,
     generate,
     lens,
+    models,
     patch,
     similarity,
     trace,
@@ -43,6 +44,7 @@ SUBCOMMANDS = {
     "trace": trace,
     "lens": lens,
     "patch": patch,
+    "models": models,
     "demo": demo,
 }
 

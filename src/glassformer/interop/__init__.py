@@ -3,6 +3,7 @@
 from glassformer.interop.bert import from_bert_state, load_bert
 from glassformer.interop.gemma import from_gemma_state, load_gemma2, load_gemma3
 from glassformer.interop.gguf import read_gguf, smollm2_path
+from glassformer.interop.gguf.model import load_gguf
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
 from glassformer.interop.gpt_neox import from_gpt_neox_state, load_gpt_neox
 from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
@@ -34,6 +35,7 @@ __all__ = [
     "load_gpt2",
     "load_gemma2",
     "load_gemma3",
+    "load_gguf",
     "load_gpt_neox",
     "load_llama",
     "load_marian",

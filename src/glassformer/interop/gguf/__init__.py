@@ -24,7 +24,7 @@ from torch import Tensor
 from glassformer.errors import CheckpointError, MissingDependencyError
 from glassformer.interop.gguf.dequant import NAMES, dequantize
 from glassformer.interop.gguf.header import check_header
-from glassformer.interop.gguf.layout import hf_config, hf_name, unpermute_rope_rows
+from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
@@ -124,8 +124,10 @@ def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
         raise CheckpointError(f"not a readable GGUF file: {e}") from None
     meta = _metadata(reader)
     arch = meta("general.architecture", str, ...)
-    if arch != "llama":
-        raise CheckpointError(f"architecture {arch!r}; glassformer reads GGUF files of 'llama'")
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(
+            f"architecture {arch!r}; glassformer reads GGUF files of {', '.join(ARCHITECTURES)}"
+        )
     return reader, meta
 
 
@@ -139,11 +141,12 @@ def _read(
                 f"tensor {t.name} has type {t.tensor_type.name}; glassformer reads "
                 f"{', '.join(NAMES.values())}"
             )
-    config = hf_config(meta, {t.name for t in reader.tensors})
-    rope_heads = {
+    arch = meta("general.architecture", str, ...)
+    config = hf_config(meta, {t.name for t in reader.tensors}, arch)
+    rope_heads = {  # only llama files reorder the rotated rows
         "q_proj": config["num_attention_heads"],
         "k_proj": config["num_key_value_heads"],
-    }
+    } if arch == "llama" else {}  # fmt: skip
     state: dict[str, Tensor] = {}
     for t in reader.tensors:
         name = hf_name(t.name)
@@ -174,7 +177,8 @@ def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:
     present = {int(n.split(".")[2]) for n in state if n.startswith("model.layers.")}
     if not 1 <= layers <= len(present):  # a corrupt count is not looped over
         raise CheckpointError(
-            f"llama.block_count is {layers}; the file holds tensors for {len(present)} blocks"
+            f"{config['model_type']}.block_count is {layers}; the file holds tensors for "
+            f"{len(present)} blocks"
         )
     needed = ["model.embed_tokens.weight", "model.norm.weight"]
     needed += [f"model.layers.{i}.{part}.weight" for i in range(layers) for part in per_layer]

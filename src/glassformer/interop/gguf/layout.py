@@ -1,5 +1,8 @@
-"""llama.cpp's Llama layout → Hugging Face's: the config dict, tensor names, and the row
-order of the query and key projections.
+"""llama.cpp's Llama-shaped layouts (``llama``, ``qwen2``, ``qwen3``) → Hugging Face's: the
+config dict, tensor names, and the row order of the query and key projections.
+
+Only ``llama`` files have their q/k rows reordered (below); llama.cpp rotates Qwen's halves
+as Hugging Face does ("NEOX" rope), so their rows are stored as they are.
 
 llama.cpp's converter (``convert_hf_to_gguf.py``) reorders the rows of ``q_proj`` and
 ``k_proj`` within each head for its rotary layout. Hugging Face rotates the two halves of a
@@ -29,7 +32,10 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",  # qwen3
+    "attn_k_norm": "self_attn.k_norm",
 }
+ARCHITECTURES = ("llama", "qwen2", "qwen3")  # the general.architecture values read here
 _TOP_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
@@ -67,48 +73,55 @@ def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
     return heads.transpose(1, 2).reshape(weight.shape)  # (H, 2, Dh/2, ...) → (H·Dh, ...)
 
 
-def hf_config(meta: Callable[[str, type, Any], Any], tensor_names: set[str]) -> dict[str, Any]:
-    """The Hugging Face ``LlamaConfig`` fields a llama GGUF's metadata gives.
+def hf_config(
+    meta: Callable[[str, type, Any], Any], tensor_names: set[str], arch: str = "llama"
+) -> dict[str, Any]:
+    """The Hugging Face config fields (``LlamaConfig``'s, ``Qwen2Config``'s or
+    ``Qwen3Config``'s) a GGUF file's metadata gives.
 
     Args:
         meta: ``meta(key, type, default)`` → the metadata value (``CheckpointError`` when it
             is missing and ``default`` is ``...``, or of another type).
         tensor_names: the file's tensor names (an ``output.weight`` means an untied head).
+        arch: its ``general.architecture``, the prefix of its keys.
     """
-    hidden = meta("llama.embedding_length", int, ...)
-    heads = meta("llama.attention.head_count", int, ...)
-    if hidden < 1 or heads < 1 or hidden % heads:
+
+    def key(name: str, kind: type, default: Any) -> Any:
+        return meta(f"{arch}.{name}", kind, default)
+
+    hidden = key("embedding_length", int, ...)
+    heads = key("attention.head_count", int, ...)
+    if hidden < 1 or heads < 1 or (hidden % heads and arch != "qwen3"):
         raise CheckpointError(f"embedding_length {hidden} does not split into {heads} heads")
-    kv_heads = meta("llama.attention.head_count_kv", int, heads)
+    kv_heads = key("attention.head_count_kv", int, heads)
     if kv_heads < 1 or heads % kv_heads:
         raise CheckpointError(f"{heads} attention heads do not share {kv_heads} key/value heads")
-    head_dim = meta("llama.attention.key_length", int, hidden // heads)
-    rope_dims = meta("llama.rope.dimension_count", int, head_dim)
+    head_dim = key("attention.key_length", int, hidden // heads)
+    rope_dims = key("rope.dimension_count", int, head_dim)
     if rope_dims != head_dim:
         raise CheckpointError(
             f"rotary embedding on {rope_dims} of {head_dim} head dimensions; "
             "a Llama config rotates all of them"
         )
-    scaling = meta("llama.rope.scaling.type", str, "none")
+    scaling = key("rope.scaling.type", str, "none")
     if scaling != "none":
         raise CheckpointError(f"rope scaling {scaling!r} is not supported")
-    vocab_size = meta("llama.vocab_size", int, None)
+    vocab_size = key("vocab_size", int, None)
     if vocab_size is None:  # older files: the vocabulary is the token list
         vocab_size = len(meta("tokenizer.ggml.tokens", list, ...))
     config: dict[str, Any] = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": arch,
         "vocab_size": vocab_size,
         "hidden_size": hidden,
-        "intermediate_size": meta("llama.feed_forward_length", int, ...),
-        "num_hidden_layers": meta("llama.block_count", int, ...),
+        "intermediate_size": key("feed_forward_length", int, ...),
+        "num_hidden_layers": key("block_count", int, ...),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "hidden_act": "silu",
-        "rope_theta": float(meta("llama.rope.freq_base", float, 10000.0)),
-        "rms_norm_eps": float(meta("llama.attention.layer_norm_rms_epsilon", float, ...)),
-        "max_position_embeddings": meta("llama.context_length", int, 2048),
+        "rope_theta": float(key("rope.freq_base", float, 10000.0)),
+        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", float, ...)),
+        "max_position_embeddings": key("context_length", int, 2048),
         "tie_word_embeddings": "output.weight" not in tensor_names,
         "attention_bias": "blk.0.attn_q.bias" in tensor_names,
         "mlp_bias": False,
