@@ -37,6 +37,16 @@ CASES = {
         "qwen2",
         dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=0),
     ),
+    "qwen2-window4-later-layers": (
+        "qwen2",
+        dict(
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
+            num_hidden_layers=3,
+        ),
+    ),
     "qwen3-head16-gqa2-tied": (
         "qwen3",
         dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, rope_theta=1e6),
@@ -65,9 +75,13 @@ QK_NORM = {
 def _qwen(tmp_path, name):
     family, overrides = CASES[name]
     if family == "qwen2":
-        hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SMALL_DECODER, **overrides))
+        hf = transformers.Qwen2ForCausalLM(
+            transformers.Qwen2Config(**{**SMALL_DECODER, **overrides})
+        )
     else:
-        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SMALL_DECODER, **overrides))
+        hf = transformers.Qwen3ForCausalLM(
+            transformers.Qwen3Config(**{**SMALL_DECODER, **overrides})
+        )
     randomize(hf.eval())
     return hf, save_and_open(hf, tmp_path / name), tmp_path / name
 
@@ -110,6 +124,9 @@ def test_each_family_is_built_from_its_parts(tmp_path):
     assert attn.q_norm.weight.shape == (16,) and attn.k_norm.weight.shape == (16,)
     _, windowed, _ = _qwen(tmp_path, "qwen3-window5")
     assert windowed.config.attention_window == 4  # transformers' 5 keys: itself and 4 before
+    _, later, _ = _qwen(tmp_path, "qwen2-window4-later-layers")  # layers ≥ 1 slide
+    assert later.config.full_attention_layers == [0]
+    assert [b.attn.window for b in later.blocks] == [None, (3, 0), (3, 0)]
 
 
 @pytest.mark.parametrize(
@@ -117,13 +134,8 @@ def test_each_family_is_built_from_its_parts(tmp_path):
     [
         (
             "qwen2-gqa2-untied",
-            dict(layer_types=["full_attention", "sliding_attention"], sliding_window=4),
-            "some layers",
-        ),
-        (
-            "qwen2-gqa2-untied",  # the older spelling, without layer_types
-            dict(layer_types=None, use_sliding_window=True, max_window_layers=1, sliding_window=4),
-            "some layers",
+            dict(layer_types=["full_attention", "chunked_attention"], sliding_window=4),
+            "Qwen2 layer_types=",
         ),
         ("qwen2-gqa2-untied", dict(hidden_act="gelu"), "Qwen2 hidden_act='gelu'"),
         ("qwen2-gqa2-untied", dict(rope_scaling={"rope_type": "yarn"}), "Qwen2 rope_scaling"),

@@ -8,8 +8,8 @@ Both are Llama-shaped and share its weight names (``interop.llama``). What diffe
             with ``head_dim`` its own field (128 by default, not hidden / heads)
 
 Both can slide a window over the later layers (``use_sliding_window``: layer i slides iff
-i ≥ ``max_window_layers``); glassformer's window is one for every layer, so a checkpoint
-that slides on some layers only is refused, one that slides on all (or none) loads.
+i ≥ ``max_window_layers``, or as ``layer_types`` says): the earlier ones are glassformer's
+``full_attention_layers``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from glassformer.interop.llama import llama_config, load_llama_shaped, window_fr
 from glassformer.models.gpt import GPT, GPTConfig
 
 
-def _window(family: str, hf: dict[str, Any]) -> int | None:
-    """The one window of every layer, from ``use_sliding_window`` and ``max_window_layers``
-    (or ``layer_types``); a mix of sliding and full layers is refused."""
+def _windows(family: str, hf: dict[str, Any]) -> dict[str, Any]:
+    """The window fields (``attention_window``, ``full_attention_layers``) of the layers
+    ``use_sliding_window`` and ``max_window_layers`` (or ``layer_types``) slide."""
     layers = hf["num_hidden_layers"]
     types = hf.get("layer_types")
     if types is None:
@@ -35,22 +35,20 @@ def _window(family: str, hf: dict[str, Any]) -> int | None:
             "sliding_attention" if sliding and i >= first else "full_attention"
             for i in range(layers)
         ]
-    if set(types) - {"sliding_attention", "full_attention"}:
+    if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
         raise CheckpointError(f"{family} layer_types={types!r} is not supported")
-    if len(set(types)) > 1:
-        raise CheckpointError(
-            f"{family} layer_types={types!r} (a sliding window on some layers only) is not "
-            "supported: glassformer's window is the same for every layer"
-        )
-    if types and types[0] == "sliding_attention":
-        return window_from_sliding(family, hf.get("sliding_window"))
-    return None
+    if "sliding_attention" not in types:
+        return {"attention_window": None, "full_attention_layers": []}
+    return {
+        "attention_window": window_from_sliding(family, hf.get("sliding_window")),
+        "full_attention_layers": [i for i, t in enumerate(types) if t == "full_attention"],
+    }
 
 
 def qwen2_config(hf: dict[str, Any]) -> GPTConfig:
     """A ``GPTConfig`` equal to a Qwen2 ``config.json``."""
     config = llama_config({**hf, "attention_bias": False, "mlp_bias": False}, family="Qwen2")
-    return replace(config, bias="qkv", qkv_bias=True, attention_window=_window("Qwen2", hf))
+    return replace(config, bias="qkv", qkv_bias=True, **_windows("Qwen2", hf))
 
 
 def qwen3_config(hf: dict[str, Any]) -> GPTConfig:
@@ -61,7 +59,7 @@ def qwen3_config(hf: dict[str, Any]) -> GPTConfig:
             "without the MLP's: glassformer has bias on all, none, or q/k/v)"
         )
     config = llama_config({**hf, "head_dim": hf.get("head_dim", 128)}, family="Qwen3")
-    return replace(config, qk_norm=True, attention_window=_window("Qwen3", hf))
+    return replace(config, qk_norm=True, **_windows("Qwen3", hf))
 
 
 def load_qwen2(path: str | Path) -> GPT:
