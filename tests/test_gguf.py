@@ -688,3 +688,124 @@ def test_qwen_gguf_files_open_as_the_model_transformers_builds(tmp_path, arch, s
     q = torch.from_numpy(dequantised["blk.1.attn_q.weight"].copy()).float()
     torch.testing.assert_close(model.blocks[1].attn.qkv_proj.weight[: q.size(0)], q, atol=0, rtol=0)
     support("Qwen2" if arch == "qwen2" else "Qwen3", "GGUF")
+
+
+# --- other families: gemma3, gptneox --------------------------------------------------------
+
+GEMMA3_NAMES = {  # Hugging Face's name inside a layer → llama.cpp's
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}  # fmt: skip
+NEOX_NAMES = {
+    "input_layernorm": "attn_norm", "attention.query_key_value": "attn_qkv",
+    "attention.dense": "attn_output", "post_attention_layernorm": "ffn_norm",
+    "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down",
+}  # fmt: skip
+
+
+def _write_tensors(w, tensors: dict[str, torch.Tensor]) -> None:
+    for name, value in tensors.items():
+        array = value.detach().numpy().astype(np.float32)
+        w.add_tensor(name, gguf.quants.quantize(array, Q.F32), raw_dtype=Q.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_gemma3_gguf(path: Path, hf) -> Path:
+    """As llama.cpp's converter writes Gemma 3: every norm's scale stored as 1 + w."""
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_sliding_window(c.sliding_window)
+    w.add_vocab_size(c.vocab_size)
+    tensors = {}
+    for name, value in hf.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied
+        if name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            part, kind = rest.rsplit(".", 1)
+            gguf_name = f"blk.{i}.{GEMMA3_NAMES[part]}.{kind}"
+        else:
+            gguf_name = {"model.embed_tokens.weight": "token_embd.weight",
+                         "model.norm.weight": "output_norm.weight"}[name]  # fmt: skip
+        tensors[gguf_name] = value + 1.0 if name.endswith("norm.weight") else value
+    _write_tensors(w, tensors)
+    return path
+
+
+def write_gptneox_gguf(path: Path, hf) -> Path:
+    """As llama.cpp's converter writes GPT-NeoX: the fused q/k/v as [all q; all k; all v]."""
+    c = hf.config
+    H = c.num_attention_heads
+    w = gguf.GGUFWriter(str(path), "gptneox")
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(H)
+    w.add_rope_dimension_count(int(c.hidden_size // H * c.rope_parameters["partial_rotary_factor"]))
+    w.add_parallel_residual(c.use_parallel_residual)
+    w.add_layer_norm_eps(c.layer_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    tensors = {}
+    for name, value in hf.state_dict().items():
+        if name.startswith("gpt_neox.layers."):
+            _, _, i, rest = name.split(".", 3)
+            part, kind = rest.rsplit(".", 1)
+            if part == "attention.query_key_value":  # per head (q k v) → all q, all k, all v
+                value = (
+                    value.reshape(H, 3, -1, *value.shape[1:]).transpose(0, 1).reshape(value.shape)
+                )
+            tensors[f"blk.{i}.{NEOX_NAMES[part]}.{kind}"] = value
+        else:
+            top = {"gpt_neox.embed_in": "token_embd", "gpt_neox.final_layer_norm": "output_norm",
+                   "embed_out": "output", "lm_head": "output"}  # fmt: skip
+            head, _, kind = name.rpartition(".")
+            tensors[f"{top[head]}.{kind}"] = value
+    _write_tensors(w, tensors)
+    return path
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "gptneox"])
+def test_gemma3_and_gptneox_gguf_files_give_transformers_logits(tmp_path, arch, support):
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    if arch == "gemma3":
+        fields = dict(SMALL_DECODER, num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                      query_pre_attn_scalar=16, sliding_window=4)  # fmt: skip
+        hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**fields))
+        randomize(hf.eval())
+        with torch.no_grad():  # Gemma's norm scales are offsets from 1
+            for n, p in hf.named_parameters():
+                if "norm" in n:
+                    p.normal_(0.0, 0.3)
+        file = write_gemma3_gguf(tmp_path / "g.gguf", hf)
+    else:
+        fields = {k: v for k, v in SMALL_DECODER.items() if k != "rms_norm_eps"}
+        config = transformers.GPTNeoXConfig(**{**fields, "intermediate_size": 96}, rotary_pct=0.5)
+        hf = transformers.GPTNeoXForCausalLM(config)
+        randomize(hf.eval())
+        file = write_gptneox_gguf(tmp_path / "n.gguf", hf)
+    ours = GPT.from_pretrained(file)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    support("Gemma 3" if arch == "gemma3" else "GPT-NeoX", "GGUF")

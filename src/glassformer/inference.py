@@ -67,7 +67,7 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
                 f"reads {c.image_size[0]}×{c.image_size[1]} with {c.channels} channel(s)"
             )
         return model, processor
-    if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+    if not any((ckpt / name).is_file() for name in ("tokenizer.json", "vocab.txt", "source.spm")):
         raise ValueError(f"{ckpt} has no tokenizer.json; was it written by `glassformer train`?")
     tokenizer = load_tokenizer(ckpt)
     _check_vocabulary(tokenizer.vocab_size, model, ckpt)

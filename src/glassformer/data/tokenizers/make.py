@@ -81,6 +81,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         ValueError: no such file, or one glassformer cannot read (the message names it).
     """
     path = Path(path)
+    if path.is_dir() and (path / "source.spm").is_file():  # a Marian translator's
+        from glassformer.data.tokenizers.marian import MarianTokenizer
+
+        return MarianTokenizer(path)
     if path.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
             if (path / name).is_file():

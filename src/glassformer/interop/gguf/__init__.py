@@ -1,6 +1,7 @@
-"""GGUF files (llama.cpp's format) of architecture ``llama``, read into what a Hugging Face
-Llama loader takes: its config dict, its state dict (HF tensor names, fp32 or bf16) and the
-tokenizer, rebuilt from the file's metadata.
+"""GGUF files (llama.cpp's format) of architectures ``llama``, ``qwen2``, ``qwen3``,
+``gemma3`` and ``gptneox``, read into what the Hugging Face loader of that family takes: its
+config dict, its state dict (HF tensor names, fp32 or bf16) and the tokenizer (byte-level
+BPE files), rebuilt from the file's metadata.
 
     config, state, tokenizer = read_gguf(smollm2_path())
     config["num_key_value_heads"], state["model.layers.0.self_attn.q_proj.weight"].shape
@@ -23,9 +24,12 @@ from torch import Tensor
 
 from glassformer.errors import CheckpointError, MissingDependencyError
 from glassformer.interop.gguf.dequant import NAMES, dequantize
+from glassformer.interop.gguf.families import family_config, family_name, family_tensor
 from glassformer.interop.gguf.header import check_header
 from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
+
+FAMILIES = ("gemma3", "gptneox")  # laid out unlike Llama (``families``)
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -124,10 +128,9 @@ def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
         raise CheckpointError(f"not a readable GGUF file: {e}") from None
     meta = _metadata(reader)
     arch = meta("general.architecture", str, ...)
-    if arch not in ARCHITECTURES:
-        raise CheckpointError(
-            f"architecture {arch!r}; glassformer reads GGUF files of {', '.join(ARCHITECTURES)}"
-        )
+    if arch not in ARCHITECTURES + FAMILIES:
+        known = ", ".join(ARCHITECTURES + FAMILIES)
+        raise CheckpointError(f"architecture {arch!r}; glassformer reads GGUF files of {known}")
     return reader, meta
 
 
@@ -142,21 +145,25 @@ def _read(
                 f"{', '.join(NAMES.values())}"
             )
     arch = meta("general.architecture", str, ...)
-    config = hf_config(meta, {t.name for t in reader.tensors}, arch)
+    names = {t.name for t in reader.tensors}
+    family = arch in FAMILIES  # laid out unlike Llama
+    config = family_config(arch, meta, names) if family else hf_config(meta, names, arch)
     rope_heads = {  # only llama files reorder the rotated rows
         "q_proj": config["num_attention_heads"],
         "k_proj": config["num_key_value_heads"],
     } if arch == "llama" else {}  # fmt: skip
     state: dict[str, Tensor] = {}
     for t in reader.tensors:
-        name = hf_name(t.name)
+        name = family_name(arch, t.name) if family else hf_name(t.name)
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the innermost first
         value = dequantize(t.data, int(t.tensor_type), shape, t.tensor_type.name)
-        projection = name.split(".")[-2]
-        if projection in rope_heads:
+        if family:
+            value = family_tensor(arch, name, value, config["num_attention_heads"])
+        elif (projection := name.split(".")[-2]) in rope_heads:
             value = unpermute_rope_rows(value, rope_heads[projection])
         state[name] = value.to(dtype)
-    _check_complete(state, config)
+    if not family:  # (a family's loader names a missing tensor itself)
+        _check_complete(state, config)
     return config, state, build_tokenizer(meta) if with_tokenizer else None
 
 

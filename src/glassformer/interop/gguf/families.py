@@ -1,0 +1,112 @@
+"""llama.cpp's ``gemma3`` and ``gptneox`` layouts → Hugging Face's names and config.
+
+What differs from the Llama-shaped files (``layout``):
+
+- ``gemma3`` stores each RMSNorm's scale as 1 + w (Gemma computes x̂ · (1 + w)): one is
+  taken off every ``*norm.weight``. Its ``ffn_norm`` is the norm before the feed-forward
+  (Gemma's ``pre_feedforward_layernorm``), ``post_attention_norm`` and ``post_ffw_norm`` the
+  sandwich norms after each sub-layer. The metadata gives the global rotary base, the window
+  and the head width; the local base, the query scale and the sliding pattern take
+  transformers' fallbacks (10,000, the head width, every sixth layer global) unless given.
+- ``gptneox`` keeps the fused q/k/v as [all q; all k; all v] (llama.cpp's converter regroups
+  Hugging Face's per-head rows); they are put back head by head, as Hugging Face stores them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glassformer.errors import CheckpointError
+
+_BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_NAMES: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
+    # arch: (Hugging Face prefix of a layer, block names, top-level names)
+    "gemma3": (
+        "model.layers",
+        {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+         "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+         "post_attention_norm": "post_attention_layernorm",
+         "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"},
+        {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+    ),
+    "gptneox": (
+        "gpt_neox.layers",
+        {"attn_norm": "input_layernorm", "attn_qkv": "attention.query_key_value",
+         "attn_output": "attention.dense", "ffn_norm": "post_attention_layernorm",
+         "ffn_up": "mlp.dense_h_to_4h", "ffn_down": "mlp.dense_4h_to_h"},
+        {"token_embd": "gpt_neox.embed_in", "output_norm": "gpt_neox.final_layer_norm",
+         "output": "embed_out"},
+    ),
+}  # fmt: skip
+
+
+def family_name(arch: str, name: str) -> str:
+    """The Hugging Face name of the ``arch`` file's tensor ``name``."""
+    layer, block, top = _NAMES[arch]
+    if (m := _BLOCK.fullmatch(name)) and m[2] in block:
+        return f"{layer}.{int(m[1])}.{block[m[2]]}.{m[3]}"
+    head, _, kind = name.rpartition(".")
+    if head in top:
+        return f"{top[head]}.{kind}"
+    raise CheckpointError(f"the GGUF tensor {name!r} has no place in a {arch} model")
+
+
+def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor:
+    """A tensor as Hugging Face holds it: Gemma's norms less one; NeoX's q/k/v per head."""
+    if arch == "gemma3" and name.endswith("norm.weight"):
+        return value - 1.0
+    if arch == "gptneox" and "query_key_value" in name:
+        q, k, v = value.chunk(3, dim=0)  # each (H·Dh, ...)
+        heads = [x.reshape(num_heads, -1, *x.shape[1:]) for x in (q, k, v)]
+        return torch.stack(heads, dim=1).reshape(value.shape)  # (H, 3, Dh, ...) per head
+    return value
+
+
+def family_config(
+    arch: str, meta: Callable[[str, type, Any], Any], tensor_names: set[str]
+) -> dict[str, Any]:
+    """The Hugging Face config fields of a ``gemma3`` or ``gptneox`` file's metadata."""
+
+    def key(name: str, kind: type, default: Any) -> Any:
+        return meta(f"{arch}.{name}", kind, default)
+
+    hidden, heads = key("embedding_length", int, ...), key("attention.head_count", int, ...)
+    if hidden < 1 or heads < 1:
+        raise CheckpointError(f"embedding_length {hidden} and {heads} heads are not a model")
+    common = {
+        "vocab_size": key("vocab_size", int, None) or len(meta("tokenizer.ggml.tokens", list, ...)),
+        "hidden_size": hidden,
+        "num_hidden_layers": key("block_count", int, ...),
+        "num_attention_heads": heads,
+        "intermediate_size": key("feed_forward_length", int, ...),
+        "max_position_embeddings": key("context_length", int, 2048),
+        "tie_word_embeddings": "output.weight" not in tensor_names,
+    }
+    if arch == "gptneox":
+        if hidden % heads:
+            raise CheckpointError(f"embedding_length {hidden} does not split into {heads} heads")
+        rotary = key("rope.dimension_count", int, hidden // heads)
+        return {**common, "model_type": "gpt_neox", "hidden_act": "gelu",
+                "rotary_pct": rotary / (hidden // heads),
+                "rotary_emb_base": float(key("rope.freq_base", float, 10000.0)),
+                "use_parallel_residual": bool(key("use_parallel_residual", bool, True)),
+                "layer_norm_eps": float(key("attention.layer_norm_epsilon", float, 1e-5)),
+                }  # fmt: skip
+    head_dim = key("attention.key_length", int, 256)
+    return {**common, "model_type": "gemma3_text",
+            "num_key_value_heads": key("attention.head_count_kv", int, heads),
+            "head_dim": head_dim,
+            "query_pre_attn_scalar": key("attention.query_pre_attn_scalar", int, head_dim),
+            "sliding_window": key("attention.sliding_window", int, 4096),
+            "sliding_window_pattern": key("attention.sliding_window_pattern", int, 6),
+            "rope_theta": float(key("rope.freq_base", float, 1e6)),
+            "rope_local_base_freq": float(key("rope.local.freq_base", float, 1e4)),
+            "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", float, 1e-6)),
+            "final_logit_softcapping": key("final_logit_softcapping", float, None)}  # fmt: skip
