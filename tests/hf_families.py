@@ -119,7 +119,8 @@ def compare_activations(hf, ours, ids: torch.Tensor, module_map: dict) -> int:
         for theirs, hook in module_map.items():
             mine_i = hook(cache, i) if callable(hook) else cache[hook.format(i=i)]
             pairs.append((theirs.format(i=i), seen[theirs.format(i=i)], mine_i))
-    pairs.append(("final norm", out.hidden_states[L], cache["ln_final.hook_normalized"]))
+    if "ln_final.hook_normalized" in cache:  # (a post-norm stack may have no final norm)
+        pairs.append(("final norm", out.hidden_states[L], cache["ln_final.hook_normalized"]))
     for what, expected, got in pairs:
         per_head = expected.dim() == 3 and got.dim() == 4  # q/k/v against a projection's output
         got = _flat(got, per_head)

@@ -27,6 +27,7 @@ transformers = pytest.importorskip("transformers")
 CASES = {
     "relu-tied": dict(tie_word_embeddings=True),
     "gelu-untied": dict(activation_function="gelu", tie_word_embeddings=False),
+    "350m-post-norm-projected": dict(word_embed_proj_dim=16, do_layer_norm_before=False),
 }
 MODULES = {
     "model.decoder.layers.{i}.self_attn_layer_norm": "blocks.{i}.ln1.hook_normalized",
@@ -63,7 +64,8 @@ def _opt(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_activation_equals_transformers(tmp_path, name, support):
     hf, ours, _ = _opt(tmp_path, name)
-    assert compare_activations(hf, ours, IDS, MODULES) == 2 + 2 * (2 + len(MODULES))
+    final = 0 if "350m" in name else 1  # OPT-350m has no final norm
+    assert compare_activations(hf, ours, IDS, MODULES) == 1 + final + 2 * (2 + len(MODULES))
     support("OPT", "load", "logits", "every activation")
 
 
@@ -74,8 +76,9 @@ def test_greedy_tokens_equal_and_cached_equals_uncached(tmp_path, name, support)
     support("OPT", "generate with cache")
 
 
-def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
-    _, ours, _ = _opt(tmp_path, "relu-tied")
+@pytest.mark.parametrize("name", ["relu-tied", "350m-post-norm-projected"])
+def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, name, support):
+    _, ours, _ = _opt(tmp_path, name)
     check_precisions_and_tools(ours, (IDS,))
     support("OPT", "int8/int4", "lens/patching/viewer")
 
@@ -97,11 +100,17 @@ def test_a_left_padded_batch_equals_opt_on_its_real_tokens(tmp_path):
     assert torch.equal(ours.generate(ids, 10, attention_mask=attention_mask), ref)
 
 
+def test_opt_350m_is_post_norm_with_projected_embeddings(tmp_path):
+    _, ours, _ = _opt(tmp_path, "350m-post-norm-projected")
+    c = ours.config
+    assert not c.norm_first and not c.final_norm and c.embed_dim == 16
+    assert ours.embed.weight.shape == (VOCAB, 16) and ours.ln_final is None
+    assert ours.project_in.weight.shape == (32, 16) and ours.project_out.weight.shape == (16, 32)
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(word_embed_proj_dim=16), "OPT word_embed_proj_dim=16"),
-        (dict(do_layer_norm_before=False), "OPT do_layer_norm_before=False"),
         (dict(enable_bias=False), "OPT enable_bias=False"),
         (dict(activation_function="silu"), "OPT activation_function='silu'"),
     ],

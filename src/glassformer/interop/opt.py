@@ -15,8 +15,9 @@ extra rows in front (position p reads row p + 2); glassformer's table is the res
     model.decoder.final_layer_norm                ln_final
     lm_head (tied)                                lm_head
 
-OPT-350m is the exception (post-norm, no final norm, embeddings 512 wide projected in and
-out of the 1024-wide stream): it is refused in one line.
+OPT-350m is the exception: post-norm blocks with no final norm (``norm_first=False``,
+``final_norm=False``), and embeddings 512 wide projected in and out of the 1024-wide stream
+(``embed_dim``; ``project_in`` and ``project_out``, which keep their names).
 """
 
 from __future__ import annotations
@@ -44,10 +45,9 @@ _BLOCK = (
 def opt_config(hf: dict[str, Any]) -> GPTConfig:
     """A ``GPTConfig`` equal to an OPT ``config.json``; refuses what GPT cannot express."""
     d_model = hf["hidden_size"]
+    embed_dim = hf.get("word_embed_proj_dim") or d_model
+    pre_norm = bool(hf.get("do_layer_norm_before", True))
     refused = {
-        "word_embed_proj_dim": (hf.get("word_embed_proj_dim") or d_model) != d_model,
-        "do_layer_norm_before": not hf.get("do_layer_norm_before", True),
-        "_remove_final_layer_norm": hf.get("_remove_final_layer_norm", False),
         "layer_norm_elementwise_affine": not hf.get("layer_norm_elementwise_affine", True),
         "enable_bias": not hf.get("enable_bias", True),
     }
@@ -68,6 +68,9 @@ def opt_config(hf: dict[str, Any]) -> GPTConfig:
         attention_dropout=0.0,
         activation=act,
         positional="learned",
+        norm_first=pre_norm,
+        final_norm=pre_norm and not hf.get("_remove_final_layer_norm", False),
+        embed_dim=None if embed_dim == d_model else embed_dim,
         norm="layer",
         norm_eps=1e-5,  # OPT's LayerNorms keep torch's default
         bias=True,
@@ -83,8 +86,12 @@ def from_opt_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Ten
     take = taker(state, "OPT")
     out = {"embed.weight": take("embed_tokens.weight")}
     out["pos_embed.weight"] = take("embed_positions.weight")[POSITION_OFFSET:]
-    for part in ("weight", "bias"):
-        out[f"ln_final.{part}"] = take(f"final_layer_norm.{part}")
+    if config.final_norm:
+        for part in ("weight", "bias"):
+            out[f"ln_final.{part}"] = take(f"final_layer_norm.{part}")
+    if config.embed_dim is not None:  # OPT-350m's projections, under their own names
+        out["project_in.weight"] = take("project_in.weight")
+        out["project_out.weight"] = take("project_out.weight")
     for i in range(config.num_layers):
         theirs, ours = f"layers.{i}.", f"blocks.{i}."
         for part in ("weight", "bias"):

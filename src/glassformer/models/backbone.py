@@ -50,6 +50,8 @@ class Backbone(PretrainedModel):
         rotary: rotary positions (the blocks' attention turns q and k by its angles), or None.
         token_type: an embedding of segment ids added too (BERT), or None.
         ln_embed: a norm on the embeddings' sum (BERT), or None.
+        project_in: a linear map from narrower token embeddings to the stream's width,
+            before the positions are added (OPT-350m), or None.
         ln_final: the norm after the last block (pre-norm stacks), or None.
         relative_bias: a bias on every self-attention score for the query–key distance
             (T5's ``RelativePositionBias``), computed here once per forward, or None.
@@ -72,12 +74,14 @@ class Backbone(PretrainedModel):
         ln_embed: nn.Module | None = None,
         ln_final: nn.Module | None = None,
         relative_bias: nn.Module | None = None,
+        project_in: nn.Module | None = None,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.config = config
         self.max_len = max_len
         self.embed = embed
+        self.project_in = project_in
         self.pos_embed = pos_embed
         self.token_type = token_type
         self.ln_embed = ln_embed
@@ -102,6 +106,8 @@ class Backbone(PretrainedModel):
         """ids (B, T) at positions ``start..start+T-1`` (or ``positions`` (B, T)) → the
         stream the first block reads, (B, T, D)."""
         x = self.hook_embed(self.embed(ids))  # (B, T, D)
+        if self.project_in is not None:  # OPT-350m: narrower embeddings, widened
+            x = self.project_in(x)
         if self.pos_embed is not None:
             x = x + self.hook_pos_embed(self.pos_embed.rows(x, start, positions))
         elif positions is not None:  # rotary: the positions still have to fit

@@ -65,7 +65,9 @@ class GPTConfig(ModelConfig):
     normalised before the sum), ``full_attention_layers`` (the layers that do not slide
     although ``attention_window`` is set), ``rope_local_theta`` (the sliding layers' base),
     ``final_softcap`` (logits = c·tanh(logits / c)), ``attention_softcap`` (the same on
-    every attention score, Gemma 2's).
+    every attention score, Gemma 2's). OPT-350m's: ``embed_dim`` (token embeddings narrower
+    than d_model, projected in after the lookup and out before the head) and
+    ``final_norm=False`` (a post-norm stack with no norm after its last block).
     """
 
     vocab_size: int
@@ -94,6 +96,8 @@ class GPTConfig(ModelConfig):
     rope_local_theta: float | None = None
     final_softcap: float | None = None
     attention_softcap: float | None = None
+    embed_dim: int | None = None
+    final_norm: bool = True
 
     EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("rope",)
     PRESETS: ClassVar[dict] = {
@@ -153,6 +157,8 @@ class GPTConfig(ModelConfig):
                 f"full_attention_layers must be layer indices in 0..{self.num_layers - 1}, "
                 f"got {list(self.full_attention_layers)}"
             )
+        if self.embed_dim is not None and self.embed_dim <= 0:
+            raise ValueError(f"embed_dim must be a positive integer or None, got {self.embed_dim}")
         for name in ("attention_scale", "rope_local_theta", "final_softcap", "attention_softcap"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -176,7 +182,11 @@ class GPT(Backbone):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__(config, **parts.decoder_only(config))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        width = config.embed_dim or config.d_model
+        self.project_out = (
+            None if config.embed_dim is None else nn.Linear(config.d_model, width, bias=False)
+        )
+        self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
         self.hook_logits = HookPoint()  # (B, T, V)
         init_gpt_weights(self, config.num_layers)
         if config.tie_weights:
@@ -238,6 +248,8 @@ class GPT(Backbone):
     def unembed(self, x: Tensor) -> Tensor:
         """Final states (…, D) → logits (…, V): the vocabulary head, and the soft cap
         c·tanh(logits / c) where the config has one (Gemma). The logit lens reads through it."""
+        if self.project_out is not None:  # OPT-350m: back to the embeddings' width
+            x = self.project_out(x)
         logits = self.lm_head(x)
         cap = self.config.final_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap

@@ -122,11 +122,14 @@ def embeddings(
     """The token embedding and what carries positions: a table added to it, rotary angles
     that attention applies (``positional="rope"``), or T5's bias on the scores for each
     query–key distance (``positional="relative"``; bidirectional unless ``causal``)."""
+    width = getattr(c, "embed_dim", None) or c.d_model  # narrower tables are projected in
     parts: dict[str, Any] = dict(
-        embed=TokenEmbedding(vocab_size=vocab_size, d_model=c.d_model, scale=scale),
+        embed=TokenEmbedding(vocab_size=vocab_size, d_model=width, scale=scale),
         max_len=c.max_len,
         dropout=c.dropout,
     )
+    if width != c.d_model:
+        parts["project_in"] = nn.Linear(width, c.d_model, bias=False)
     if c.positional == "rope":
         parts["rotary"] = RotaryEmbedding(_rotary_width(c), c.rope_theta)
     elif c.positional == "relative":
@@ -144,7 +147,7 @@ def decoder_only(c: Any) -> dict[str, Any]:
     return dict(
         **embeddings(c, c.vocab_size, scale=getattr(c, "scale_embeddings", False)),
         blocks=blocks(c, c.num_layers, causal=True),
-        ln_final=norm(c),
+        ln_final=norm(c) if getattr(c, "final_norm", True) else None,
     )
 
 
