@@ -221,6 +221,15 @@ def test_the_page_scales_the_scores_as_the_model_does(chars):
     notes = {k["kind"]: k["notes"] for k in kinds}
     assert all(k["scale"] == 1.0 for k in kinds)
     assert "T5's relative positions" in notes["encoder"][0] and notes["cross"] == []
+    encoder, cross = kinds[0], kinds[2]
+    assert encoder["kind"] == "encoder" and cross["bias"] is None
+    L, H, T, Dh = encoder["layers"], encoder["heads"], len(encoder["queries"]), encoder["headDim"]
+    q = floats(encoder["q"], L, H, T, Dh).double()
+    k = floats(encoder["k"], L, H, T, Dh).double()
+    bias = floats(encoder["bias"], H, T, T).double()  # the same for every layer
+    weights = floats(encoder["weights"], L, H, T, T)
+    torch.testing.assert_close((q @ k.transpose(-2, -1) + bias).softmax(-1).float(), weights,
+                               atol=1e-6, rtol=0)  # fmt: skip
 
 
 def test_the_page_is_one_file_that_asks_for_nothing(chars):

@@ -119,7 +119,7 @@ def attention_data(
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
     modules = attention_modules(model)
     _check_size(model, modules, labels)
-    looked_at = ("hook_pattern", "hook_q", "hook_k", "hook_rot_q", "hook_rot_k")
+    looked_at = ("hook_pattern", "hook_q", "hook_k", "hook_rot_q", "hook_rot_k", "hook_pos_bias")
     _, cache = model.run_with_cache(*args, names=lambda name: name.endswith(looked_at), **kwargs)
     kinds = []
     for maps in maps_from_cache(model, cache, labels):
@@ -140,6 +140,7 @@ def attention_data(
                 "headDim": q.size(-1),
                 "scale": _scale(model, names[0]),
                 "notes": _score_notes(model, names[0]),
+                "bias": _position_bias(cache, names[0]),
                 "weights": _floats(maps.weights),
                 "q": _floats(q),
                 "k": _floats(k),
@@ -162,9 +163,20 @@ def _scale(model: Any, attention: str) -> float:
     return attn.scale if attn.scale is not None else attn.head_dim**-0.5
 
 
+def _position_bias(cache: Any, attention: str) -> str | None:
+    """What every layer of a self-attention's stack adds to its scores for the positions,
+    (H, Tq, Tk) of the first example (T5's relative buckets), or None."""
+    if not attention.endswith(".attn"):
+        return None  # cross-attention has none
+    stack = attention.split("blocks.")[0]
+    bias = cache.get(f"{stack}hook_pos_bias")
+    return None if bias is None else _floats(bias[0])
+
+
 def _score_notes(model: Any, attention: str) -> list[str]:
-    """What ``attention``'s scores hold beyond the scaled q·k, which the neuron view's
-    softmax leaves out (the model's weight, shown beside it, includes it)."""
+    """What ``attention``'s scores hold beyond the scaled q·k: T5's position bias (which
+    the neuron view adds, from the page's ``bias``), a soft cap or a window (which its
+    softmax leaves out; the model's weight, shown beside it, includes them)."""
     attn = model.get_submodule(attention)
     stack = model.get_submodule(attention.split("blocks.")[0].rstrip(".") or "")
     notes = []

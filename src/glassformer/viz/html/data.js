@@ -7,6 +7,7 @@
 //   weights (L, H, Tq, Tk)   the softmax the model mixed its values with
 //   q       (L, H, Tq, Dh)   the queries per head (after rotary positions, if any)
 //   k       (L, Hkv, Tk, Dh) the keys per key/value head; query head h reads head h / (H / Hkv)
+//   bias    (H, Tq, Tk)      what every layer adds to each score for the positions (T5), or null
 // Text from the data enters the page only through textContent and setAttribute.
 "use strict";
 
@@ -31,7 +32,7 @@ function kindData() {
   if (!decoded.has(state.kind)) {
     const k = data.kinds[state.kind];
     decoded.set(state.kind, Object.assign({}, k, {
-      W: floats(k.weights), Q: floats(k.q), K: floats(k.k),
+      W: floats(k.weights), Q: floats(k.q), K: floats(k.k), B: k.bias ? floats(k.bias) : null,
       nq: k.queries.length, nk: k.keys.length,
     }));
   }
@@ -54,6 +55,10 @@ function kvHead(K, h) {
 function keyVector(K, l, h, j) {
   const start = ((l * K.kvHeads + kvHead(K, h)) * K.nk + j) * K.headDim;
   return K.K.subarray(start, start + K.headDim);
+}
+
+function positionBias(K, h, i, j) {
+  return K.B ? K.B[(h * K.nq + i) * K.nk + j] : 0; // T5's relative positions, else none
 }
 
 function mayAttend(K, i, j) {

@@ -140,13 +140,14 @@ function drawNeuron() {
   const D = K.headDim;
   const scale = K.scale ?? 1 / Math.sqrt(D); // Gemma and T5 scale the scores their own way
   const products = Array.from(q, (qd, d) => qd * k[d] * scale);
-  const score = products.reduce((a, b) => a + b, 0);
+  const bias = positionBias(K, h, i, j);
+  const score = products.reduce((a, b) => a + b, 0) + bias;
   // the query's whole row of scores, for the softmax the weight comes from
   const row = [];
   for (let jj = 0; jj < K.nk; jj++) {
     if (!mayAttend(K, i, jj)) continue;
     const kk = keyVector(K, l, h, jj);
-    row.push(q.reduce((a, qd, d) => a + qd * kk[d], 0) * scale);
+    row.push(q.reduce((a, qd, d) => a + qd * kk[d], 0) * scale + positionBias(K, h, i, jj));
   }
   const peak = Math.max(...row);
   const total = row.reduce((a, s) => a + Math.exp(s - peak), 0);
@@ -157,6 +158,7 @@ function drawNeuron() {
     `Each bar is one dimension d of the head: q_d · k_d × ${scale.toPrecision(4)}; the bars sum to the score.`,
     ...(K.notes ?? []),
   ];
+  if (K.B) notes.push(`The position bias for this query and key, added to the bars' sum: ${bias.toFixed(4)}.`);
   if (K.rotary) notes.push("q and k are taken after the rotary position embedding (RoPE).");
   if (K.kvHeads !== K.heads) {
     const g = K.heads / K.kvHeads;
