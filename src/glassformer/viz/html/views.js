@@ -168,7 +168,8 @@ function drawNeuron() {
   $("neuron-hint").textContent = notes.join(" ");
   const sum = $("neuron-sum");
   sum.replaceChildren(
-    tag("span", "score = Σ q_d·k_d × scale = "), valueSpan("neuron-score", score),
+    tag("span", K.B ? "score = Σ q_d·k_d × scale + bias = " : "score = Σ q_d·k_d × scale = "),
+    valueSpan("neuron-score", score),
     tag("span", mayAttend(K, i, j)
       ? "; softmax over the query's keys gives "
       : "; masked (a later position): weight "),
