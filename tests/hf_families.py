@@ -58,10 +58,16 @@ def with_config(path, **changes) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-def randomize(model: torch.nn.Module, seed: int = 0, keep: tuple[str, ...] = ()) -> None:
-    """Every parameter drawn at random (norm weights around 1, the rest around 0, std 0.1
-    and 0.2): transformers' initial zeros and ones would hide a wrong mapping. Parameters
-    whose name contains one of ``keep`` stay (a fixed table stored as a parameter)."""
+def randomize(
+    model: torch.nn.Module,
+    seed: int = 0,
+    keep: tuple[str, ...] = (),
+    norms: tuple[float, float] = (1.0, 0.2),
+) -> None:
+    """Every parameter drawn at random from its own seeded generator (norm weights around
+    ``norms`` = (mean, std), the rest around 0 with std 0.1): transformers' initial zeros
+    and ones would hide a wrong mapping. Parameters whose name contains one of ``keep`` stay
+    (a fixed table stored as a parameter). Gemma's norm scales are offsets from 1: (0, 0.3)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -69,7 +75,7 @@ def randomize(model: torch.nn.Module, seed: int = 0, keep: tuple[str, ...] = ())
                 continue
             noise = torch.randn(p.shape, generator=generator)
             if re.search(r"norm|ln_|layernorm", name) and name.endswith("weight"):
-                p.copy_(1.0 + 0.2 * noise)
+                p.copy_(norms[0] + norms[1] * noise)
             else:
                 p.copy_(0.1 * noise)
 

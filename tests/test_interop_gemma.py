@@ -78,11 +78,7 @@ def _gemma(tmp_path, name):
         hf = transformers.Gemma3ForCausalLM(config)
     else:
         hf = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**SMALL, **GEMMA2[name]))
-    randomize(hf.eval())
-    with torch.no_grad():  # Gemma's norm weights are offsets from 1: draw them around 0
-        for n, p in hf.named_parameters():
-            if "norm" in n:
-                p.normal_(0.0, 0.3)
+    randomize(hf.eval(), norms=(0.0, 0.3))  # Gemma's norm weights are offsets from 1
     return hf, save_and_open(hf, tmp_path / name), tmp_path / name
 
 
