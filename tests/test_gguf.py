@@ -123,19 +123,28 @@ def write_gguf(
     w.add_chat_template(CHAT_TEMPLATE)
     if extra is not None:
         extra(w)
+    written = {}
     for name, value in tensors.items():
         if name.endswith("q_proj.weight"):
             value = llama_cpp_permute(value, H)
         elif name.endswith("k_proj.weight"):
             value = llama_cpp_permute(value, KV)
-        array = value.numpy().astype(np.float32)
+        written[GGUF_NAMES[name]] = value
+    _write_tensors(w, written, qtype)
+    return path
+
+
+def _write_tensors(w, tensors: dict[str, torch.Tensor], qtype: int = Q.F32) -> None:
+    """The tensors, 2-D ones as ``qtype`` and the rest as F32 (as llama.cpp keeps norms),
+    and the file closed."""
+    for name, value in tensors.items():
+        array = value.detach().numpy().astype(np.float32)
         kind = qtype if array.ndim == 2 else Q.F32
-        w.add_tensor(GGUF_NAMES[name], gguf.quants.quantize(array, kind), raw_dtype=kind)
+        w.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 def one_line_error(path: Path, *needles: str) -> str:
@@ -622,21 +631,29 @@ FAMILY_NAMES = {  # Hugging Face's name inside a layer → llama.cpp's, written 
 }  # fmt: skip
 
 
-def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
-    """A GGUF file of ``arch`` holding a transformers model's weights as llama.cpp's
-    converter writes a Qwen (rows as they are: llama.cpp rotates Qwen's halves itself)."""
-    c = hf.config
+def _writer(path: Path, arch: str, c) -> gguf.GGUFWriter:
+    """A writer of an ``arch`` file with the shape every family's metadata gives, from the
+    transformers config ``c``."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_feed_forward_length(c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
+    w.add_vocab_size(c.vocab_size)
+    return w
+
+
+def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
+    """A GGUF file of ``arch`` holding a transformers model's weights as llama.cpp's
+    converter writes a Qwen (rows as they are: llama.cpp rotates Qwen's halves itself)."""
+    c = hf.config
+    w = _writer(path, arch, c)
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_key_length(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_vocab_size(c.vocab_size)
+    tensors = {}
     for name, value in hf.state_dict().items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
@@ -648,13 +665,8 @@ def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
             gguf_name = {"model.embed_tokens.weight": "token_embd.weight",
                          "model.norm.weight": "output_norm.weight",
                          "lm_head.weight": "output.weight"}[name]  # fmt: skip
-        array = value.detach().numpy().astype(np.float32)
-        kind = qtype if array.ndim == 2 else Q.F32
-        w.add_tensor(gguf_name, gguf.quants.quantize(array, kind), raw_dtype=kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        tensors[gguf_name] = value
+    _write_tensors(w, tensors, qtype)
     return path
 
 
@@ -707,32 +719,16 @@ NEOX_NAMES = {
 }  # fmt: skip
 
 
-def _write_tensors(w, tensors: dict[str, torch.Tensor]) -> None:
-    for name, value in tensors.items():
-        array = value.detach().numpy().astype(np.float32)
-        w.add_tensor(name, gguf.quants.quantize(array, Q.F32), raw_dtype=Q.F32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def write_gemma3_gguf(path: Path, hf) -> Path:
     """As llama.cpp's converter writes Gemma 3: every norm's scale stored as 1 + w."""
     c = hf.config
-    w = gguf.GGUFWriter(str(path), "gemma3")
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
+    w = _writer(path, "gemma3", c)
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
     w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_sliding_window(c.sliding_window)
-    w.add_vocab_size(c.vocab_size)
     tensors = {}
     for name, value in hf.state_dict().items():
         if name == "lm_head.weight":
@@ -753,16 +749,10 @@ def write_gptneox_gguf(path: Path, hf) -> Path:
     """As llama.cpp's converter writes GPT-NeoX: the fused q/k/v as [all q; all k; all v]."""
     c = hf.config
     H = c.num_attention_heads
-    w = gguf.GGUFWriter(str(path), "gptneox")
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(H)
+    w = _writer(path, "gptneox", c)
     w.add_rope_dimension_count(int(c.hidden_size // H * c.rope_parameters["partial_rotary_factor"]))
     w.add_parallel_residual(c.use_parallel_residual)
     w.add_layer_norm_eps(c.layer_norm_eps)
-    w.add_vocab_size(c.vocab_size)
     tensors = {}
     for name, value in hf.state_dict().items():
         if name.startswith("gpt_neox.layers."):
@@ -793,11 +783,7 @@ def test_gemma3_and_gptneox_gguf_files_give_transformers_logits(tmp_path, arch, 
         fields = dict(SMALL_DECODER, num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
                       query_pre_attn_scalar=16, sliding_window=4)  # fmt: skip
         hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**fields))
-        randomize(hf.eval())
-        with torch.no_grad():  # Gemma's norm scales are offsets from 1
-            for n, p in hf.named_parameters():
-                if "norm" in n:
-                    p.normal_(0.0, 0.3)
+        randomize(hf.eval(), norms=(0.0, 0.3))  # Gemma's norm scales are offsets from 1
         file = write_gemma3_gguf(tmp_path / "g.gguf", hf)
     else:
         fields = {k: v for k, v in SMALL_DECODER.items() if k != "rms_norm_eps"}
