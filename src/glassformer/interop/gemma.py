@@ -39,7 +39,7 @@ from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
 from glassformer.interop._hf import load_directory, taker
-from glassformer.interop.llama import window_from_sliding
+from glassformer.interop.llama import layer_windows, rope_theta
 from glassformer.models.gpt import GPT, GPTConfig
 
 _BLOCK = (
@@ -55,27 +55,18 @@ _BLOCK = (
 ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # GELU's tanh approximation
 
 
+def _windows(hf: dict[str, Any], family: str) -> dict[str, Any]:
+    """The window fields of ``layer_types`` or the family's own pattern (Gemma 3: every sixth
+    layer global; Gemma 2: every other)."""
+    every = hf.get("sliding_window_pattern", 6) if family == "Gemma 3" else 2
+    default = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+               for i in range(hf["num_hidden_layers"])]  # fmt: skip
+    return layer_windows(family, hf, default)
+
+
 def _theta(family: str, params: dict[str, Any] | None, default: float) -> float:
-    """One rotary table's base; any rope scaling is refused."""
-    params = params or {}
-    kind = params.get("rope_type", "default")
-    if kind != "default":
-        raise CheckpointError(f"{family} rope_parameters rope_type={kind!r} is not supported")
-    return float(params.get("rope_theta", default))
-
-
-def _layer_types(hf: dict[str, Any], family: str) -> list[str]:
-    """Each layer's attention, "sliding_attention" or "full_attention", from ``layer_types``
-    or the family's own pattern (Gemma 3: every sixth layer global; Gemma 2: every other)."""
-    layers = hf["num_hidden_layers"]
-    types = hf.get("layer_types")
-    if types is None:
-        every = hf.get("sliding_window_pattern", 6) if family == "Gemma 3" else 2
-        types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-                 for i in range(layers)]  # fmt: skip
-    if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
-        raise CheckpointError(f"{family} layer_types={types!r} is not supported")
-    return list(types)
+    """One rotary table's base (a rope_parameters entry); any rope scaling is refused."""
+    return rope_theta({"rope_parameters": params or {}, "rope_theta": default}, family)
 
 
 def gemma_config(hf: dict[str, Any], family: str) -> GPTConfig:
@@ -87,8 +78,8 @@ def gemma_config(hf: dict[str, Any], family: str) -> GPTConfig:
         if hf.get(option):
             raise CheckpointError(f"{family} {option}={hf[option]!r} is not supported")
     gemma3 = family == "Gemma 3"
-    types = _layer_types(hf, family)
-    sliding = "sliding_attention" in types
+    windows = _windows(hf, family)
+    sliding = windows["attention_window"] is not None
     rope = hf.get("rope_parameters") or {}
     if gemma3:
         nested = "full_attention" in rope or "sliding_attention" in rope
@@ -122,8 +113,7 @@ def gemma_config(hf: dict[str, Any], family: str) -> GPTConfig:
         scale_embeddings=True,
         sandwich_norms=True,
         attention_scale=hf.get("query_pre_attn_scalar", 256) ** -0.5,
-        attention_window=window_from_sliding(family, hf.get("sliding_window")) if sliding else None,
-        full_attention_layers=[i for i, t in enumerate(types) if t == "full_attention" and sliding],
+        **windows,
         final_softcap=hf.get("final_logit_softcapping"),
         attention_softcap=None if gemma3 else hf.get("attn_logit_softcapping"),
         tie_weights=hf.get("tie_word_embeddings", True),

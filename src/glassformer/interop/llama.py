@@ -75,6 +75,25 @@ def window_from_sliding(family: str, sliding_window: Any) -> int | None:
     return sliding_window - 1
 
 
+def layer_windows(family: str, hf: dict[str, Any], default_types: list[str]) -> dict[str, Any]:
+    """The window fields (``attention_window``, ``full_attention_layers``) of a config whose
+    layers are each "sliding_attention" or "full_attention": its ``layer_types``, or
+    ``default_types`` (the family's own pattern) where it has none."""
+    types = hf.get("layer_types")
+    types = default_types if types is None else types
+    if len(types) != hf["num_hidden_layers"] or set(types) - {
+        "sliding_attention",
+        "full_attention",
+    }:
+        raise CheckpointError(f"{family} layer_types={types!r} is not supported")
+    if "sliding_attention" not in types:
+        return {"attention_window": None, "full_attention_layers": []}
+    return {
+        "attention_window": window_from_sliding(family, hf.get("sliding_window")),
+        "full_attention_layers": [i for i, t in enumerate(types) if t == "full_attention"],
+    }
+
+
 def mistral_config(hf: dict[str, Any]) -> GPTConfig:
     """A ``GPTConfig`` equal to a Mistral ``config.json``: Llama's, with its sliding window."""
     if hf.get("layer_types") is not None:

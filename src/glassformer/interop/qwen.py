@@ -19,30 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop.llama import llama_config, load_llama_shaped, window_from_sliding
+from glassformer.interop.llama import layer_windows, llama_config, load_llama_shaped
 from glassformer.models.gpt import GPT, GPTConfig
 
 
 def _windows(family: str, hf: dict[str, Any]) -> dict[str, Any]:
-    """The window fields (``attention_window``, ``full_attention_layers``) of the layers
-    ``use_sliding_window`` and ``max_window_layers`` (or ``layer_types``) slide."""
-    layers = hf["num_hidden_layers"]
-    types = hf.get("layer_types")
-    if types is None:
-        sliding = hf.get("use_sliding_window", False) and hf.get("sliding_window") is not None
-        first = hf.get("max_window_layers", 28)
-        types = [
-            "sliding_attention" if sliding and i >= first else "full_attention"
-            for i in range(layers)
-        ]
-    if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
-        raise CheckpointError(f"{family} layer_types={types!r} is not supported")
-    if "sliding_attention" not in types:
-        return {"attention_window": None, "full_attention_layers": []}
-    return {
-        "attention_window": window_from_sliding(family, hf.get("sliding_window")),
-        "full_attention_layers": [i for i, t in enumerate(types) if t == "full_attention"],
-    }
+    """The window fields of the layers ``use_sliding_window`` and ``max_window_layers`` (or
+    ``layer_types``) slide: layer i slides iff i ≥ ``max_window_layers``."""
+    sliding = hf.get("use_sliding_window", False) and hf.get("sliding_window") is not None
+    first = hf.get("max_window_layers", 28)
+    default = ["sliding_attention" if sliding and i >= first else "full_attention"
+               for i in range(hf["num_hidden_layers"])]  # fmt: skip
+    return layer_windows(family, hf, default)
 
 
 def qwen2_config(hf: dict[str, Any]) -> GPTConfig:
