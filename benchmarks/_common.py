@@ -60,6 +60,33 @@ def native_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def load_child(imports: str, load: str) -> str:
+    """A script for ``python -c`` that times one model load in a fresh process and prints
+    JSON: import seconds, load seconds (the ``load`` code alone, which sets ``model``), the
+    peak resident MiB the load added, and the parameter count. ``imports`` runs after torch
+    is imported; both may read ``sys.argv``."""
+    return f"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import torch
+{imports}
+imported = time.perf_counter() - t0
+
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+before = rss_kib()
+t1 = time.perf_counter()
+{load}
+seconds = time.perf_counter() - t1
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+params = sum(p.numel() for p in model.parameters())
+print(json.dumps({{"import_s": imported, "load_s": seconds,
+                  "peak_mib": (peak - before) / 1024, "params": params}}))
+"""
+
+
 def export_checkout(path: Path, dest: Path) -> Path:
     """A clean copy of nanoGPT's files (from a git checkout or a bare mirror)."""
     dest.mkdir(parents=True)

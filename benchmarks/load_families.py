@@ -23,34 +23,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHILD = r"""
-import json, resource, sys, time
-kind, path, seq2seq = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-t0 = time.perf_counter()
-import torch
+from _common import load_child  # benchmarks/_common.py
+
+CHILD = load_child(
+    imports="""kind, path, seq2seq = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 if kind == "glassformer":
     from glassformer import GPT, Seq2SeqTransformer
 else:
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
-imported = time.perf_counter() - t0
-
-def rss_kib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
-
-before = rss_kib()
-t1 = time.perf_counter()
-if kind == "glassformer":
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM""",
+    load="""if kind == "glassformer":
     model = (Seq2SeqTransformer if seq2seq else GPT).from_pretrained(path)
 else:
     auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-    model = auto.from_pretrained(path, dtype=torch.float32)
-seconds = time.perf_counter() - t1
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-params = sum(p.numel() for p in model.parameters())
-print(json.dumps({"import_s": imported, "load_s": seconds,
-                  "peak_mib": (peak - before) / 1024, "params": params}))
-"""
+    model = auto.from_pretrained(path, dtype=torch.float32)""",
+)
 
 DECODER = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                num_attention_heads=8, max_position_embeddings=2048)  # fmt: skip

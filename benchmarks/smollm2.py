@@ -36,38 +36,23 @@ import sys
 import time
 
 import torch
+from _common import load_child  # benchmarks/_common.py
 
-CHILD = r"""
-import json, resource, sys, time
-kind = sys.argv[1]
-t0 = time.perf_counter()
-import torch
+CHILD = load_child(
+    imports="""kind = sys.argv[1]
 if kind == "glassformer":
     from glassformer import GPT
 else:
     from transformers import AutoModelForCausalLM
-    from glassformer.interop.gguf import smollm2_path
-imported = time.perf_counter() - t0
-
-def rss_kib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
-
-before = rss_kib()
-t1 = time.perf_counter()
-if kind == "glassformer":
+    from glassformer.interop.gguf import smollm2_path""",
+    load="""if kind == "glassformer":
     model = GPT.from_pretrained("SmolLM2-135M-Instruct")
 else:
     path = smollm2_path()
     model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
-seconds = time.perf_counter() - t1
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-params = sum(p.numel() for p in model.parameters())
-print(json.dumps({"import_s": imported, "load_s": seconds,
-                  "peak_mib": (peak - before) / 1024, "params": params}))
-"""
+    )""",
+)
 
 LOADERS = ("glassformer", "transformers")
 
