@@ -96,7 +96,11 @@ def fit(
     keep_freed_memory()  # no page faults for the tensors every step allocates again
     world = distributed.setup(config.device)
     try:
-        return _fit(config, Path(resume) if resume else None, tuple(hooks), world)
+        result = _fit(config, Path(resume) if resume else None, tuple(hooks), world)
+        # Every rank done before any takes the group down: a rank that destroyed it while
+        # another was still writing the run was seen to abort at exit (gloo, FSDP).
+        world.barrier()
+        return result
     finally:
         distributed.teardown(world)
 
