@@ -3,13 +3,26 @@
 A CPU's flags do not say. On one 2-core Intel Xeon reporting AVX512-BF16, ``torch.mm`` ran
 at 147 GFLOP/s in bf16 against 276 in fp32; on a 2-core AMD EPYC with the same flag, at
 1,000 against 177. So glassformer times what it would run: matrix products of the model's
-own shapes, in both dtypes, alternating, once per machine. The answer is cached in
-``precision.json`` under the cache folder (``$GLASSFORMER_CACHE`` or ``~/.cache/glassformer``),
-keyed by the processor, torch's version, the thread count and the shapes.
+own shapes, in both dtypes, alternating, and keeps the answer in ``precision.json`` under
+the cache folder (``$GLASSFORMER_CACHE`` or ``~/.cache/glassformer``), keyed by the
+processor, torch's version, the thread count and the shapes.
+
+A busy machine must not write a wrong answer there for good (one run beside other work
+measured bf16 at 0.2 GFLOP/s against fp32's 4.2, and every later run decoded in fp32). So:
+
+- each dtype is timed over many interleaved rounds; its figure comes from the fastest tenth
+  of its rounds (other work only ever slows a round down), and its *spread* (the
+  interquartile range over the median) is kept with it;
+- a measurement is *trusted* only when both spreads are at most ``MAX_SPREAD`` and bf16's
+  figure is within ``PLAUSIBLE``x of fp32's either way; an untrusted one is measured again
+  (``ATTEMPTS`` in all), and if none is trusted the best is used for this run only, never
+  cached; an implausible one never chooses bf16;
+- a cached entry expires after ``EXPIRES_DAYS`` days, and ``glassformer bench precision
+  --refresh`` measures every entry of this machine again.
 
     >>> m = bf16_measurement([(4096, 384, 1536)])
-    >>> m.fp32_gflops, m.bf16_gflops, m.bf16_faster    # doctest: +SKIP
-    (177.0, 1000.0, True)
+    >>> m.fp32_gflops, m.bf16_gflops, m.bf16_faster, m.trusted    # doctest: +SKIP
+    (177.0, 1000.0, True, True)
 
 ``resolve_bf16(setting, shapes)`` is what ``train --bf16 auto|on|off`` does with it, and
 ``resolve_dtype(model, "auto")`` what ``model.for_inference("auto")`` and ``--dtype auto``
@@ -25,8 +38,8 @@ import platform
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +52,28 @@ CACHE_FILE = "precision.json"
 # bf16 must be at least this much faster to be chosen: a product that is only as fast
 # in bf16 costs accuracy for nothing.
 MARGIN = 1.1
+MAX_SPREAD = 0.25  # interquartile range over median: above it, a figure is noise
+# bf16 against fp32 on the same products has measured 0.53x to 5.6x on real machines; a
+# ratio outside 1/PLAUSIBLE..PLAUSIBLE says the timing was disturbed, not the hardware.
+PLAUSIBLE = 12.0
+ATTEMPTS = 3  # measurements tried before an untrusted one is used, uncached
+MIN_ROUNDS = 15  # rounds of each dtype in one measurement, at least
+EXPIRES_DAYS = 30.0
 Shape = tuple[int, int, int]  # (m, k, n): an (m, k) by (k, n) product
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """Matrix-product throughput of the same shapes in fp32 and bf16 (GFLOP/s)."""
+    """Matrix-product throughput of the same shapes in fp32 and bf16 (GFLOP/s), each with
+    its spread over the rounds (interquartile range over median), when it was measured
+    (Unix time) and whether it came from the cache."""
 
     fp32_gflops: float
     bf16_gflops: float
+    fp32_spread: float = 0.0
+    bf16_spread: float = 0.0
+    measured_at: float = 0.0
+    cached: bool = False
 
     @property
     def speedup(self) -> float:
@@ -55,13 +81,26 @@ class Measurement:
         return self.bf16_gflops / self.fp32_gflops
 
     @property
+    def plausible(self) -> bool:
+        return 1 / PLAUSIBLE <= self.speedup <= PLAUSIBLE
+
+    @property
+    def trusted(self) -> bool:
+        """Quiet enough and plausible enough to keep as this machine's answer."""
+        return self.plausible and max(self.fp32_spread, self.bf16_spread) <= MAX_SPREAD
+
+    @property
     def bf16_faster(self) -> bool:
-        return self.speedup >= MARGIN
+        return self.plausible and self.speedup >= MARGIN
 
     def describe(self) -> str:
+        when = "cached from " + time.strftime("%Y-%m-%d", time.localtime(self.measured_at))
+        if not self.cached:
+            when = "measured here" + ("" if self.trusted else "; too noisy to cache")
         return (
-            f"bf16 {self.bf16_gflops:,.0f} vs fp32 {self.fp32_gflops:,.0f} GFLOP/s "
-            f"({self.speedup:.2f}x), measured here"
+            f"bf16 {self.bf16_gflops:,.1f} ±{self.bf16_spread:.0%} vs fp32 "
+            f"{self.fp32_gflops:,.1f} ±{self.fp32_spread:.0%} GFLOP/s "
+            f"({self.speedup:.2f}x), {when}"
         )
 
 
@@ -72,8 +111,10 @@ def bf16_measurement(
     seconds: float = 0.25,
     cache_dir: str | Path | None = None,
     linear: bool = False,
+    refresh: bool = False,
 ) -> Measurement:
-    """Time ``shapes`` in fp32 and bf16 on ``device`` (cached per machine).
+    """Time ``shapes`` in fp32 and bf16 on ``device``; a trusted answer is cached per
+    machine for ``EXPIRES_DAYS`` (``refresh=True`` measures again regardless).
 
     ``linear=True`` times them as a linear layer does, ``F.linear(x, w)`` with the weight
     stored (n, k), the layout decoding reads; bf16's gain differs by layout (SmolLM2's
@@ -84,12 +125,70 @@ def bf16_measurement(
     key = _cache_key(shapes, device) + ("; linear" if linear else "")
     path = cache_root(cache_dir) / CACHE_FILE
     cached = _read_cache(path)
-    if key in cached:
-        return Measurement(**cached[key])
-    measured = _measure(shapes, device, seconds, linear)
-    cached[key] = asdict(measured)
-    _write_cache(path, cached)
-    return measured
+    entry = None if refresh else _usable(cached.get(key))
+    if entry is not None:
+        return entry
+    tries = []
+    for _ in range(ATTEMPTS):
+        tries.append(_measure(shapes, device, seconds, linear))
+        if tries[-1].trusted:
+            cached = _read_cache(path)  # another process may have written meanwhile
+            counts = Counter(tuple(s) for s in shapes)
+            shapes_field = [[*s, n] for s, n in counts.items()]  # (m, k, n, how many)
+            cached[key] = {**asdict(tries[-1]), "shapes": shapes_field}
+            del cached[key]["cached"]
+            _write_cache(path, cached)
+            return tries[-1]
+    # none trusted: the plausible one of least spread, for this run only
+    return min(tries, key=lambda m: (not m.plausible, max(m.fp32_spread, m.bf16_spread)))
+
+
+def refresh(
+    cache_dir: str | Path | None = None, seconds: float = 0.25
+) -> list[tuple[str, Measurement | None, Measurement]]:
+    """Measure every cached entry of this machine again: ``(key, cached, new)`` for each
+    (``cached`` None where the old entry was expired or untrusted). Entries of other
+    machines, torch versions or thread counts are left as they are."""
+    path = cache_root(cache_dir) / CACHE_FILE
+    here = _this_machine()
+    done: list[tuple[str, Measurement | None, Measurement]] = []
+    for key, entry in _read_cache(path).items():
+        shapes = entry.get("shapes") if isinstance(entry, dict) else None
+        if not key.startswith(here) or not shapes:
+            continue
+        new = bf16_measurement(
+            [(m, k, n) for m, k, n, count in shapes for _ in range(count)],
+            seconds=seconds,
+            cache_dir=cache_dir,
+            linear=key.endswith("; linear"),
+            refresh=True,
+        )
+        done.append((key, _usable(entry), new))
+    return done
+
+
+def cached(cache_dir: str | Path | None = None) -> list[tuple[str, Measurement]]:
+    """This machine's cached entries that are still trusted and unexpired, by key."""
+    here = _this_machine()
+    entries = _read_cache(cache_root(cache_dir) / CACHE_FILE).items()
+    usable = ((key, _usable(entry)) for key, entry in entries if key.startswith(here))
+    return [(key, m) for key, m in usable if m is not None]
+
+
+def _usable(entry: Any) -> Measurement | None:
+    """A cached entry as a Measurement, or None when it is unreadable, expired or untrusted
+    (written by an older glassformer that cached any answer, or edited by hand)."""
+    if not isinstance(entry, dict):
+        return None
+    names = {f.name for f in fields(Measurement)} - {"cached"}
+    try:
+        m = Measurement(**{k: float(v) for k, v in entry.items() if k in names}, cached=True)
+    except (TypeError, ValueError):
+        return None
+    age_days = (time.time() - m.measured_at) / 86400
+    if not m.trusted or m.fp32_gflops <= 0 or not 0 <= age_days <= EXPIRES_DAYS:
+        return None
+    return m
 
 
 def resolve_bf16(
@@ -162,7 +261,41 @@ def resolve_dtype(
 def _measure(
     shapes: Sequence[Shape], device: torch.device, seconds: float, linear: bool = False
 ) -> Measurement:
-    """Median throughput over alternating rounds of every shape in each dtype."""
+    """Interleaved rounds of every shape in each dtype, at least ``MIN_ROUNDS`` each and for
+    about ``2 * seconds``: each dtype's figure from its fastest tenth of rounds, with its
+    spread."""
+    one_round = _round_timer(shapes, device, linear)
+    dtypes = (torch.float32, torch.bfloat16)
+    for dtype in dtypes:  # warm-up: kernels chosen, memory touched
+        one_round(dtype)
+    rounds: dict[torch.dtype, list[float]] = {dtype: [] for dtype in dtypes}
+    deadline = time.perf_counter() + 2 * seconds
+    while time.perf_counter() < deadline or len(rounds[torch.bfloat16]) < MIN_ROUNDS:
+        for dtype in dtypes:
+            rounds[dtype].append(one_round(dtype))
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    (fp32, fp32_spread), (bf16, bf16_spread) = (_summary(rounds[d]) for d in dtypes)
+    return Measurement(
+        fp32_gflops=float(f"{flops / fp32 / 1e9:.3g}"),  # three digits: tiny products too
+        bf16_gflops=float(f"{flops / bf16 / 1e9:.3g}"),
+        fp32_spread=round(fp32_spread, 3),
+        bf16_spread=round(bf16_spread, 3),
+        measured_at=round(time.time()),
+    )
+
+
+def _summary(times: list[float]) -> tuple[float, float]:
+    """(the tenth percentile of ``times``, interquartile range over median)."""
+    q = sorted(times)
+    n = len(q) - 1
+    fast, q1, q2, q3 = (q[round(n * f)] for f in (0.1, 0.25, 0.5, 0.75))
+    return fast, (q3 - q1) / q2
+
+
+def _round_timer(
+    shapes: Sequence[Shape], device: torch.device, linear: bool
+) -> Callable[[torch.dtype], float]:
+    """A function timing one round of ``shapes`` in a dtype (seconds), operands made once."""
 
     def operands(m: int, k: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         second = (n, k) if linear else (k, n)  # a linear layer's weight is stored (n, k)
@@ -172,12 +305,10 @@ def _measure(
         )
 
     product = torch.nn.functional.linear if linear else torch.matmul
-
     pairs = {
         dtype: [operands(m, k, n, dtype) for m, k, n in shapes]
         for dtype in (torch.float32, torch.bfloat16)
     }
-    flops = sum(2 * m * k * n for m, k, n in shapes)
 
     def one_round(dtype: torch.dtype) -> float:
         start = time.perf_counter()
@@ -187,15 +318,7 @@ def _measure(
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
 
-    for dtype in pairs:  # warm-up: kernels chosen, memory touched
-        one_round(dtype)
-    rounds: dict[torch.dtype, list[float]] = {dtype: [] for dtype in pairs}
-    deadline = time.perf_counter() + 2 * seconds
-    while time.perf_counter() < deadline or len(rounds[torch.bfloat16]) < 3:
-        for dtype in pairs:
-            rounds[dtype].append(one_round(dtype))
-    fp32, bf16 = (flops / sorted(r)[len(r) // 2] / 1e9 for r in rounds.values())
-    return Measurement(fp32_gflops=round(fp32, 1), bf16_gflops=round(bf16, 1))
+    return one_round
 
 
 def _cache_key(shapes: Sequence[Shape], device: torch.device) -> str:
@@ -206,6 +329,11 @@ def _cache_key(shapes: Sequence[Shape], device: torch.device) -> str:
     counts = Counter(tuple(s) for s in shapes)  # in first-seen order
     dims = " ".join("x".join(map(str, s)) + (f"*{n}" if n > 1 else "") for s, n in counts.items())
     return f"{where}; torch {torch.__version__}; {dims}"
+
+
+def _this_machine() -> str:
+    """The start of this machine's CPU cache keys: processor, threads, torch version."""
+    return _cache_key([(1, 1, 1)], torch.device("cpu")).rsplit("; ", 1)[0] + "; "
 
 
 def _processor() -> str:

@@ -27,6 +27,9 @@ several repeats, and prints medians and ratios:
                  kept, as `glassformer train` runs (separate processes, alternating)
   precision-quality  held-out perplexity at fp32, bf16, int8 and int4 (SmolLM2 on IMDb;
                  --run DIR: a `train lm` run on its validation text)
+  precision      what `--dtype auto` and `--bf16 auto` chose on this machine: each cached
+                 measurement with its spread and age (--refresh: measure them all again;
+                 --model M: that model's decoding products)
   scaling        time and peak memory of one attention layer and of a model against
                  sequence length (128 to 16,384 tokens): the readable path, the fused one
                  and local attention; fitted exponents, a PNG and a JSON in --out (slow)
@@ -59,6 +62,7 @@ SCRIPTS = {
     "modern-block": "modern_block.py",
     "scaling": "scaling.py",
     "precision-quality": "precision_quality.py",
+    "precision": "",  # in this process: glassformer.precision, no script
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {
@@ -86,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="smollm2: also llama.cpp, through a Python that has llama-cpp-python",
     )
     p.add_argument(
+        "--refresh", action="store_true", help="precision: measure every cached entry again"
+    )
+    p.add_argument("--model", help="precision: also measure this model's decoding products")
+    p.add_argument(
         "--benchmarks",
         default=None,
         help="the benchmarks/ folder (default: the one beside this source checkout)",
@@ -112,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("nanogpt-lm needs --nanogpt PATH (a nanoGPT checkout)")
     if args.nanogpt and not Path(args.nanogpt).exists():
         raise ValueError(f"--nanogpt {args.nanogpt}: no such directory")
+    if "precision" in args.names:
+        if len(args.names) > 1:
+            raise ValueError("glassformer bench precision runs alone; name no other benchmark")
+        return precision_report(args.refresh, args.model)
     folder = benchmarks_dir(args.benchmarks)
     failed = []
     for name in args.names or DEFAULT:
@@ -131,3 +143,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"glassformer bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def precision_report(refresh: bool, model_name: str | None) -> int:
+    """Print this machine's precision measurements (measured again with ``refresh``), and
+    ``model_name``'s choice."""
+    from glassformer import precision
+
+    print(f"precision measurements in {precision.cache_root() / precision.CACHE_FILE}:")
+    if refresh:
+        for key, old, new in precision.refresh():
+            was = f"was {old.describe()}" if old else "was expired or untrusted"
+            print(f"  {_label(key)}: {_choice(new)} ({new.describe()}; {was})")
+    else:
+        for key, m in precision.cached():
+            print(f"  {_label(key)}: {_choice(m)} ({m.describe()})")
+    if model_name:
+        from glassformer.inference import load_run
+
+        model, _ = load_run(model_name)
+        m = precision.decoding_measurement(model, refresh=refresh)
+        print(f"  {model_name} decoding: {_choice(m)} ({m.describe()})")
+    return 0
+
+
+def _label(key: str) -> str:
+    """A cache key's shapes, shortened: the count of products and the first of them."""
+    dims = key.split("; ")[2].split()
+    more = f" and {len(dims) - 1} other shapes" if len(dims) > 1 else ""
+    return f"{dims[0]}{more}{' as linear layers' if key.endswith('; linear') else ''}"
+
+
+def _choice(m) -> str:
+    return "bf16" if m.bf16_faster else "fp32"
