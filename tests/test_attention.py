@@ -384,3 +384,20 @@ def test_grouped_query_fused_path_shares_kv_heads_in_the_kernel_and_equals_the_r
     (g_readable,) = torch.autograd.grad(readable.square().sum(), x)
     torch.testing.assert_close(fused, readable, atol=1e-6, rtol=0)
     torch.testing.assert_close(g_fused, g_readable, atol=1e-6, rtol=0)
+
+
+def test_one_query_under_compilation_equals_the_fused_kernel():
+    """A decoding step's attention, compiled, is spelled out as products the compiler fuses
+    (``sdpa._one_query``): equal to PyTorch's fused kernel, grouped heads and a padding
+    mask included."""
+    from glassformer.modules.sdpa import fused_attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 1, 16, generator=g)
+    k, v = torch.randn(2, 2, 9, 16, generator=g), torch.randn(2, 2, 9, 16, generator=g)
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., :4] = False  # a left-padded row
+    for m in (None, mask):
+        compiled = torch.compile(fused_attention, fullgraph=True)(q, k, v, m)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+        torch.testing.assert_close(compiled, expected, atol=1e-6, rtol=0)

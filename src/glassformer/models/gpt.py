@@ -17,6 +17,7 @@ Reading order of one forward: this file, ``models/backbone.py``, ``modules/block
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
@@ -179,6 +180,9 @@ class GPT(Backbone):
     config: GPTConfig
     embed: TokenEmbedding
     HEADS = ("lm_head",)
+    # A model read from a GGUF file: {weight name: its blocks' parts}, read again from the
+    # file when ``for_inference("gguf")`` asks (``glassformer.interop.gguf.model``).
+    gguf_blocks: Callable[[], dict[str, list[tuple[int, Tensor]]]] | None = None
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__(config, **parts.decoder_only(config))

@@ -8,6 +8,9 @@
   head (``VOCABULARY_HEADS``). The embeddings, norms and biases, and so the activations, are
   bf16: the dtype PyTorch's int8/int4 CPU kernels are built for. Quantisation costs some
   accuracy: the README gives the held-out perplexity of each against fp32.
+- ``"gguf"``: a model read from a GGUF file computes from the file's own blocks
+  (``glassformer.modules.gguf_linear``: Q4_0 … Q6_K as stored, no second quantisation),
+  everything else, and so the activations, in fp32.
 - ``"auto"``: bf16 if this machine multiplies the model's decoding shapes measurably faster
   in bf16 than in fp32 (``glassformer.precision``, measured once and cached), else fp32. It
   never quantises: that is a choice of accuracy, left to the user.
@@ -20,6 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from glassformer.modules.feedforward import GatedFeedForward
+from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear
+from glassformer.modules.position import TokenEmbedding
 from glassformer.modules.quantized import QUANTISED, Int4Linear, Int8Linear, int4_group_size
 from glassformer.precision import check_dtype, resolve_dtype
 
@@ -43,6 +49,8 @@ def prepare_for_inference(
     model.eval()
     if chosen in _TORCH_DTYPES:
         model.to(_TORCH_DTYPES[chosen])
+    elif chosen == "gguf":
+        use_gguf_blocks(model, device)
     else:
         if chosen == "int4" and device.type != "cpu":
             raise ValueError(f"int4 weights run on the CPU only; the model is on {device}")
@@ -55,6 +63,39 @@ def prepare_for_inference(
     model.inference_dtype = chosen
     model.precision_measurement = measured
     return model
+
+
+def use_gguf_blocks(model: Any, device: torch.device) -> None:
+    """Put the blocks of the GGUF file ``model`` was read from into its layers: each linear
+    layer (and a token table) whose weight the file stores in a computed block type."""
+    source = getattr(model, "gguf_blocks", None)
+    if source is None:
+        raise ValueError(
+            "dtype 'gguf' computes from a GGUF file's own blocks, and this model was not read "
+            "from one (GPT.from_pretrained('model.gguf') or 'SmolLM2-135M-Instruct')"
+        )
+    if device.type != "cpu":
+        raise ValueError(f"GGUF blocks are computed on the CPU only; the model is on {device}")
+    model.float()
+    modules = dict(model.named_modules())
+    for weight, parts in source().items():
+        path = weight.removesuffix(".weight")
+        parent_path, _, name = path.rpartition(".")
+        old = modules[path]
+        if isinstance(old, nn.Linear):
+            bias = None if old.bias is None else old.bias.detach()
+            new: nn.Module = GGUFLinear(parts, old.in_features, bias)
+        elif isinstance(old, TokenEmbedding) and len(parts) == 1:
+            new = GGUFEmbedding(parts[0], old.embedding_dim, old.scale)
+        else:
+            continue  # stays in fp32
+        setattr(modules[parent_path] if parent_path else model, name, new)
+    for module in model.modules():  # gate and up in one product: one call a step, not two
+        if isinstance(module, GatedFeedForward) and isinstance(module.gate_proj, GGUFLinear):
+            up = module.up_proj
+            if isinstance(up, GGUFLinear) and module.gate_proj.bias is None and up.bias is None:
+                parts = module.gate_proj.parts() + up.parts()
+                module.gate_up = GGUFLinear(parts, module.gate_proj.in_features)
 
 
 # The vocabulary heads stay int8 under int4: SmolLM2's (its tied token table, 28 M of its

@@ -16,6 +16,7 @@ Every problem with a file is one ``CheckpointError`` line that starts with its p
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +29,7 @@ from glassformer.interop.gguf.families import family_config, family_name, family
 from glassformer.interop.gguf.header import check_header
 from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
+from glassformer.modules.gguf_linear import COMPUTED
 
 FAMILIES = ("gemma3", "gptneox")  # laid out unlike Llama (``families``)
 
@@ -92,15 +94,34 @@ def read_gguf_weights(
     return config, state
 
 
+def read_gguf_rows(
+    path: str | Path,
+) -> tuple[dict[str, Any], dict[str, Tensor], list[tuple[int, Tensor]]]:
+    """``read_gguf_weights`` with every 2-D tensor of a block type that
+    ``glassformer.modules.gguf_linear`` computes from left as blocks: ``(hf_config, state,
+    blocks)``. In ``state`` such a tensor is a column of row numbers (rows, 1), float64,
+    counting on from one tensor to the next, and arranged as its weight's rows are (the
+    reordered rotary rows of q and k, NeoX's regrouped heads); ``blocks`` lists each such
+    tensor's (ggml type, its rows' bytes (rows, bytes per row) uint8, read from the file's
+    memory map). A model's weight map then moves the row numbers as it moves weights."""
+    blocks: list[tuple[int, Tensor]] = []
+    config, state, _ = _checked_read(path, torch.float32, with_tokenizer=False, blocks=blocks)
+    return config, state, blocks
+
+
 def _checked_read(
-    path: str | Path, dtype: torch.dtype, *, with_tokenizer: bool
+    path: str | Path,
+    dtype: torch.dtype,
+    *,
+    with_tokenizer: bool,
+    blocks: list[tuple[int, Tensor]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dtype {dtype} is not supported; use torch.float32 or torch.bfloat16")
     path = Path(path)
     gguf = _require_gguf()
     try:
-        return _read(gguf, path, dtype, with_tokenizer)
+        return _read(gguf, path, dtype, with_tokenizer, blocks)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
 
@@ -135,7 +156,11 @@ def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
 
 
 def _read(
-    gguf: Any, path: Path, dtype: torch.dtype, with_tokenizer: bool
+    gguf: Any,
+    path: Path,
+    dtype: torch.dtype,
+    with_tokenizer: bool,
+    blocks: list[tuple[int, Tensor]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
     reader, meta = _open(gguf, path)
     for t in reader.tensors:
@@ -156,15 +181,28 @@ def _read(
     for t in reader.tensors:
         name = family_name(arch, t.name) if family else hf_name(t.name)
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the innermost first
-        value = dequantize(t.data, int(t.tensor_type), shape, t.tensor_type.name)
+        if blocks is not None and len(shape) == 2 and int(t.tensor_type) in COMPUTED:
+            value = _row_numbers(blocks, int(t.tensor_type), t.data, shape[0])
+        else:
+            value = dequantize(t.data, int(t.tensor_type), shape, t.tensor_type.name)
         if family:
             value = family_tensor(arch, name, value, config["num_attention_heads"])
         elif (projection := name.split(".")[-2]) in rope_heads:
             value = unpermute_rope_rows(value, rope_heads[projection])
-        state[name] = value.to(dtype)
+        state[name] = value if value.dtype == torch.float64 else value.to(dtype)
     if not family:  # (a family's loader names a missing tensor itself)
         _check_complete(state, config)
     return config, state, build_tokenizer(meta) if with_tokenizer else None
+
+
+def _row_numbers(blocks: list[tuple[int, Tensor]], kind: int, data: Any, rows: int) -> Tensor:
+    """Keep a tensor's blocks (``read_gguf_rows``); its row numbers, (rows, 1) float64."""
+    first = sum(len(b) for _, b in blocks)
+    with warnings.catch_warnings():  # the memory map is read-only, and is only ever read
+        warnings.simplefilter("ignore", UserWarning)
+        raw = torch.from_numpy(data.reshape(rows, -1))
+    blocks.append((kind, raw))
+    return torch.arange(first, first + rows, dtype=torch.float64)[:, None]
 
 
 def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:

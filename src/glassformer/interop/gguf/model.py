@@ -3,19 +3,26 @@
 The file's tensors are read under Hugging Face's names (``read_gguf_weights``) and its
 metadata as that family's ``config.json``; the family's own config reader then builds the
 model, as for a Hugging Face directory.
+
+The model keeps where it came from: ``model.for_inference("gguf")`` puts the file's own
+blocks back in its linear layers (``gguf_parts``: which rows of which tensors each layer's
+weight is, found by passing row numbers through the same weight map).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from glassformer.checkpoint import register_format
+from glassformer.errors import CheckpointError
 from glassformer.interop._hf import build_config, model_holding
 from glassformer.interop.gemma import from_gemma_state, gemma_config
-from glassformer.interop.gguf import read_gguf_weights
+from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state, gpt_neox_config
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.interop.qwen import qwen2_config, qwen3_config
@@ -38,7 +45,50 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> GPT:
     hf, state = read_gguf_weights(path, dtype=dtype)
     make, convert = CONFIGS[hf["model_type"]]
     config = build_config(make, hf, path)
-    return model_holding(GPT, config, convert(state, config))
+    return remembering_blocks(model_holding(GPT, config, convert(state, config)), path)
+
+
+def remembering_blocks(model: GPT, path: Path) -> GPT:
+    """``model``, able to put the blocks of ``path`` back (``for_inference("gguf")``)."""
+    model.gguf_blocks = functools.partial(gguf_parts, path)
+    return model
+
+
+Part = tuple[int, Tensor]
+
+
+def gguf_parts(path: str | Path) -> dict[str, list[Part]]:
+    """``{weight name: parts}`` for every weight of the model of ``path`` whose tensors are
+    of a type computed from blocks: the (type, rows) of each stretch of its rows."""
+    hf, state, blocks = read_gguf_rows(path)
+    make, convert = CONFIGS[hf["model_type"]]
+    config = build_config(make, hf, Path(path))
+    weights = convert(state, config)
+    return {
+        name: _parts(rows, blocks) for name, rows in weights.items() if rows.dtype == torch.float64
+    }
+
+
+def _parts(rows: Tensor, blocks: list[Part]) -> list[Part]:
+    """A weight's row numbers (N, 1) → its parts: each run of rows from one tensor, a view
+    of the file's rows where they are in order, else gathered (q and k's rotary order)."""
+    counts = torch.tensor([len(b) for _, b in blocks])
+    firsts = torch.cumsum(counts, 0) - counts
+    if rows.dim() != 2 or rows.shape[1] != 1 or not bool((rows == rows.round()).all()):
+        raise CheckpointError("a weight map changed a quantised tensor; keep it in fp32")
+    ids = rows[:, 0].long()
+    which = torch.searchsorted(firsts, ids, right=True) - 1
+    ends = (torch.nonzero(which[1:] != which[:-1])[:, 0] + 1).tolist() + [len(ids)]
+    parts, start = [], 0
+    for end in ends:
+        k = int(which[start])
+        kind, raw = blocks[k]
+        local = ids[start:end] - firsts[k]
+        first = int(local[0])
+        in_order = bool((local == torch.arange(first, first + len(local))).all())
+        parts.append((kind, raw[first : first + len(local)] if in_order else raw[local]))
+        start = end
+    return parts
 
 
 register_format(".gguf", "gpt", load_gguf)

@@ -1,0 +1,325 @@
+/* Matrix products straight from GGUF blocks (llama.cpp's weight formats), fp32 activations.
+
+   y[m, n] = sum_k x[m, k] * w[n, k], where row n of w is stored as the file stores it: K / V
+   blocks of B bytes (V = 32 for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; 256 for the K-quants).
+   glassformer.modules.gguf_blocks documents the layouts. `decode` turns one block into its
+   fp32 values with the arithmetic of the gguf package's reference decoder, operation for
+   operation (so gguf_dequantize equals it bit for bit); the products sum in fp32, with
+   AVX-512 where the compiler targets it. Rows are shared among OpenMP threads.
+
+   Built by glassformer.modules.gguf_linear with the machine's C compiler (-O3 -march=native
+   -fopenmp -ffp-contract=off), loaded with ctypes. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+
+static inline float half(const uint8_t *p) {
+    _Float16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+}
+
+static inline uint32_t word(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* bytes per block, values per block */
+static int block_bytes(int type) {
+    switch (type) {
+        case Q4_0: return 18;
+        case Q4_1: return 20;
+        case Q5_0: return 22;
+        case Q5_1: return 24;
+        case Q8_0: return 34;
+        case Q4_K: return 144;
+        case Q5_K: return 176;
+        case Q6_K: return 210;
+        default: return 0;
+    }
+}
+
+static int block_values(int type) { return type >= Q4_K ? 256 : 32; }
+
+static int64_t row_bytes(int type, int64_t K) { return K / block_values(type) * block_bytes(type); }
+
+/* Q4_K's and Q5_K's six-bit scale and min of sub-block j from the 12 packed bytes. */
+static inline void scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One block's values, as the reference decodes them. */
+static void decode(int type, const uint8_t *b, float *out) {
+    switch (type) {
+        case Q8_0: {
+            const float d = half(b);
+            for (int i = 0; i < 32; i++) out[i] = (float)(int8_t)b[2 + i] * d;
+            break;
+        }
+        case Q4_0: case Q4_1: case Q5_0: case Q5_1: {
+            const int min = type == Q4_1 || type == Q5_1, five = type == Q5_0 || type == Q5_1;
+            const float d = half(b), m = min ? half(b + 2) : 0.0f;
+            const uint32_t qh = five ? word(b + 2 + 2 * min) : 0;
+            const uint8_t *qs = b + 2 + 2 * min + 4 * five;
+            const int offset = min ? 0 : (five ? 16 : 8);
+            for (int i = 0; i < 32; i++) {
+                int q = (qs[i % 16] >> (4 * (i / 16))) & 15;
+                q |= (int)((qh >> i) & 1) << 4;
+                out[i] = min ? d * (float)q + m : d * (float)(q - offset);
+            }
+            break;
+        }
+        case Q4_K: case Q5_K: {
+            const int five = type == Q5_K;
+            const float d = half(b), dmin = half(b + 2);
+            const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+            for (int t = 0; t < 8; t++) {
+                int sc, mn;
+                scale_min(b + 4, t, &sc, &mn);
+                const float s = d * (float)sc, m = dmin * (float)mn;
+                for (int i = 0; i < 32; i++) {
+                    int q = (qs[32 * (t / 2) + i] >> (4 * (t % 2))) & 15;
+                    if (five) q |= ((qh[i] >> t) & 1) << 4;
+                    out[32 * t + i] = s * (float)q - m;
+                }
+            }
+            break;
+        }
+        case Q6_K: {
+            const float d = half(b + 208);
+            const int8_t *sc = (const int8_t *)(b + 192);
+            for (int h = 0; h < 2; h++)
+                for (int t = 0; t < 4; t++)
+                    for (int i = 0; i < 32; i++) {
+                        const int lo = (b[64 * h + 32 * (t % 2) + i] >> (4 * (t / 2))) & 15;
+                        const int hi = (b[128 + 32 * h + i] >> (2 * t)) & 3;
+                        const int v = 128 * h + 32 * t + i;
+                        out[v] = (d * (float)sc[v / 16]) * (float)((lo | hi << 4) - 32);
+                    }
+            break;
+        }
+    }
+}
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* The sums with AVX-512: 16 lanes, the weights widened to int32 then fp32. A block's offset
+   (Q4_0's -8, Q5_0's -16, Q4_1's and Q5_1's +m, the K-quants' mins) is taken out of the sum,
+   sum_i (s q_i + c) x_i = s sum_i q_i x_i + c sum_i x_i, with the 32-value sums of x (sx)
+   computed once per row of x. */
+
+static inline __m512i widen(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* 16 values' fifth bits, bit `shift` of each of `bits`, as 0 or 16 */
+static inline __m512i fifth(__m512i bits, int shift) {
+    return _mm512_and_si512(_mm512_slli_epi32(_mm512_srl_epi32(bits, _mm_cvtsi32_si128(shift)), 4),
+                            _mm512_set1_epi32(16));
+}
+
+/* q (two halves of 16 values, as fp32) times x, summed per lane: 16 partial sums of a block */
+static inline __m512 times(__m512 q0, __m512 q1, const float *x) {
+    return _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(x)));
+}
+
+static inline __m512 as_float(__m512i q) { return _mm512_cvtepi32_ps(q); }
+
+/* A 4-bit value (the low four bits of each lane) to fp32 by table lookup, one instruction:
+   `table` holds the 16 values, minus the format's offset where it has one. */
+static inline __m512 nibble(__m512i v, __m512 table) { return _mm512_permutexvar_ps(v, table); }
+
+/* A 5-bit value (0..31 in each lane) by two tables: values 0-15 and 16-31. */
+static inline __m512 five_bits(__m512i v, __m512 low, __m512 high) {
+    return _mm512_permutex2var_ps(low, v, high);
+}
+
+static inline __m512 table(int first) {
+    return _mm512_setr_ps(first, first + 1, first + 2, first + 3, first + 4, first + 5, first + 6,
+                          first + 7, first + 8, first + 9, first + 10, first + 11, first + 12,
+                          first + 13, first + 14, first + 15);
+}
+
+#ifndef AHEAD
+#define AHEAD 2048 /* bytes of the row prefetched ahead of the block in use */
+#endif
+
+static float dot_small(int type, const uint8_t *b, const float *x, const float *sx, int64_t K) {
+    const int bytes = block_bytes(type), min = type == Q4_1 || type == Q5_1;
+    const int five = type == Q5_0 || type == Q5_1, offset = min ? 0 : (five ? -16 : -8);
+    const __m512i low = _mm512_set1_epi32(15);
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 table_low = table(offset), table_high = table(offset + 16);
+    __m512 acc = _mm512_setzero_ps();
+    float offsets = 0.0f;
+    for (int64_t k = 0; k < K; k += 32, b += bytes) {
+        _mm_prefetch((const char *)b + AHEAD, _MM_HINT_T0);
+        const float d = half(b);
+        __m512 q0, q1;
+        if (type == Q8_0) {
+            q0 = as_float(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2))));
+            q1 = as_float(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18))));
+        } else if (five) {
+            const __m512i v = widen(b + 6 + 2 * min);
+            const uint32_t qh = word(b + 2 + 2 * min);
+            const __m512i h0 = _mm512_srlv_epi32(_mm512_set1_epi32((int)qh), lanes);
+            const __m512i h1 = _mm512_srlv_epi32(_mm512_set1_epi32((int)(qh >> 16)), lanes);
+            q0 = five_bits(_mm512_or_si512(_mm512_and_si512(v, low), fifth(h0, 0)), table_low, table_high);
+            q1 = five_bits(_mm512_or_si512(_mm512_srli_epi32(v, 4), fifth(h1, 0)), table_low, table_high);
+        } else {
+            const __m512i v = widen(b + 2 + 2 * min);
+            q0 = nibble(v, table_low);
+            q1 = nibble(_mm512_srli_epi32(v, 4), table_low);
+        }
+        if (min) offsets += half(b + 2) * sx[k / 32];
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), times(q0, q1, x + k), acc);
+    }
+    return _mm512_reduce_add_ps(acc) + offsets;
+}
+
+static float dot_k4_or_5(const uint8_t *b, const float *x, const float *sx, int64_t K, int five) {
+    const __m512i low = _mm512_set1_epi32(15);
+    const int64_t bytes = five ? 176 : 144;
+    __m512 acc = _mm512_setzero_ps();
+    float offsets = 0.0f;
+    const __m512 table_low = table(0), table_high = table(16);
+    for (int64_t k = 0; k < K; k += 256, b += bytes) {
+        _mm_prefetch((const char *)b + AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + AHEAD + 128, _MM_HINT_T0);
+        const float d = half(b), dmin = half(b + 2);
+        const uint8_t *qs = b + (five ? 48 : 16);
+        int sc[8], mn[8];
+        for (int t = 0; t < 8; t++) scale_min(b + 4, t, &sc[t], &mn[t]);
+        const __m512i h0 = five ? widen(b + 16) : _mm512_setzero_si512();
+        const __m512i h1 = five ? widen(b + 32) : _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            const __m512i v0 = widen(qs + 32 * j), v1 = widen(qs + 32 * j + 16);
+            const __m512i e0 = _mm512_srli_epi32(v0, 4), f0 = _mm512_srli_epi32(v1, 4);
+            __m512 a, c, e, f;
+            if (five) {
+                const __m512i a0 = _mm512_and_si512(v0, low), c0 = _mm512_and_si512(v1, low);
+                a = five_bits(_mm512_or_si512(a0, fifth(h0, 2 * j)), table_low, table_high);
+                c = five_bits(_mm512_or_si512(c0, fifth(h1, 2 * j)), table_low, table_high);
+                e = five_bits(_mm512_or_si512(e0, fifth(h0, 2 * j + 1)), table_low, table_high);
+                f = five_bits(_mm512_or_si512(f0, fifth(h1, 2 * j + 1)), table_low, table_high);
+            } else {
+                a = nibble(v0, table_low), c = nibble(v1, table_low);
+                e = nibble(e0, table_low), f = nibble(f0, table_low);
+            }
+            const float *xs = x + k + 64 * j;
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[2 * j]), times(a, c, xs), acc);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[2 * j + 1]), times(e, f, xs + 32), acc);
+            offsets -= dmin * (float)mn[2 * j] * sx[k / 32 + 2 * j];
+            offsets -= dmin * (float)mn[2 * j + 1] * sx[k / 32 + 2 * j + 1];
+        }
+    }
+    return _mm512_reduce_add_ps(acc) + offsets;
+}
+
+static float dot_q6_k(const uint8_t *b, const float *x, int64_t K) {
+    const __m512i low = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), mid = _mm512_set1_epi32(32);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 256, b += 210) {
+        for (int line = 0; line < 4; line++) _mm_prefetch((const char *)b + AHEAD + 64 * line, _MM_HINT_T0);
+        const float d = half(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int h = 0; h < 2; h++) {
+            const __m512i g0 = widen(b + 128 + 32 * h), g1 = widen(b + 128 + 32 * h + 16);
+            const __m512i l0 = widen(b + 64 * h), l1 = widen(b + 64 * h + 16);
+            const __m512i l2 = widen(b + 64 * h + 32), l3 = widen(b + 64 * h + 48);
+            for (int t = 0; t < 4; t++) {
+                const __m512i a = t % 2 ? l2 : l0, c = t % 2 ? l3 : l1;
+                const __m128i down = _mm_cvtsi32_si128(4 * (t / 2)), up = _mm_cvtsi32_si128(2 * t);
+                for (int part = 0; part < 2; part++) {
+                    const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(part ? c : a, down), low);
+                    const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(part ? g1 : g0, up), two), 4);
+                    const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, hi), mid);
+                    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(x + k + 128 * h + 32 * t + 16 * part));
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[8 * h + 2 * t + part]), u, acc);
+                }
+            }
+        }
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static float dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K) {
+    switch (type) {
+        case Q4_K: return dot_k4_or_5(row, x, sx, K, 0);
+        case Q5_K: return dot_k4_or_5(row, x, sx, K, 1);
+        case Q6_K: return dot_q6_k(row, x, K);
+        default: return dot_small(type, row, x, sx, K);
+    }
+}
+#else
+/* Without AVX-512: each block decoded, then multiplied (the compiler vectorises both). */
+static float dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K) {
+    float w[256], acc[32] = {0};
+    const int values = block_values(type), bytes = block_bytes(type);
+    (void)sx;
+    for (int64_t k = 0; k < K; k += values, row += bytes) {
+        decode(type, row, w);
+        for (int v = 0; v < values; v += 32)
+            for (int i = 0; i < 32; i++) acc[i] += w[v + i] * x[k + v + i];
+    }
+    float s = 0.0f;
+    for (int i = 0; i < 32; i++) s += acc[i];
+    return s;
+}
+#endif
+
+/* 1 for the types computed here, 0 for any other. */
+int gguf_supported(int type) { return block_bytes(type) > 0; }
+
+/* Where row n of a weight of `parts` stacked row blocks lies: part p has rows[p] rows of
+   type types[p] at blocks[p]. */
+static const uint8_t *row_at(int64_t n, const int *types, const uint8_t *const *blocks,
+                             const int64_t *rows, int64_t K, int *type) {
+    int p = 0;
+    while (n >= rows[p]) n -= rows[p++];
+    *type = types[p];
+    return blocks[p] + n * row_bytes(types[p], K);
+}
+
+/* y (M, N) = x (M, K) times the transpose of the weight (N = the sum of rows). */
+void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, const int64_t *rows,
+                 const float *x, float *y, int64_t M, int64_t K) {
+    int64_t N = 0;
+    for (int p = 0; p < parts; p++) N += rows[p];
+    float *sx = malloc(sizeof(float) * (size_t)(M * (K / 32)));  /* x's 32-value sums */
+    for (int64_t i = 0; i < M * (K / 32); i++) {
+        float s = 0.0f;
+        for (int j = 0; j < 32; j++) s += x[32 * i + j];
+        sx[i] = s;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int type;
+        const uint8_t *row = row_at(n, types, blocks, rows, K, &type);
+        for (int64_t m = 0; m < M; m++) y[m * N + n] = dot(type, row, x + m * K, sx + m * (K / 32), K);
+    }
+    free(sx);
+}
+
+/* w (N, K) = the weight's values, decoded as the reference decodes them. */
+void gguf_dequantize(int parts, const int *types, const uint8_t *const *blocks,
+                     const int64_t *rows, float *w, int64_t K) {
+    int64_t N = 0;
+    for (int p = 0; p < parts; p++) N += rows[p];
+    #pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int type;
+        const uint8_t *row = row_at(n, types, blocks, rows, K, &type);
+        const int values = block_values(type), bytes = block_bytes(type);
+        for (int64_t k = 0; k < K; k += values) decode(type, row + k / values * bytes, w + n * K + k);
+    }
+}

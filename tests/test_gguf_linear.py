@@ -1,0 +1,102 @@
+"""glassformer.modules.gguf_linear: layers that compute from GGUF blocks. The C path (a few
+rows straight from the blocks, many rows decoded then PyTorch's GEMM) against the readable
+one (the reference-equal decoder, then ``F.linear``), for every block type; the token table;
+compiled graphs; bad input; a machine without a C compiler."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("gguf")
+
+from test_gguf_blocks import random_blocks  # noqa: E402  (tests/ is on the path)
+
+from glassformer.modules import gguf_linear  # noqa: E402
+from glassformer.modules.gguf_blocks import BLOCK_BYTES, NAMES, Q4_K, Q5_0, Q6_K, Q8_0  # noqa: E402
+from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear  # noqa: E402
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("kind", sorted(BLOCK_BYTES), ids=lambda k: NAMES[k])
+@pytest.mark.parametrize("rows_of_input", [1, 3, 40])
+def test_the_c_product_equals_a_dequantised_fp32_matmul(kind, rows_of_input):
+    """Within 1e-5 relative (the issue asks 1e-3; both sum in fp32, in other orders)."""
+    layer = GGUFLinear([(kind, random_blocks(kind, 48, 512, seed=kind))], in_features=512)
+    assert layer.fast, "the C kernels did not build on this machine"
+    x = torch.randn(rows_of_input, 512, generator=torch.Generator().manual_seed(1))
+    reference = x.double() @ layer.dequantized().double().t()
+    assert relative(layer(x), reference) < 1e-5
+
+
+def test_many_rows_use_the_c_decoder_which_equals_the_readable_one_bit_for_bit():
+    parts = [(Q4_K, random_blocks(Q4_K, 16, 256)), (Q6_K, random_blocks(Q6_K, 8, 256))]
+    layer = GGUFLinear(parts, in_features=256)
+    w = gguf_linear.decoded(layer)
+    assert torch.equal(w.view(torch.int32), layer.dequantized().view(torch.int32))
+
+
+def test_parts_of_different_types_stack_their_rows():
+    """A fused q/k/v whose tensors the file stores as Q4_K, Q6_K and Q5_0 (a Q4_K_M file's
+    mix): rows in part order; a bias added; 3-D input."""
+    parts = [(Q4_K, random_blocks(Q4_K, 32, 256)), (Q6_K, random_blocks(Q6_K, 16, 256))]
+    parts.append((Q5_0, random_blocks(Q5_0, 16, 256)))
+    bias = torch.randn(64)
+    layer = GGUFLinear(parts, in_features=256, bias=bias)
+    assert layer.out_features == 64 and "Q4_K+Q6_K+Q5_0" in repr(layer)
+    x = torch.randn(2, 3, 256)
+    expected = F.linear(x.double(), layer.dequantized().double(), bias.double())
+    assert relative(layer(x), expected) < 1e-5
+    assert torch.equal(layer.forward_rows(x, 32, 48), layer(x)[..., 32:48])
+
+
+def test_a_compiled_graph_calls_the_product_as_one_operator():
+    layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
+    x = torch.randn(1, 64)
+    compiled = torch.compile(lambda t: torch.relu(layer(t)), fullgraph=True)  # no graph break
+    assert torch.allclose(compiled(x), torch.relu(layer(x)), rtol=0, atol=1e-6)
+
+
+def test_the_token_table_looks_rows_up_in_the_blocks():
+    table = GGUFEmbedding((Q8_0, random_blocks(Q8_0, 50, 64)), embedding_dim=64, scale=2.0)
+    ids = torch.tensor([[3, 0, 49], [7, 7, 1]])
+    assert torch.equal(table(ids), 2.0 * F.embedding(ids, table.weight))
+    with pytest.raises(ValueError, match=r"token id 50 is outside the vocabulary \[0, 50\)"):
+        table(torch.tensor([[1, 50]]))
+
+
+def test_bad_parts_are_one_line():
+    blocks = random_blocks(Q8_0, 4, 64)
+    with pytest.raises(
+        ValueError, match=r"Q8_0 blocks for 96 input features must be \(rows, 102\)"
+    ):
+        GGUFLinear([(Q8_0, blocks)], in_features=96)
+    with pytest.raises(ValueError, match="GGUF type F16 is not computed from its blocks"):
+        GGUFLinear([(1, blocks)], in_features=64)
+    with pytest.raises(ValueError, match="at least one part"):
+        GGUFLinear([], in_features=64)
+
+
+def test_without_a_c_compiler_the_readable_path_runs_with_one_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))  # nothing built there yet
+    gguf_linear.kernels.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="the GGUF kernels did not build"):
+            layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 8, 64))], in_features=64)
+        assert not layer.fast
+        x = torch.randn(2, 64)
+        assert torch.equal(layer(x), F.linear(x, layer.dequantized()))
+        assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-written kept
+    finally:
+        gguf_linear.kernels.cache_clear()
+        monkeypatch.undo()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert gguf_linear.kernels() is not None
