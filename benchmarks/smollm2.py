@@ -18,7 +18,9 @@ Two measurements, side by side in one run:
    choice; glassformer may choose it).
 3. With ``--llama-cpp PYTHON`` (a Python that has ``llama-cpp-python``, built outside this
    repository), llama.cpp on the same packaged GGUF (Q4_1) at batch 1, in a child process
-   with as many threads, between the rounds: tokens/s of its generation loop, load excluded.
+   with as many threads, between the rounds: tokens/s of its generation loop, load excluded;
+   then ``vs_llama_cpp.py``: glassformer computing from the file's own blocks against
+   llama.cpp on the same files at 4 and 8 bits (decode, prefill, memory, tokens).
 
     python benchmarks/smollm2.py [--repeats 3] [--new-tokens 128] [--dtypes fp32,int4]
         [--compile] [--llama-cpp /path/to/venv/bin/python]
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 from _common import load_child  # benchmarks/_common.py
@@ -239,6 +242,10 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
+    if args.llama_cpp:  # the same GGUF files on both sides, 4 and 8 bits
+        here = Path(__file__).resolve().parent
+        command = [sys.executable, str(here / "vs_llama_cpp.py"), "--llama-cpp", args.llama_cpp]
+        subprocess.run([*command, "--repeats", str(args.repeats)], check=True)
 
 
 if __name__ == "__main__":

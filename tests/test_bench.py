@@ -67,3 +67,13 @@ def test_user_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_bench_llama_cpp_needs_a_llama_cpp_python_and_passes_it_on(tmp_path, capfd):
+    assert main(["bench", "llama-cpp"]) == 2
+    assert "llama-cpp needs --llama-cpp PYTHON" in capfd.readouterr().err
+    (tmp_path / "attention.py").write_text("")
+    (tmp_path / "vs_llama_cpp.py").write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    argv = ["bench", "llama-cpp", "--benchmarks", str(tmp_path), "--llama-cpp", "/py"]
+    assert main([*argv, "--llama-perplexity", "/bin/ppl"]) == 0
+    assert "ran ['--llama-cpp', '/py', '--llama-perplexity', '/bin/ppl']" in capfd.readouterr().out

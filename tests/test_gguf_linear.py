@@ -100,3 +100,12 @@ def test_without_a_c_compiler_the_readable_path_runs_with_one_warning(monkeypatc
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert gguf_linear.kernels() is not None
+
+
+def test_many_rows_go_through_the_weight_a_tile_at_a_time(monkeypatch):
+    """A prompt's rows meet the weight decoded TILE rows at a time: 48 rows in tiles of 20
+    (the last one short) give the whole product."""
+    monkeypatch.setattr(gguf_linear, "TILE", 20)
+    layer = GGUFLinear([(Q4_K, random_blocks(Q4_K, 48, 256))], in_features=256)
+    x = torch.randn(gguf_linear.MANY_ROWS + 1, 256)
+    assert relative(layer(x), x.double() @ layer.dequantized().double().t()) < 1e-5

@@ -50,8 +50,9 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
         choices=DTYPES,
         default="auto",
         help="decode in this precision: fp32, bf16 weights, or int8/int4 weight-only "
-        "quantisation (some accuracy lost: see the README); auto: bf16 where this machine "
-        "measures it faster than fp32, else fp32",
+        "quantisation (some accuracy lost: see the README); gguf: a GGUF model computes from "
+        "its file's own blocks (SmolLM2's Q4_1, a Q4_K_M file's K-quants); auto: bf16 where "
+        "this machine measures it faster than fp32, else fp32",
     )
 
 

@@ -18,6 +18,10 @@ several repeats, and prints medians and ratios:
   smollm2        SmolLM2-135M-Instruct's GGUF: load time and peak memory, and greedy
                  tokens/s at batch 1 and 8 at each precision, vs transformers (needs
                  accelerate) and llama.cpp (--llama-cpp PYTHON)
+  llama-cpp      SmolLM2's GGUF files (the packaged Q4_1; Q8_0 and Q4_K_M made from it by
+                 llama.cpp's quantiser) computed from their own blocks against llama.cpp:
+                 decode and prefill speed, memory, greedy tokens (needs --llama-cpp; with
+                 --llama-perplexity BIN also perplexity against llama.cpp's own tool)
   nanogpt-lm     5 minutes of char-level training each, then validation loss (slow)
   bf16-curve     the medium GPT trained under bf16 autocast and in fp32: loss curves
                  side by side and the speed-up (slow; needs a CPU with native bf16)
@@ -62,6 +66,7 @@ SCRIPTS = {
     "modern-block": "modern_block.py",
     "scaling": "scaling.py",
     "precision-quality": "precision_quality.py",
+    "llama-cpp": "vs_llama_cpp.py",
     "precision": "",  # in this process: glassformer.precision, no script
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
@@ -74,6 +79,7 @@ REPEATABLE = {
     "embed",
     "malloc",
     "smollm2",
+    "llama-cpp",
     "hooks",
     "scaling",
 }
@@ -88,6 +94,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--llama-cpp",
         metavar="PYTHON",
         help="smollm2: also llama.cpp, through a Python that has llama-cpp-python",
+    )
+    p.add_argument(
+        "--llama-perplexity",
+        metavar="BIN",
+        help="llama-cpp: also perplexity against llama.cpp's llama-perplexity tool",
     )
     p.add_argument(
         "--refresh", action="store_true", help="precision: measure every cached entry again"
@@ -116,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(SCRIPTS)}")
     if args.repeats is not None and args.repeats <= 0:
         raise ValueError(f"--repeats must be a positive integer, got {args.repeats}")
+    if "llama-cpp" in args.names and not args.llama_cpp:
+        raise ValueError("llama-cpp needs --llama-cpp PYTHON (a Python with llama-cpp-python)")
     if "nanogpt-lm" in args.names and not args.nanogpt:
         raise ValueError("nanogpt-lm needs --nanogpt PATH (a nanoGPT checkout)")
     if args.nanogpt and not Path(args.nanogpt).exists():
@@ -134,8 +147,10 @@ def run(args: argparse.Namespace) -> int:
             command += ["--repeats", str(args.repeats)]
         if args.out and name == "scaling":
             command += ["--out", args.out]
-        if args.llama_cpp and name == "smollm2":
+        if args.llama_cpp and name in ("smollm2", "llama-cpp"):
             command += ["--llama-cpp", args.llama_cpp]
+        if args.llama_perplexity and name == "llama-cpp":
+            command += ["--llama-perplexity", args.llama_perplexity]
         print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:
             failed.append(name)

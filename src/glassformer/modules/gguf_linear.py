@@ -47,9 +47,11 @@ from glassformer.modules.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, de
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")
-# From this many input rows on, the weight is decoded once and multiplied by PyTorch's fp32
-# GEMM; below, each row is multiplied straight from the blocks.
+# From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
+# TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
+# took 113 MB, which glibc then kept); below, each row is multiplied straight from the blocks.
 MANY_ROWS = 16
+TILE = 1024
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
@@ -191,7 +193,7 @@ def kernels() -> ctypes.CDLL | None:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     parts: list[Any] = [ctypes.c_int, pointer, pointer, pointer]  # count, types, blocks, rows
     lib.gguf_matmul.argtypes = [*parts, pointer, pointer, size, size]  # x, y, M, K
-    lib.gguf_dequantize.argtypes = [*parts, pointer, size]  # w, K
+    lib.gguf_dequantize.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
     lib.gguf_matmul.restype = lib.gguf_dequantize.restype = None
     return lib
 
@@ -243,11 +245,14 @@ def _compute(x: Tensor, args: tuple, out_features: int) -> Tensor:
     lib = kernels()
     assert lib is not None  # the layer checked
     M, K = x.shape
-    if M >= MANY_ROWS:
-        w = torch.empty(out_features, K)
-        lib.gguf_dequantize(*args, w.data_ptr(), K)
-        return F.linear(x, w)
     y = torch.empty(M, out_features)
+    if M >= MANY_ROWS:
+        tile = torch.empty(min(TILE, out_features), K)
+        for first in range(0, out_features, TILE):
+            count = min(TILE, out_features - first)
+            lib.gguf_dequantize(*args, tile.data_ptr(), K, first, count)
+            torch.mm(x, tile[:count].t(), out=y[:, first : first + count])
+        return y
     lib.gguf_matmul(*args, x.data_ptr(), y.data_ptr(), M, K)
     return y
 
@@ -258,7 +263,8 @@ def decoded(layer: GGUFLinear) -> Tensor:
     if lib is None:
         raise RuntimeError("the GGUF kernels are not built on this machine")
     w = torch.empty(layer.out_features, layer.in_features)
-    lib.gguf_dequantize(*_arguments(layer.parts()), w.data_ptr(), layer.in_features)
+    args = _arguments(layer.parts())
+    lib.gguf_dequantize(*args, w.data_ptr(), layer.in_features, 0, layer.out_features)
     return w
 
 

@@ -310,16 +310,15 @@ void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, cons
     free(sx);
 }
 
-/* w (N, K) = the weight's values, decoded as the reference decodes them. */
+/* w (count, K) = rows first .. first + count - 1 of the weight, decoded as the reference
+   decodes them. */
 void gguf_dequantize(int parts, const int *types, const uint8_t *const *blocks,
-                     const int64_t *rows, float *w, int64_t K) {
-    int64_t N = 0;
-    for (int p = 0; p < parts; p++) N += rows[p];
+                     const int64_t *rows, float *w, int64_t K, int64_t first, int64_t count) {
     #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t i = 0; i < count; i++) {
         int type;
-        const uint8_t *row = row_at(n, types, blocks, rows, K, &type);
+        const uint8_t *row = row_at(first + i, types, blocks, rows, K, &type);
         const int values = block_values(type), bytes = block_bytes(type);
-        for (int64_t k = 0; k < K; k += values) decode(type, row + k / values * bytes, w + n * K + k);
+        for (int64_t k = 0; k < K; k += values) decode(type, row + k / values * bytes, w + i * K + k);
     }
 }
