@@ -96,7 +96,10 @@ def compiled_step(model: Any) -> Any:
         # without the generated code's checks of every input's size and alignment: the step
         # is called with the shapes it was compiled for (the guards saw them), and the checks
         # cost 3% of a SmolLM2 step (366 inputs)
-        options = {"size_asserts": False, "alignment_asserts": False}
-        step = torch.compile(decode_step, dynamic=False, options=options)
+        step = torch.compile(
+            decode_step,
+            dynamic=False,
+            options={"size_asserts": False, "alignment_asserts": False},
+        )
         model.__dict__["_compiled_decode_step"] = step
     return step
