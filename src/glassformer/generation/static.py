@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from glassformer.modules.cache import DecoderCache, StaticKVCache
+from glassformer.modules.gguf_linear import kernels
 from glassformer.modules.hooks import hook_points
 
 
@@ -93,6 +94,7 @@ def compiled_step(model: Any) -> Any:
     """``decode_step`` compiled for ``model`` (once; kept on the model)."""
     step = model.__dict__.get("_compiled_decode_step")
     if step is None:
+        kernels()  # the C library's one-query attention, built before the graph is traced
         # without the generated code's checks of every input's size and alignment: the step
         # is called with the shapes it was compiled for (the guards saw them), and the checks
         # cost 3% of a SmolLM2 step (366 inputs)

@@ -49,8 +49,10 @@ SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
-# took 113 MB, which glibc then kept); below, each row is multiplied straight from the blocks.
-MANY_ROWS = 16
+# took 113 MB, which glibc then kept); below, each row is multiplied straight from the blocks
+# (SmolLM2, 2-core Intel Xeon: 27 rows 121 ms from the blocks, 131 decoded; 48 rows 210 and
+# 145).
+MANY_ROWS = 32
 TILE = 1024
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
@@ -172,10 +174,21 @@ def _check_part(kind: int, blocks: Tensor, in_features: int) -> None:
 # ---- the compiled kernels ---------------------------------------------------------------
 
 
+_READY: bool | None = None  # whether kernels() built the library; None: not asked yet
+
+
+def ready() -> bool:
+    """Whether the library is built and loaded, as a compiled graph may ask: it reads a
+    flag, never the disk (``kernels()`` sets it; ``compiled_step`` calls that first)."""
+    return bool(_READY)
+
+
 @functools.cache
 def kernels() -> ctypes.CDLL | None:
     """The compiled ``csrc/gguf.c`` (built once per machine, source and compiler, under the
     cache folder), or None where it cannot be built (a warning says why)."""
+    global _READY
+    _READY = False
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         warnings.warn("no C compiler: GGUF blocks are decoded in PyTorch (slow)", stacklevel=2)
@@ -194,7 +207,9 @@ def kernels() -> ctypes.CDLL | None:
     parts: list[Any] = [ctypes.c_int, pointer, pointer, pointer]  # count, types, blocks, rows
     lib.gguf_matmul.argtypes = [*parts, pointer, pointer, size, size]  # x, y, M, K
     lib.gguf_dequantize.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
-    lib.gguf_matmul.restype = lib.gguf_dequantize.restype = None
+    lib.one_query_attention.argtypes = [*[pointer] * 5, *[size] * 6, ctypes.c_float]
+    lib.gguf_matmul.restype = lib.gguf_dequantize.restype = lib.one_query_attention.restype = None
+    _READY = True
     return lib
 
 
@@ -205,7 +220,7 @@ def _build(compiler: str, target: Path) -> str | None:
     os.close(fd)
     try:
         try:
-            command = [compiler, *FLAGS, "-o", tmp, str(SOURCE)]
+            command = [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"]
             out = subprocess.run(command, capture_output=True, text=True)
         except OSError as e:  # no such compiler, or not runnable
             return f"{compiler}: {e.strerror}"
@@ -297,3 +312,52 @@ def gguf_linear(x: Tensor, parts: Sequence[Part], out_features: int) -> Tensor:
     """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N)."""
     blocks, types = [b for _, b in parts], [k for k, _ in parts]
     return torch.ops.glassformer.gguf_linear(x, blocks, types, out_features)
+
+
+# ---- attention for one query (a decoding step), in the same library ---------------------
+
+
+def _one_query(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float) -> Tensor:
+    """``glassformer::one_query_attention``: q (B, H, Dh), k (B, Hkv, Tk, Dh), v (B, Hkv, Tk,
+    Dv), allowed (B, Tk) bool or None → (B, H, Dv), fp32, contiguous."""
+    lib = kernels()
+    assert lib is not None  # the caller checked
+    B, H, Dh = q.shape
+    Hkv, Tk, Dv = k.size(1), k.size(2), v.size(3)
+    out = torch.empty(B, H, Dv)
+    mask = 0 if allowed is None else allowed.data_ptr()
+    lib.one_query_attention(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), B, H, Hkv, Tk, Dh, Dv, scale
+    )
+    return out
+
+
+_LIBRARY.define(
+    "one_query_attention(Tensor q, Tensor k, Tensor v, Tensor? allowed, float scale) -> Tensor"
+)
+_LIBRARY.impl("one_query_attention", _one_query, "CPU")
+
+
+@torch.library.register_fake("glassformer::one_query_attention")
+def _(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float) -> Tensor:
+    return q.new_empty(q.shape[0], q.shape[1], v.shape[3])
+
+
+def one_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float
+) -> Tensor | None:
+    """A decoding step's attention in C, (B, H, 1, Dh) queries → (B, H, 1, Dv), or None where
+    it does not apply (not fp32 on the CPU, a mask other than one row of keys per sequence,
+    no compiler); ``allowed`` (B, 1, 1, Tk) bool."""
+    fp32_cpu = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (q, k, v))
+    rows = allowed is None or (allowed.dim() == 4 and allowed.shape[1:3] == (1, 1))
+    if not (fp32_cpu and rows and q.size(2) == 1 and ready()):
+        return None
+    B, H = q.shape[:2]
+    flat = None if allowed is None else allowed.reshape(B, -1).contiguous()
+    if flat is not None and (flat.dtype != torch.bool or flat.shape[1] != k.size(2)):
+        return None
+    out = torch.ops.glassformer.one_query_attention(
+        q.reshape(B, H, -1).contiguous(), k.contiguous(), v.contiguous(), flat, scale
+    )
+    return out[:, :, None]

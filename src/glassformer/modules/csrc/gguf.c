@@ -10,6 +10,7 @@
    Built by glassformer.modules.gguf_linear with the machine's C compiler (-O3 -march=native
    -fopenmp -ffp-contract=off), loaded with ctypes. */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,5 +321,39 @@ void gguf_dequantize(int parts, const int *types, const uint8_t *const *blocks,
         const uint8_t *row = row_at(first + i, types, blocks, rows, K, &type);
         const int values = block_values(type), bytes = block_bytes(type);
         for (int64_t k = 0; k < K; k += values) decode(type, row + k / values * bytes, w + i * K + k);
+    }
+}
+
+/* Attention for one query per head (a decoding step), fp32: out (B, H, Dv) = softmax(q k^T *
+   scale over the allowed keys) v, for q (B, H, Dh), k (B, Hkv, Tk, Dh), v (B, Hkv, Tk, Dv),
+   each key/value head serving H / Hkv neighbouring query heads; allowed (B, Tk) bytes, 1 = may
+   attend (NULL: every key). Keys not allowed are skipped, not read. */
+void one_query_attention(const float *q, const float *k, const float *v, const uint8_t *allowed,
+                         float *out, int64_t B, int64_t H, int64_t Hkv, int64_t Tk, int64_t Dh,
+                         int64_t Dv, float scale) {
+    const int64_t group = H / Hkv;
+    #pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        const int64_t b = bh / H, h = bh % H, kv = b * Hkv + h / group;
+        const float *qh = q + bh * Dh, *kh = k + kv * Tk * Dh, *vh = v + kv * Tk * Dv;
+        const uint8_t *ok = allowed ? allowed + b * Tk : NULL;
+        float *o = out + bh * Dv, *scores = malloc(sizeof(float) * (size_t)Tk);
+        float top = -INFINITY, total = 0.0f;
+        for (int64_t t = 0; t < Tk; t++) {
+            if (ok && !ok[t]) continue;
+            float s = 0.0f;
+            for (int64_t d = 0; d < Dh; d++) s += qh[d] * kh[t * Dh + d];
+            scores[t] = s * scale;
+            if (scores[t] > top) top = scores[t];
+        }
+        for (int64_t d = 0; d < Dv; d++) o[d] = 0.0f;
+        for (int64_t t = 0; t < Tk; t++) {
+            if (ok && !ok[t]) continue;
+            const float p = expf(scores[t] - top);
+            total += p;
+            for (int64_t d = 0; d < Dv; d++) o[d] += p * vh[t * Dv + d];
+        }
+        for (int64_t d = 0; d < Dv; d++) o[d] = total > 0.0f ? o[d] / total : 0.0f;
+        free(scores);
     }
 }
