@@ -356,9 +356,6 @@ def main() -> None:
         if "with_llama_cpp_rounding" in row["tokens"]:
             print("  with llama.cpp's rounding emulated (8-bit inputs to every product, fp16 "
                   f"q/k/v/weights): {row['tokens']['with_llama_cpp_rounding']}")  # fmt: skip
-        if "with_llama_cpp_rounding" in row["tokens"]:
-            print("  with llama.cpp's rounding emulated (8-bit inputs to every product, fp16 "
-                  f"q/k/v/weights): {row['tokens']['with_llama_cpp_rounding']}")  # fmt: skip
     if args.llama_perplexity:
         from glassformer.data.corpora import load_corpus
 

@@ -140,7 +140,7 @@ def test_disturbed_timings_are_never_cached_and_do_not_flip_the_choice(
         monkeypatch.setattr(precision, "_round_timer", busy_machine(2e-3, bf16_s, seed))
         noisy = bf16_measurement(SHAPES, seconds=0, cache_dir=tmp_path)
         assert noisy.bf16_faster is choice, (seed, noisy)
-        assert not noisy.trusted and max(noisy.fp32_spread, noisy.bf16_spread) > 0.25
+        assert not noisy.trusted and max(noisy.fp32_spread, noisy.bf16_spread) > precision.MAX_SPREAD
         assert "too noisy to cache" in noisy.describe()
         assert not (tmp_path / "precision.json").exists()
 
@@ -232,3 +232,9 @@ def test_bench_precision_prints_each_entry_and_the_choice(measured, tmp_path, ca
     )
     assert main(["bench", "precision", "attention"]) == 2
     assert "precision runs alone; name no other benchmark" in capsys.readouterr().err
+
+
+def test_refresh_skips_an_entry_whose_shapes_cannot_be_read(measured, tmp_path):
+    key = write_entry(tmp_path, fp32_gflops=1.0, bf16_gflops=1.0, shapes=[[64, 32, 96]])
+    assert precision.refresh() == [] and measured.calls == 0
+    assert key in json.loads((tmp_path / "precision.json").read_text())
