@@ -109,8 +109,11 @@ def test_dtype_auto_says_what_it_measured(char_lm_run, capsys, monkeypatch, tmp_
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "3"]
     assert main([*argv, "--no-stream"]) == 0  # auto is the default
     err = capsys.readouterr().err
-    assert re.search(r"precision: (fp32|bf16) \(bf16 [\d,]+ vs fp32 [\d,]+ GFLOP/s", err), err
-    assert (tmp_path / "cache" / "precision.json").is_file()  # measured once, then cached
+    figures = r"precision: (fp32|bf16) \(bf16 [\d.,]+ ±\d+% vs fp32 [\d.,]+ ±\d+% GFLOP/s"
+    assert re.search(figures, err), err
+    # measured, then cached: unless this moment was too noisy to be the machine's answer
+    noisy = "too noisy to cache" in err
+    assert (tmp_path / "cache" / "precision.json").is_file() is not noisy, err
 
 
 def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
@@ -123,8 +126,8 @@ def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert (
-        "--dtype: invalid choice: 'fp16' (choose from 'auto', 'fp32', 'bf16', 'int8', 'int4')"
-        in err
+        "--dtype: invalid choice: 'fp16' (choose from 'auto', 'fp32', 'bf16', 'int8', 'int4', "
+        "'gguf')" in err
     )
 
 
@@ -140,7 +143,7 @@ def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "2"]
     assert main([*argv, "--dtype", "bf16", "--no-stream"]) == 0
     err = capsys.readouterr().err
-    expected = "warning: --dtype bf16 is slower than fp32 here: bf16 50 vs fp32 100 GFLOP/s"
+    expected = "warning: --dtype bf16 is slower than fp32 here: bf16 50 ±0% vs fp32 100 ±0% GFLOP/s"
     assert (expected in err) is warned
 
 

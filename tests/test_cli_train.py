@@ -269,7 +269,7 @@ def test_bf16_warns_only_where_it_measures_slower(faster, files, tmp_path, capsy
     argv = ("--max-steps", "2", "--block-size", "16", "--bf16")
     assert train("lm", files / "story.txt", run, *argv) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
-    expected = ["warning: --bf16 is slower than fp32 on this machine: bf16 100 vs fp32 200"]
+    expected = ["warning: --bf16 is slower than fp32 on this machine: bf16 100 ±0% vs fp32 200"]
     assert [w[: len(expected[0])] for w in warnings] == ([] if faster else expected)
 
 
@@ -283,7 +283,7 @@ def test_bf16_auto_times_this_machine_and_says_what_it_chose(files, tmp_path, ca
     assert train("lm", files / "story.txt", run, *argv) == 0
     err = capsys.readouterr().err
     found = re.search(
-        r"bf16 autocast (on|off) \(--bf16 auto\): bf16 ([\d,.]+) vs fp32 ([\d,.]+)", err
+        r"bf16 autocast (on|off) \(--bf16 auto\): bf16 ([\d,.]+) ±\d+% vs fp32 ([\d,.]+)", err
     )
     assert found, err
     bf16, fp32 = (float(found.group(i).replace(",", "")) for i in (2, 3))

@@ -140,7 +140,9 @@ def test_disturbed_timings_are_never_cached_and_do_not_flip_the_choice(
         monkeypatch.setattr(precision, "_round_timer", busy_machine(2e-3, bf16_s, seed))
         noisy = bf16_measurement(SHAPES, seconds=0, cache_dir=tmp_path)
         assert noisy.bf16_faster is choice, (seed, noisy)
-        assert not noisy.trusted and max(noisy.fp32_spread, noisy.bf16_spread) > precision.MAX_SPREAD
+        assert (
+            not noisy.trusted and max(noisy.fp32_spread, noisy.bf16_spread) > precision.MAX_SPREAD
+        )
         assert "too noisy to cache" in noisy.describe()
         assert not (tmp_path / "precision.json").exists()
 
@@ -220,16 +222,12 @@ def test_bench_precision_prints_each_entry_and_the_choice(measured, tmp_path, ca
     bf16_measurement(SHAPES, linear=True)
     assert main(["bench", "precision"]) == 0
     out = capsys.readouterr().out
-    assert (
-        "64x32x96 and 1 other shapes as linear layers: bf16 (bf16 1,000.0 ±4% vs fp32 177.0" in out
-    )
+    assert "64x32x96 and 1 other shapes as linear layers: bf16 (bf16 1,000 ±4% vs fp32 177" in out
     assert "cached from" in out
     measured.result = SLOWER
     assert main(["bench", "precision", "--refresh"]) == 0
     out = capsys.readouterr().out
-    assert (
-        ": fp32 (bf16 147.0 ±5% vs fp32 276.0 ±2% GFLOP/s (0.53x), measured here; was bf16" in out
-    )
+    assert ": fp32 (bf16 147 ±5% vs fp32 276 ±2% GFLOP/s (0.53x), measured here; was bf16" in out
     assert main(["bench", "precision", "attention"]) == 2
     assert "precision runs alone; name no other benchmark" in capsys.readouterr().err
 

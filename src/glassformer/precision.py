@@ -100,10 +100,15 @@ class Measurement:
         if not self.cached:
             when = "measured here" + ("" if self.trusted else "; too noisy to cache")
         return (
-            f"bf16 {self.bf16_gflops:,.1f} ±{self.bf16_spread:.0%} vs fp32 "
-            f"{self.fp32_gflops:,.1f} ±{self.fp32_spread:.0%} GFLOP/s "
+            f"bf16 {_figure(self.bf16_gflops)} ±{self.bf16_spread:.0%} vs fp32 "
+            f"{_figure(self.fp32_gflops)} ±{self.fp32_spread:.0%} GFLOP/s "
             f"({self.speedup:.2f}x), {when}"
         )
+
+
+def _figure(gflops: float) -> str:
+    """1,000 and 681 as they are, 12.7 and 1.4 with the digits that matter."""
+    return f"{gflops:,.0f}" if gflops >= 100 else f"{gflops:.3g}"
 
 
 def bf16_measurement(
