@@ -49,10 +49,10 @@ SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
-# took 113 MB, which glibc then kept); below, each row is multiplied straight from the blocks
-# (SmolLM2, 2-core Intel Xeon: 27 rows 121 ms from the blocks, 131 decoded; 48 rows 210 and
-# 145).
-MANY_ROWS = 32
+# took 113 MB, which glibc then kept); below, the rows are multiplied straight from the
+# blocks, four at a time per decoded block (SmolLM2, 2-core Intel Xeon, a forward of 27 rows:
+# 67 ms from the blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198).
+MANY_ROWS = 72
 TILE = 1024
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 

@@ -103,9 +103,9 @@ def fused_attention(
     Tq, Tk = q.size(-2), k.size(-2)
     causal = is_causal and Tq > 1  # one query at the end of the keys may see all of them
     group = _group_size(q, k)
-    if Tq == 1 and dropout_p == 0.0 and hooks is None and q.device.type == "cpu":
-        if torch.compiler.is_compiling():  # measured on CPUs only
-            return _one_query(q, k, v, mask, group)
+    one_query = Tq == 1 and dropout_p == 0.0 and hooks is None
+    if one_query and q.device.type == "cpu" and torch.compiler.is_compiling():  # measured there
+        return _one_query(q, k, v, mask, group)
     if _fused_is_slow(q, k):
         if causal:
             mask = _and(mask, causal_mask(Tq, Tk, device=q.device))

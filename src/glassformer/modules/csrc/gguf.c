@@ -153,17 +153,24 @@ static inline __m512 table(int first) {
 #define AHEAD 2048 /* bytes of the row prefetched ahead of the block in use */
 #endif
 
-static float dot_small(int type, const uint8_t *b, const float *x, const float *sx, int64_t K) {
+/* Each kernel multiplies one weight row by R rows of x at once (R = 1 to 4, a constant where
+   it is inlined): a block is decoded once for all of them. x's rows are K apart, their
+   32-value sums (sx) K / 32 apart; out gets R sums. */
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE void dot_small(int type, const uint8_t *b, const float *x, const float *sx, int64_t K,
+                      const int R, float *out) {
     const int bytes = block_bytes(type), min = type == Q4_1 || type == Q5_1;
     const int five = type == Q5_0 || type == Q5_1, offset = min ? 0 : (five ? -16 : -8);
     const __m512i low = _mm512_set1_epi32(15);
     const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 table_low = table(offset), table_high = table(offset + 16);
-    __m512 acc = _mm512_setzero_ps();
-    float offsets = 0.0f;
+    __m512 acc[4];
+    float offsets[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), offsets[r] = 0.0f;
     for (int64_t k = 0; k < K; k += 32, b += bytes) {
         _mm_prefetch((const char *)b + AHEAD, _MM_HINT_T0);
-        const float d = half(b);
+        const __m512 d = _mm512_set1_ps(half(b));
         __m512 q0, q1;
         if (type == Q8_0) {
             q0 = as_float(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2))));
@@ -180,17 +187,22 @@ static float dot_small(int type, const uint8_t *b, const float *x, const float *
             q0 = nibble(v, table_low);
             q1 = nibble(_mm512_srli_epi32(v, 4), table_low);
         }
-        if (min) offsets += half(b + 2) * sx[k / 32];
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), times(q0, q1, x + k), acc);
+        const float m = min ? half(b + 2) : 0.0f;
+        for (int r = 0; r < R; r++) {
+            if (min) offsets[r] += m * sx[r * (K / 32) + k / 32];
+            acc[r] = _mm512_fmadd_ps(d, times(q0, q1, x + r * K + k), acc[r]);
+        }
     }
-    return _mm512_reduce_add_ps(acc) + offsets;
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + offsets[r];
 }
 
-static float dot_k4_or_5(const uint8_t *b, const float *x, const float *sx, int64_t K, int five) {
+INLINE void dot_k4_or_5(const uint8_t *b, const float *x, const float *sx, int64_t K, int five,
+                        const int R, float *out) {
     const __m512i low = _mm512_set1_epi32(15);
     const int64_t bytes = five ? 176 : 144;
-    __m512 acc = _mm512_setzero_ps();
-    float offsets = 0.0f;
+    __m512 acc[4];
+    float offsets[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), offsets[r] = 0.0f;
     const __m512 table_low = table(0), table_high = table(16);
     for (int64_t k = 0; k < K; k += 256, b += bytes) {
         _mm_prefetch((const char *)b + AHEAD, _MM_HINT_T0);
@@ -216,19 +228,25 @@ static float dot_k4_or_5(const uint8_t *b, const float *x, const float *sx, int6
                 a = nibble(v0, table_low), c = nibble(v1, table_low);
                 e = nibble(e0, table_low), f = nibble(f0, table_low);
             }
-            const float *xs = x + k + 64 * j;
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[2 * j]), times(a, c, xs), acc);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[2 * j + 1]), times(e, f, xs + 32), acc);
-            offsets -= dmin * (float)mn[2 * j] * sx[k / 32 + 2 * j];
-            offsets -= dmin * (float)mn[2 * j + 1] * sx[k / 32 + 2 * j + 1];
+            const __m512 s0 = _mm512_set1_ps(d * (float)sc[2 * j]);
+            const __m512 s1 = _mm512_set1_ps(d * (float)sc[2 * j + 1]);
+            const float m0 = dmin * (float)mn[2 * j], m1 = dmin * (float)mn[2 * j + 1];
+            for (int r = 0; r < R; r++) {
+                const float *xs = x + r * K + k + 64 * j, *sums = sx + r * (K / 32) + k / 32;
+                acc[r] = _mm512_fmadd_ps(s0, times(a, c, xs), acc[r]);
+                acc[r] = _mm512_fmadd_ps(s1, times(e, f, xs + 32), acc[r]);
+                offsets[r] -= m0 * sums[2 * j];
+                offsets[r] -= m1 * sums[2 * j + 1];
+            }
         }
     }
-    return _mm512_reduce_add_ps(acc) + offsets;
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + offsets[r];
 }
 
-static float dot_q6_k(const uint8_t *b, const float *x, int64_t K) {
+INLINE void dot_q6_k(const uint8_t *b, const float *x, int64_t K, const int R, float *out) {
     const __m512i low = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), mid = _mm512_set1_epi32(32);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 256, b += 210) {
         for (int line = 0; line < 4; line++) _mm_prefetch((const char *)b + AHEAD + 64 * line, _MM_HINT_T0);
         const float d = half(b + 208);
@@ -243,30 +261,43 @@ static float dot_q6_k(const uint8_t *b, const float *x, int64_t K) {
                 for (int part = 0; part < 2; part++) {
                     const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(part ? c : a, down), low);
                     const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(part ? g1 : g0, up), two), 4);
-                    const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, hi), mid);
-                    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(x + k + 128 * h + 32 * t + 16 * part));
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc[8 * h + 2 * t + part]), u, acc);
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(lo, hi), mid));
+                    const __m512 s = _mm512_set1_ps(d * (float)sc[8 * h + 2 * t + part]);
+                    const int64_t at = k + 128 * h + 32 * t + 16 * part;
+                    for (int r = 0; r < R; r++)
+                        acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(v, _mm512_loadu_ps(x + r * K + at)), acc[r]);
                 }
             }
         }
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-static float dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K) {
+INLINE void dot_rows(int type, const uint8_t *row, const float *x, const float *sx, int64_t K,
+                     const int R, float *out) {
     switch (type) {
-        case Q4_K: return dot_k4_or_5(row, x, sx, K, 0);
-        case Q5_K: return dot_k4_or_5(row, x, sx, K, 1);
-        case Q6_K: return dot_q6_k(row, x, K);
-        default: return dot_small(type, row, x, sx, K);
+        case Q4_K: dot_k4_or_5(row, x, sx, K, 0, R, out); break;
+        case Q5_K: dot_k4_or_5(row, x, sx, K, 1, R, out); break;
+        case Q6_K: dot_q6_k(row, x, K, R, out); break;
+        default: dot_small(type, row, x, sx, K, R, out);
+    }
+}
+
+/* R rows of x (1 to 4) against one weight row: out gets R sums. */
+static void dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K, int R,
+                float *out) {
+    switch (R) {
+        case 1: dot_rows(type, row, x, sx, K, 1, out); break;
+        case 2: dot_rows(type, row, x, sx, K, 2, out); break;
+        case 3: dot_rows(type, row, x, sx, K, 3, out); break;
+        default: dot_rows(type, row, x, sx, K, 4, out);
     }
 }
 #else
 /* Without AVX-512: each block decoded, then multiplied (the compiler vectorises both). */
-static float dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K) {
+static float dot_one(int type, const uint8_t *row, const float *x, int64_t K) {
     float w[256], acc[32] = {0};
     const int values = block_values(type), bytes = block_bytes(type);
-    (void)sx;
     for (int64_t k = 0; k < K; k += values, row += bytes) {
         decode(type, row, w);
         for (int v = 0; v < values; v += 32)
@@ -275,6 +306,12 @@ static float dot(int type, const uint8_t *row, const float *x, const float *sx, 
     float s = 0.0f;
     for (int i = 0; i < 32; i++) s += acc[i];
     return s;
+}
+
+static void dot(int type, const uint8_t *row, const float *x, const float *sx, int64_t K, int R,
+                float *out) {
+    (void)sx;
+    for (int r = 0; r < R; r++) out[r] = dot_one(type, row, x + r * K, K);
 }
 #endif
 
@@ -306,7 +343,12 @@ void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, cons
     for (int64_t n = 0; n < N; n++) {
         int type;
         const uint8_t *row = row_at(n, types, blocks, rows, K, &type);
-        for (int64_t m = 0; m < M; m++) y[m * N + n] = dot(type, row, x + m * K, sx + m * (K / 32), K);
+        float out[4];
+        for (int64_t m = 0; m < M; m += 4) {  /* up to four rows of x per decoded block */
+            const int R = M - m < 4 ? (int)(M - m) : 4;
+            dot(type, row, x + m * K, sx + m * (K / 32), K, R, out);
+            for (int r = 0; r < R; r++) y[(m + r) * N + n] = out[r];
+        }
     }
     free(sx);
 }
@@ -315,6 +357,7 @@ void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, cons
    decodes them. */
 void gguf_dequantize(int parts, const int *types, const uint8_t *const *blocks,
                      const int64_t *rows, float *w, int64_t K, int64_t first, int64_t count) {
+    (void)parts;  /* row_at finds the part */
     #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < count; i++) {
         int type;
