@@ -5,6 +5,7 @@ compiled graphs; bad input; a machine without a C compiler."""
 
 from __future__ import annotations
 
+import subprocess
 import warnings
 
 import pytest
@@ -109,3 +110,30 @@ def test_many_rows_go_through_the_weight_a_tile_at_a_time(monkeypatch):
     layer = GGUFLinear([(Q4_K, random_blocks(Q4_K, 48, 256))], in_features=256)
     x = torch.randn(gguf_linear.MANY_ROWS + 1, 256)
     assert relative(layer(x), x.double() @ layer.dequantized().double().t()) < 1e-5
+
+
+@pytest.mark.parametrize("flags", [(), ("-mno-avx512f",)], ids=["this-cpu", "without-avx512"])
+def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, flags):
+    """The portable path (each block decoded, then multiplied: CPUs without AVX-512) and the
+    AVX-512 one, built from the same source, against the readable decoder, every type, one
+    row of input and five (a group of four, then one)."""
+    import ctypes
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler here")
+    library = tmp_path / "gguf.so"
+    command = [compiler, *gguf_linear.FLAGS, *flags, "-o", str(library), str(gguf_linear.SOURCE)]
+    subprocess.run([*command, "-lm"], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(library))
+    for kind in sorted(BLOCK_BYTES):
+        layer = GGUFLinear([(kind, random_blocks(kind, 24, 256, seed=kind))], in_features=256)
+        args = gguf_linear._arguments(layer.parts())
+        for rows in (1, 5):
+            x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+            y = torch.empty(rows, 24)
+            pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, y)]
+            lib.gguf_matmul(*args, *pointers, ctypes.c_int64(rows), ctypes.c_int64(256))
+            reference = x.double() @ layer.dequantized().double().t()
+            assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags)
