@@ -9,8 +9,6 @@ into glassformer's own modern blocks by ``from_llama_state``; its tokenizer, whe
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from glassformer.checkpoint import register_named
@@ -21,7 +19,7 @@ from glassformer.interop.gguf import (
     read_gguf_weights,
     smollm2_path,
 )
-from glassformer.interop.gguf.model import gguf_parts
+from glassformer.interop.gguf.model import remembering_blocks
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.models.gpt import GPT
 
@@ -33,8 +31,7 @@ def load_smollm2(*, dtype: torch.dtype = torch.float32) -> GPT:
     hf, state = read_gguf_weights(smollm2_path(), dtype=dtype)  # the tokenizer apart
     config = llama_config(hf)
     model = model_holding(GPT, config, from_llama_state(state, config))
-    model.gguf_blocks = functools.partial(gguf_parts, smollm2_path())  # for_inference("gguf")
-    return model
+    return remembering_blocks(model, smollm2_path())  # for_inference("gguf")
 
 
 def smollm2_tokenizer(model: GPT | None = None) -> GGUFTokenizer:

@@ -43,9 +43,15 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> GPT:
     qwen3, gemma3 or gptneox), dequantised to ``dtype``, in eval mode."""
     path = Path(path)
     hf, state = read_gguf_weights(path, dtype=dtype)
+    config, weights = _mapped(hf, state, path)
+    return remembering_blocks(model_holding(GPT, config, weights), path)
+
+
+def _mapped(hf: dict[str, Any], state: dict[str, Tensor], path: Path) -> tuple[Any, dict]:
+    """(the config, the weights under glassformer's names) of the family ``hf`` names."""
     make, convert = CONFIGS[hf["model_type"]]
     config = build_config(make, hf, path)
-    return remembering_blocks(model_holding(GPT, config, convert(state, config)), path)
+    return config, convert(state, config)
 
 
 def remembering_blocks(model: GPT, path: Path) -> GPT:
@@ -61,9 +67,7 @@ def gguf_parts(path: str | Path) -> dict[str, list[Part]]:
     """``{weight name: parts}`` for every weight of the model of ``path`` whose tensors are
     of a type computed from blocks: the (type, rows) of each stretch of its rows."""
     hf, state, blocks = read_gguf_rows(path)
-    make, convert = CONFIGS[hf["model_type"]]
-    config = build_config(make, hf, Path(path))
-    weights = convert(state, config)
+    _, weights = _mapped(hf, state, Path(path))
     return {
         name: _parts(rows, blocks) for name, rows in weights.items() if rows.dtype == torch.float64
     }
