@@ -403,3 +403,68 @@ def test_the_table_of_names_is_every_kinds_names():
     stacked = {n for n in documented if n.startswith(("encoder.", "decoder."))}
     assert spelled <= seen, sorted(spelled - seen)  # a one-stack name no model has
     assert {n for n in stacked if "cross" in n} <= seen  # the translator's own
+
+
+# --- gradients and backward hooks -------------------------------------------------------------
+
+
+def test_gradients_reach_a_frozen_model_under_no_grad():
+    """A frozen model (no parameter wants a gradient) called inside no_grad: the gradients at
+    the hook points are those of the trainable model."""
+    model = gpt().eval()
+    ids = torch.randint(0, V, (2, 6))
+
+    def metric(out):
+        return out.logits[:, -1, 3].sum() - out.logits[:, -1, 5].sum()
+
+    _, trainable = model.run_with_cache(ids, grads=metric)
+    model.requires_grad_(False)
+    with torch.no_grad():
+        _, frozen = model.run_with_cache(ids, names="blocks.*", grads=metric)
+    for name in ("blocks.0.hook_resid_pre_grad", "blocks.1.attn.hook_z_grad"):
+        assert trainable[name].abs().sum() > 0
+        torch.testing.assert_close(frozen[name], trainable[name], atol=1e-6, rtol=0)
+
+
+def test_grads_true_differentiates_the_loss_and_asks_for_labels_otherwise():
+    model = gpt().eval()
+    ids = torch.randint(0, V, (1, 6))
+    _, cache = model.run_with_cache(ids, labels=ids, names="*hook_resid_post", grads=True)
+    final = cache["blocks.1.hook_resid_post_grad"]
+    seen = {}
+    with model.hooks([("blocks.1.hook_resid_post", lambda v, n: seen.__setitem__(n, v))]):
+        loss = model(ids, labels=ids).loss
+    expected = torch.autograd.grad(loss, seen["blocks.1.hook_resid_post"])[0]
+    assert final.shape == (1, 6, 32) and final.abs().sum() > 0
+    torch.testing.assert_close(final, expected, atol=1e-6, rtol=0)
+    assert model.lm_head.weight.grad is None  # the parameters' gradients are left alone
+    with pytest.raises(ValueError, match="pass the labels"):
+        model.run_with_cache(ids, grads=True)
+    with pytest.raises(ValueError, match="one number"):
+        model.run_with_cache(ids, grads=lambda out: out.logits)
+
+
+def test_a_backward_hook_sees_the_gradient_and_can_replace_it():
+    """The backward hook at blocks.1.hook_resid_pre sees what run_with_cache reports there;
+    replacing it with zeros cuts every path through it: no gradient reaches block 0's weights
+    (their only route to the loss passes layer 1's input)."""
+    model = gpt().eval()
+    ids = torch.randint(0, V, (1, 6))
+    _, cache = model.run_with_cache(ids, labels=ids, names="blocks.1.hook_resid_pre", grads=True)
+    seen = {}
+
+    def look(grad, name):
+        seen[name] = grad.clone()
+
+    out = model.run_with_hooks(ids, labels=ids, backward_hooks=[("blocks.1.hook_resid_pre", look)])
+    out.loss.backward()
+    torch.testing.assert_close(
+        seen["blocks.1.hook_resid_pre"], cache["blocks.1.hook_resid_pre_grad"], atol=1e-6, rtol=0
+    )
+    first = list(model.blocks[0].parameters())
+    assert sum(p.grad.abs().sum() for p in first) > 0
+    model.zero_grad(set_to_none=True)
+    cut = [("blocks.1.hook_resid_pre", lambda g, n: torch.zeros_like(g))]
+    out = model.run_with_hooks(ids, labels=ids, backward_hooks=cut)
+    out.loss.backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in first)

@@ -8,8 +8,8 @@ subclasses register themselves so a checkpoint can be loaded without knowing its
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -29,6 +29,8 @@ from glassformer.modules.hooks import (
     HookFn,
     Names,
     attach_hooks,
+    differentiable,
+    gradients,
     hook_points,
 )
 from glassformer.modules.position import POSITIONAL
@@ -238,17 +240,30 @@ class PretrainedModel(nn.Module):
         """Every hook point of this model, in the module tree's order (see ``hooks``)."""
         return list(hook_points(self))
 
-    def hooks(self, hooks: Sequence[tuple[Names, HookFn]]) -> AbstractContextManager[None]:
+    def hooks(
+        self,
+        hooks: Sequence[tuple[Names, HookFn]] = (),
+        *,
+        backward: Sequence[tuple[Names, HookFn]] = (),
+    ) -> AbstractContextManager[None]:
         """``with model.hooks([(name, fn), ...]): ...``: while the block runs, ``fn(value,
         name)`` sees each value at ``name`` (a name, a list, a glob pattern such as
-        ``"*.hook_pattern"`` or a predicate) and may return a replacement."""
-        return attach_hooks(self, hooks)
+        ``"*.hook_pattern"`` or a predicate) and may return a replacement. ``backward``
+        pairs see the gradient flowing back through those names, ``fn(grad, name)``, when a
+        loss computed in the block is differentiated, and may return a replacement."""
+        return attach_hooks(self, hooks, backward)
 
     def run_with_hooks(
-        self, *inputs: Any, hooks: Sequence[tuple[Names, HookFn]], **kwargs: Any
+        self,
+        *inputs: Any,
+        hooks: Sequence[tuple[Names, HookFn]] = (),
+        backward_hooks: Sequence[tuple[Names, HookFn]] = (),
+        **kwargs: Any,
     ) -> Any:
-        """``self(*inputs, **kwargs)`` with ``hooks`` attached (see ``hooks``)."""
-        with self.hooks(hooks):
+        """``self(*inputs, **kwargs)`` with ``hooks`` attached (see ``hooks``), and
+        ``backward_hooks`` on the gradients at their names: they run when the caller
+        differentiates something computed from the output (``out.loss.backward()``)."""
+        with self.hooks(hooks, backward=backward_hooks):
             return self(*inputs, **kwargs)
 
     def run_with_cache(
@@ -258,6 +273,7 @@ class PretrainedModel(nn.Module):
         detach: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        grads: bool | Callable[[Any], Tensor] = False,
         **kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """``(self(*inputs, **kwargs), cache)``: the cache holds the value at every hook
@@ -266,22 +282,48 @@ class PretrainedModel(nn.Module):
         for them by name), detached unless ``detach=False``, and moved to ``device`` or cast
         to ``dtype`` as they are taken (to keep a large cache off the GPU, or in bf16).
         Attention's scores and weights are computed on the readable path when they are asked
-        for, and only then."""
+        for, and only then.
+
+        ``grads``: also the gradient of a number at each of those values, under the value's
+        name + ``"_grad"`` (``blocks.3.hook_resid_pre_grad``): a function of the output
+        giving a scalar tensor (a logit difference), or True for the output's ``loss`` (pass
+        the labels). Frozen and inference-mode models' activations get gradients too; the
+        parameters' ``.grad`` are not touched."""
         if names is None:
             names = [n for n in self.hook_names() if not n.endswith(OPT_IN)]
         values: dict[str, Tensor] = {}
+        live: dict[str, Tensor] = {}  # the values the pass goes on with, for their gradients
 
-        def keep(value: Tensor, name: str) -> None:
-            value = value.detach() if detach else value
-            values[name] = value.to(device=device, dtype=dtype) if device or dtype else value
+        def keep(value: Tensor, name: str) -> Tensor | None:
+            if grads:
+                value = live[name] = differentiable(value)
+            kept = value.detach() if detach else value
+            values[name] = kept.to(device=device, dtype=dtype) if device or dtype else kept
+            return value if grads else None
 
-        with self.hooks([(names, keep)]):
+        with self.hooks([(names, keep)]), torch.enable_grad() if grads else nullcontext():
             output = self(*inputs, **kwargs)
+            if grads:
+                found = gradients(_metric_of(output, grads), live)
+                values.update({n: g.to(device=device, dtype=dtype) for n, g in found.items()})
         return output, ActivationCache(values)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters, frozen ones included (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())
+
+
+def _metric_of(output: Any, grads: bool | Callable[[Any], Tensor]) -> Tensor:
+    """What ``run_with_cache(grads=)`` differentiates: ``grads(output)``, or the loss."""
+    if callable(grads):
+        return grads(output)
+    loss = getattr(output, "loss", None)
+    if loss is None:
+        raise ValueError(
+            "grads=True differentiates the output's loss, and this call computed none: pass "
+            "the labels, or grads=a function of the output (a logit difference)"
+        )
+    return loss
 
 
 def cross_entropy(logits: Tensor, labels: Tensor, ignore_index: int | None) -> Tensor:

@@ -10,7 +10,12 @@ every model kind names its activations alike (docs/hooks.md has the table).
     with attach_hooks(model, [("blocks.0.attn.hook_pattern", print_shape)]):
         model(ids)
 
-``ActivationCache`` is what ``run_with_cache`` gives back: the values by name.
+``ActivationCache`` is what ``run_with_cache`` gives back: the values by name, and with
+``grads=`` the gradient of a metric at each of them (``<name>_grad``, TransformerLens's key).
+
+Backward hooks see the gradient flowing back through a hook point: ``fn(grad, name)``, which
+may return a replacement gradient. They are attached through the forward pass
+(``backward_hooks``): the hook point's value registers ``fn`` on its gradient as it passes.
 """
 
 from __future__ import annotations
@@ -104,12 +109,43 @@ def _close(name: str, points: Mapping[str, HookPoint]) -> str:
     return f"; did you mean {match[0]!r}?" if match else f" ({len(points)} exist: hook_names())"
 
 
+def differentiable(value: Tensor) -> Tensor:
+    """``value`` itself when gradients reach it, else a detached copy that asks for them (a
+    frozen or inference model's activations): the rest of the pass is built on that copy,
+    so a gradient arrives there and at every hook point after it."""
+    if value.requires_grad or not value.is_floating_point():
+        return value
+    return value.detach().requires_grad_()
+
+
+def on_gradient(fn: HookFn) -> HookFn:
+    """A forward hook that attaches ``fn`` to its value's gradient: the backward pass calls
+    ``fn(grad, name)`` there, and a tensor it returns replaces the gradient that flows on.
+    Outside ``torch.enable_grad()`` (``no_grad``, ``inference_mode``) there is no backward
+    pass and the hook does nothing."""
+
+    def forward(value: Tensor, name: str) -> Tensor | None:
+        if not torch.is_grad_enabled() or not value.is_floating_point():
+            return None
+        value = differentiable(value)
+        value.register_hook(lambda grad: fn(grad, name))
+        return value
+
+    return forward
+
+
 @contextlib.contextmanager
-def attach_hooks(model: nn.Module, hooks: Sequence[tuple[Names, HookFn]]) -> Iterator[None]:
-    """Attach ``(names, fn)`` pairs for the duration of the block; they are removed after
-    it, whatever happens in it."""
+def attach_hooks(
+    model: nn.Module,
+    hooks: Sequence[tuple[Names, HookFn]],
+    backward: Sequence[tuple[Names, HookFn]] = (),
+) -> Iterator[None]:
+    """Attach ``(names, fn)`` pairs for the duration of the block, and the ``backward``
+    pairs to the gradients at those names (``on_gradient``); they are removed after it,
+    whatever happens in it."""
     points = hook_points(model)
     attached: list[tuple[HookPoint, HookFn]] = []
+    hooks = [*hooks, *((names, on_gradient(fn)) for names, fn in backward)]
     try:
         for names, fn in hooks:
             for name in select(points, names):
@@ -119,6 +155,24 @@ def attach_hooks(model: nn.Module, hooks: Sequence[tuple[Names, HookFn]]) -> Ite
     finally:
         for point, fn in attached:
             point.fns.remove(fn)
+
+
+def gradients(metric: Tensor, values: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``{name + "_grad": d metric / d value}`` for each of ``values`` (tensors of the pass
+    that computed ``metric``, a scalar); zeros where the metric does not depend on a value
+    (a later position under a causal mask). The parameters' ``.grad`` are left alone."""
+    if metric.numel() != 1 or not metric.is_floating_point():
+        raise ValueError(
+            f"the gradients are of one number: the metric gave a tensor of shape "
+            f"{tuple(metric.shape)} ({metric.dtype}); reduce it (.sum(), a logit difference)"
+        )
+    if not metric.requires_grad:
+        raise ValueError("the metric does not depend on the cached activations")
+    names = [n for n, v in values.items() if v.requires_grad]
+    found = torch.autograd.grad(metric.reshape(()), [values[n] for n in names], allow_unused=True)
+    grads = {n: torch.zeros_like(v) for n, v in values.items()}  # unreached: zero
+    grads.update({n: g for n, g in zip(names, found, strict=True) if g is not None})
+    return {f"{n}_grad": g for n, g in grads.items()}
 
 
 class ActivationCache(Mapping[str, Tensor]):
