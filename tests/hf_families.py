@@ -169,7 +169,7 @@ def check_precisions_and_tools(ours, inputs: tuple[torch.Tensor, ...]) -> None:
     metric = logit_difference(3, 4)
     effect = activation_patching(ours, one, one, metric)
     torch.testing.assert_close(
-        effect, torch.full_like(effect, metric(logits[:1])), atol=1e-4, rtol=0
+        effect, torch.full_like(effect, float(metric(logits[:1]))), atol=1e-4, rtol=0
     )
     c = ours.config
     vocab = c.tgt_vocab_size if seq2seq else c.vocab_size

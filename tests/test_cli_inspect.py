@@ -50,7 +50,7 @@ def test_patch_prints_the_metrics_and_draws_the_effect(run, tmp_path, capsys):
     model, tok = load_run(run)
     metric = logit_difference(tok.encode("e")[0], tok.encode("f")[0])
     with torch.no_grad():
-        clean = metric(model(torch.tensor([tok.encode("abcd")])).logits)
+        clean = float(metric(model(torch.tensor([tok.encode("abcd")])).logits))
     assert f"clean {clean:.3f}" in printed and "2 layers × 4 positions" in printed
     effect = activation_patching(
         model, torch.tensor([tok.encode("abcd")]), torch.tensor([tok.encode("abed")]), metric

@@ -264,7 +264,7 @@ def test_one_script_runs_unchanged_on_a_gpt_a_classifier_and_a_translators_decod
     torch.testing.assert_close(last, logits[0], atol=1e-5, rtol=0)  # the lens ends in the output
     assert effect.shape == (L, clean[-1].size(1))
     everything_clean = activation_patching(model, clean, clean, metric)
-    torch.testing.assert_close(everything_clean, torch.full_like(effect, metric(logits)))
+    torch.testing.assert_close(everything_clean, torch.full_like(effect, float(metric(logits))))
 
 
 # ---- gradients at the hook points ---------------------------------------------------------

@@ -94,8 +94,8 @@ def test_patching_the_clean_stream_back_in_everywhere_restores_the_clean_answer(
     corrupt = clean.clone()
     corrupt[0, 1] = (clean[0, 1] + 7) % V
     metric = logit_difference(answer_id=3, wrong_id=4)
-    clean_value = metric(model(clean).logits)
-    corrupt_value = metric(model(corrupt).logits)
+    clean_value = float(metric(model(clean).logits))
+    corrupt_value = float(metric(model(corrupt).logits))
     effect = activation_patching(model, clean, corrupt, metric)  # (layers, positions)
     assert effect.shape == (3, 6)
     # the first layer's input at the changed position is the whole difference...

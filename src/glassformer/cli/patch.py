@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
     metric = logit_difference(answer, wrong)
     clean_ids, corrupt_ids = torch.tensor([clean]), torch.tensor([corrupt])
     with torch.no_grad():
-        clean_value = metric(model(clean_ids).logits)
-        corrupt_value = metric(model(corrupt_ids).logits)
+        clean_value = float(metric(model(clean_ids).logits))
+        corrupt_value = float(metric(model(corrupt_ids).logits))
     effect = activation_patching(model, clean_ids, corrupt_ids, metric, what=args.what)
     if args.what == "z":
         columns, label, plural = [f"head {h + 1}" for h in range(effect.size(1))], "head", "heads"

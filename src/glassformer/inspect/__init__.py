@@ -1,12 +1,23 @@
 """Looking inside a model through its hook points (``model.run_with_cache``,
-``model.run_with_hooks``): the logit lens, direct logit attribution, activation patching
-and head ablation.
+``model.run_with_hooks``, gradients with ``run_with_cache(grads=)``): the logit lens, direct
+logit attribution, activation patching, head ablation, attribution patching (nodes and
+edges), integrated gradients and path patching.
 
     lens = logit_lens(model, ids)                    # each layer's guess at every position
     parts = direct_logit_attribution(model, ids)     # the final logits, split by component
     effect = activation_patching(model, clean, corrupt, logit_difference(a, b))
+    estimate = attribution_patching(model, clean, corrupt, logit_difference(a, b))
+    edges = edge_attribution_patching(model, clean, corrupt, logit_difference(a, b))
+    tokens = integrated_gradients(model, ids, logit_difference(a, b)).per_token
+    path = path_patching(model, clean, corrupt, metric, receivers=[(1, 1)], receiver_input="v")
 """
 
+from glassformer.inspect.attribution import (
+    EdgeAttribution,
+    attribution_patching,
+    edge_attribution_patching,
+)
+from glassformer.inspect.integrated import IntegratedGradients, integrated_gradients
 from glassformer.inspect.lens import Attribution, Lens, direct_logit_attribution, logit_lens
 from glassformer.inspect.patching import (
     Metric,
@@ -14,6 +25,7 @@ from glassformer.inspect.patching import (
     activation_patching,
     logit_difference,
 )
+from glassformer.inspect.paths import path_patching
 
 # the cache run_with_cache returns lives with the hook points (models return it)
 from glassformer.modules.hooks import ActivationCache
@@ -21,11 +33,17 @@ from glassformer.modules.hooks import ActivationCache
 __all__ = [
     "ActivationCache",
     "Attribution",
+    "EdgeAttribution",
+    "IntegratedGradients",
     "Lens",
     "Metric",
     "ablate_heads",
     "activation_patching",
+    "attribution_patching",
     "direct_logit_attribution",
+    "edge_attribution_patching",
+    "integrated_gradients",
     "logit_difference",
     "logit_lens",
+    "path_patching",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-Metric = Callable[[Tensor], float]  # the model's logits (1, T, V) or (1, C) -> a number
+Metric = Callable[[Tensor], Tensor]  # the model's logits (1, T, V) or (1, C) -> a 0-d tensor
 Inputs = Tensor | tuple[Tensor, ...]  # what the model's forward takes, for one example
 
 PATCHABLE = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
@@ -30,11 +30,12 @@ PATCHABLE = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
 
 def logit_difference(answer_id: int, wrong_id: int, position: int = -1) -> Metric:
     """A metric: the answer's logit minus the wrong one's, at ``position`` (a language
-    model's logits (1, T, V)); a classifier's logits (1, C) have one position."""
+    model's logits (1, T, V)); a classifier's logits (1, C) have one position. It gives a
+    0-d tensor (``float()`` of it is the number), which attribution differentiates."""
 
-    def metric(logits: Tensor) -> float:
+    def metric(logits: Tensor) -> Tensor:
         last = logits[0] if logits.dim() == 2 else logits[0, position]
-        return float((last[answer_id] - last[wrong_id]).detach())
+        return last[answer_id] - last[wrong_id]
 
     return metric
 
@@ -72,13 +73,7 @@ def activation_patching(
         stack: whose blocks: None for a one-stack model's own, "encoder" or "decoder" for
             a translator's (None means "decoder" there).
     """
-    clean, corrupt = _as_inputs(clean), _as_inputs(corrupt)
-    if [x.shape for x in clean] != [x.shape for x in corrupt]:
-        shapes = [tuple(x.shape) for x in clean], [tuple(x.shape) for x in corrupt]
-        raise ValueError(
-            f"the clean and corrupted inputs must have the same shapes, got {shapes[0]} "
-            f"and {shapes[1]}"
-        )
+    clean, corrupt = check_pair(clean, corrupt)
     if what not in PATCHABLE:
         raise ValueError(f"what must be one of {', '.join(PATCHABLE)}, got {what!r}")
     names = per_layer(model, PATCHABLE[what], stack)
@@ -98,8 +93,20 @@ def activation_patching(
                 return value
 
             output = model.run_with_hooks(*corrupt, hooks=[(name, patch)])
-            effect[layer, i] = metric(_logits(output))
+            effect[layer, i] = float(metric(_logits(output)))
     return effect
+
+
+def check_pair(clean: Inputs, corrupt: Inputs) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Both inputs as tuples of (1, T) tensors, or one line on why they cannot be a pair."""
+    clean, corrupt = _as_inputs(clean), _as_inputs(corrupt)
+    if [x.shape for x in clean] != [x.shape for x in corrupt]:
+        shapes = [tuple(x.shape) for x in clean], [tuple(x.shape) for x in corrupt]
+        raise ValueError(
+            f"the clean and corrupted inputs must have the same shapes, got {shapes[0]} "
+            f"and {shapes[1]}"
+        )
+    return clean, corrupt
 
 
 @torch.no_grad()

@@ -157,10 +157,13 @@ def attach_hooks(
             point.fns.remove(fn)
 
 
-def gradients(metric: Tensor, values: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def gradients(
+    metric: Tensor, values: Mapping[str, Tensor], *, retain_graph: bool = False
+) -> dict[str, Tensor]:
     """``{name + "_grad": d metric / d value}`` for each of ``values`` (tensors of the pass
     that computed ``metric``, a scalar); zeros where the metric does not depend on a value
-    (a later position under a causal mask). The parameters' ``.grad`` are left alone."""
+    (a later position under a causal mask). The parameters' ``.grad`` are left alone;
+    ``retain_graph`` keeps the pass's graph for more products with it."""
     if metric.numel() != 1 or not metric.is_floating_point():
         raise ValueError(
             f"the gradients are of one number: the metric gave a tensor of shape "
@@ -169,7 +172,9 @@ def gradients(metric: Tensor, values: Mapping[str, Tensor]) -> dict[str, Tensor]
     if not metric.requires_grad:
         raise ValueError("the metric does not depend on the cached activations")
     names = [n for n, v in values.items() if v.requires_grad]
-    found = torch.autograd.grad(metric.reshape(()), [values[n] for n in names], allow_unused=True)
+    found = torch.autograd.grad(
+        metric.reshape(()), [values[n] for n in names], allow_unused=True, retain_graph=retain_graph
+    )
     grads = {n: torch.zeros_like(v) for n, v in values.items()}  # unreached: zero
     grads.update({n: g for n, g in zip(names, found, strict=True) if g is not None})
     return {f"{n}_grad": g for n, g in grads.items()}
