@@ -89,3 +89,51 @@ def test_lens_refuses_a_model_without_a_head_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "through a vocabulary or class head, which a 'bert' model does not have" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_attribute_prints_the_estimates_and_draws_them(run, tmp_path, capsys):
+    """`attribute` with --corrupt: integrated gradients (their shares summing to the metric's
+    change), attribution patching's top places with attribution_patching's own numbers, the
+    agreement with real patching (--check), the two pictures; without --corrupt, integrated
+    gradients alone into --out; .html, the viewer on its attribution tab."""
+    from glassformer.inspect import attribution_patching, integrated_gradients
+
+    out = tmp_path / "attr.png"
+    argv = ["attribute", "--model", str(run), "--clean", "abcd", "--corrupt", "abed",
+            "--answer", "e", "--wrong", "f", "--check", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    model, tok = load_run(run)
+    metric = logit_difference(tok.encode("e")[0], tok.encode("f")[0])
+    clean, corrupt = torch.tensor([tok.encode("abcd")]), torch.tensor([tok.encode("abed")])
+    ig = integrated_gradients(model, clean, metric, steps=64)
+    assert f"completeness gap {ig.delta:+.4f}" in printed
+    assert f"'c' {ig.per_token[2]:+.3f}" in printed
+    grid = attribution_patching(model, clean, corrupt, metric)
+    with torch.no_grad():
+        base = float(metric(model(corrupt).logits))
+        top = float(metric(model(clean).logits))
+    best = int(grid.flatten().argsort(descending=top >= base)[0])  # the first place printed
+    layer, place = divmod(best, grid.size(1))
+    share = (float(grid[layer, place]) - base) / (top - base)
+    where = "abcd"[place]
+    assert f"residual stream: layer {layer + 1}, {where}: {share:.0%} of the way back" in printed
+    assert "check, residual grid: correlation with real activation patching" in printed
+    assert out.stat().st_size > 0 and (tmp_path / "attr-tokens.png").stat().st_size > 0
+    alone = tmp_path / "ig.png"
+    assert main(["attribute", "--model", str(run), "--clean", "abcd", "--answer", "e",
+                 "--out", str(alone)]) == 0  # fmt: skip
+    assert alone.stat().st_size > 0 and "attribution patching" not in capsys.readouterr().out
+    page = tmp_path / "attr.html"
+    assert main([*argv[:-2], "--out", str(page)]) == 0
+    assert '"open":"attribution"' in page.read_text()
+
+
+def test_attribute_refuses_in_one_line(run, tmp_path, capsys):
+    for extra, message in ((["--corrupt", "abcde", "--wrong", "f"], "same number of tokens"),
+                           (["--corrupt", "abed"], "needs --wrong")):  # fmt: skip
+        argv = ["attribute", "--model", str(run), "--clean", "abcd", "--answer", "e", *extra,
+                "--out", str(tmp_path / "a.png")]  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err

@@ -313,3 +313,54 @@ def test_gradients_at_every_hook_point_of_every_kind_equal_autograd(kind, runs):
         torch.testing.assert_close(cache[name + "_grad"], grad, atol=1e-6, rtol=0, msg=name)
     assert reached > len(names) // 2  # the comparison is of gradients, not of zeros
     assert all(p.grad is None for p in model.parameters())
+
+
+def corrupted(args):
+    """The inputs with one thing changed: a token of the (source) text, or the image."""
+    first = args[0].clone()
+    if first.is_floating_point():
+        first = first.flip(-1)
+    else:
+        first[0, 1] = first[0, 2]
+    return (first, *args[1:])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attribution_integrated_gradients_and_paths_on_every_kind(kind, runs):
+    """From Python, by the same names: attribution patching's residual grid and heads, the
+    edges (or one line on why not: post-norm blocks), integrated gradients that add up, and a
+    path-patching sweep, on every kind; a translator's decoder, a ViT's image."""
+    from glassformer.inspect import (
+        attribution_patching,
+        edge_attribution_patching,
+        integrated_gradients,
+        path_patching,
+    )
+    from glassformer.viz.attention import model_inputs
+
+    model, tokenizer = load_run(runs[kind])
+    args, _, _ = model_inputs(model, tokenizer, text_for(kind, runs), None)
+    clean, corrupt = tuple(args), corrupted(args)
+
+    def metric(output):
+        return main_tensor(output)[0].flatten()[:5].sum()
+
+    layers = len(per_layer(model, "hook_resid_pre"))
+    grid = attribution_patching(model, clean, corrupt, metric)
+    heads = attribution_patching(model, clean, corrupt, metric, what="z")
+    assert grid.shape[0] == layers and heads.shape == (layers, 4) and grid.isfinite().all()
+    norm_first = getattr(model.config, "norm_first", True)
+    post_norm = not norm_first or "bert" in kind or kind in ("sentence", "marian translator")
+    if "translator" in kind or post_norm or kind == "gemma gpt":
+        with pytest.raises(ValueError, match="post-norm|cross-attention"):
+            edge_attribution_patching(model, clean, corrupt, metric)
+    else:
+        edges = edge_attribution_patching(model, clean, corrupt, metric)
+        torch.testing.assert_close(
+            edges.node_scores[1:5], heads[0] - edges.metric, atol=1e-5, rtol=1e-4
+        )
+    # from the corrupted input's embeddings (zero embeddings are where RMSNorm turns sharply)
+    result = integrated_gradients(model, clean, metric, baseline=corrupt, steps=256)
+    assert abs(result.delta) <= 0.01 * abs(result.value - result.baseline_value) + 1e-4
+    sweep = path_patching(model, clean, corrupt, metric, receivers=[(1, 0)], receiver_input="qkv")
+    assert sweep.shape == (layers, 4) and sweep[0].isfinite().all() and sweep[1].isnan().all()

@@ -690,3 +690,87 @@ def test_readme_screenshot_of_a_translators_sharpest_cross_attention_head(browse
     head_view_lines_equal(view, cross.weights[layer, head])
     shoot(view, screenshot_folder(tmp_path) / "attention-viewer-translator.png")
     view.close()
+
+
+# ---- the attribution and features tabs ------------------------------------------------------
+
+
+def attribution_result(model, chars):
+    """What `glassformer attribute` computes, for the tiny GPT on TEXT against OTHER."""
+    from glassformer.inspect import attribution_patching, integrated_gradients, logit_difference
+
+    clean = torch.tensor([chars.encode(TEXT)])
+    corrupt = clean.clone()
+    corrupt[0, 4] = chars.encode("d")[0]
+    metric = logit_difference(1, 2)
+    with torch.no_grad():
+        values = float(metric(model(clean).logits)), float(metric(model(corrupt).logits))
+    return {
+        "tokens": list(TEXT), "metric": "logit('a') - logit('b')",
+        "integrated": integrated_gradients(model, clean, metric, steps=16).per_token,
+        "clean": values[0], "corrupt": values[1],
+        "grid": attribution_patching(model, clean, corrupt, metric),
+        "heads": attribution_patching(model, clean, corrupt, metric, what="z"),
+    }  # fmt: skip
+
+
+@browser_test
+def test_the_attribution_tab_draws_the_estimates_themselves(opened, chars, tmp_path):
+    """Every cell of the layers × tokens grid and of the heads grid, and every token's bar,
+    holds the number attribution_patching and integrated_gradients computed (≤ 1e-5)."""
+    model = modern_gpt(chars.vocab_size)
+    result = attribution_result(model, chars)
+    path = viewer.attribution_page(model, chars, TEXT, result).save(tmp_path / "a.html")
+    view = opened(path)
+    page = view.page
+    assert page.is_visible("#view-attribution") and page.is_visible("#attribution-tab")
+    for selector, expected in (("#attribution-grid rect", result["grid"]),
+                               ("#attribution-heads rect", result["heads"])):  # fmt: skip
+        cells = page.evaluate(
+            f"[...document.querySelectorAll('{selector}')].map(r => [+r.dataset.row, "
+            "+r.dataset.col, +r.dataset.value])"
+        )
+        drawn = torch.zeros(expected.shape, dtype=torch.float64)
+        for row, col, value in cells:
+            drawn[row, col] = value
+        assert len(cells) == expected.numel()
+        torch.testing.assert_close(drawn, expected.double(), atol=1e-5, rtol=0)
+    bars = page.evaluate(
+        "[...document.querySelectorAll('#attribution-bars rect')].map(r => +r.dataset.value)"
+    )
+    expected = result["integrated"].double()
+    torch.testing.assert_close(torch.tensor(bars, dtype=torch.float64), expected, atol=1e-5, rtol=0)
+    page.click("button[data-view=head]")
+    page.click("button[data-view=attribution]")
+    assert page.is_visible("#attribution-grid")
+    view.offline_and_clean()
+
+
+@browser_test
+def test_the_features_tab_shows_values_and_contexts_as_text(opened, chars, tmp_path):
+    """The features × tokens grid holds the SAE's values; clicking a feature lists its
+    contexts, whose HTML and script fragments show as text and run nothing."""
+    model = modern_gpt(chars.vocab_size)
+    values = torch.rand(len(TEXT), 3)
+    contexts = {f: [{"before": FRAGMENTS[i], "token": FRAGMENTS[i + 1], "after": "…",
+                     "value": 1.5 - i / 10} for i in range(3)] for f in (4, 9, 17)}  # fmt: skip
+    result = {"tokens": list(TEXT), "features": [4, 9, 17], "values": values,
+              "contexts": contexts, "sae": "blocks.1.hook_resid_post, 64 features"}  # fmt: skip
+    view = opened(viewer.features_page(model, chars, TEXT, result).save(tmp_path / "f.html"))
+    page = view.page
+    cells = page.evaluate(
+        "[...document.querySelectorAll('#features-grid rect')].map(r => [+r.dataset.row, "
+        "+r.dataset.col, +r.dataset.value])"
+    )
+    drawn = torch.zeros(3, len(TEXT), dtype=torch.float64)
+    for row, col, value in cells:
+        drawn[row, col] = value
+    torch.testing.assert_close(drawn, values.T.double(), atol=1e-5, rtol=0)
+    page.locator("#features-grid text[data-row='2']").click()  # the third feature's label
+    marks = page.evaluate(
+        "[...document.querySelectorAll('#feature-contexts mark')].map(m => m.textContent)"
+    )
+    assert marks == [FRAGMENTS[1], FRAGMENTS[2], FRAGMENTS[3]]
+    assert "feature 17" in page.text_content("#note")
+    assert page.evaluate("document.querySelectorAll('img, [onload], [onerror]').length") == 0
+    view.offline_and_clean()

@@ -65,6 +65,11 @@ FOREIGN_FORMATS: dict[str, dict[str, Callable[..., Any]]] = {}
 NAMED_MODELS: dict[str, tuple[str, Callable[..., Any]]] = {}
 #   packaged model name -> tokenizer(model): the tokenizer that goes with it.
 NAMED_TOKENIZERS: dict[str, Callable[[Any], Any]] = {}
+#   model kind -> files(model): another library's files of the same weights, written into
+#   every checkpoint of that kind (an SAE's SAELens files); interop registers them. And the
+#   file that marks a foreign directory without a config.json -> its format's model type.
+COMPANION_FILES: dict[str, Callable[[Any], dict[str, bytes]]] = {}
+FOREIGN_MARKERS = {"cfg.json": "saelens"}
 
 
 def register_format(model_type: str, kind: str, reader: Callable[[Path], Any]) -> None:
@@ -127,7 +132,8 @@ def save_checkpoint(
             buffer = io.BytesIO()
             torch.save(training_state, buffer)
             (tmp / TRAINING_STATE_NAME).write_bytes(buffer.getbuffer())
-        for name, data in (extra_files or {}).items():
+        companions = COMPANION_FILES.get(model.kind, lambda model: {})(model)
+        for name, data in {**companions, **(extra_files or {})}.items():
             (tmp / name).write_bytes(data)
 
     return write_directory_atomically(Path(path), write)
@@ -264,6 +270,9 @@ def load_checkpoint(
         return _load_foreign(Path(path), ".gguf", kind)
     path = resolve_checkpoint_dir(path)
     config_file = path / CONFIG_NAME
+    for marker, model_type in FOREIGN_MARKERS.items():  # SAELens: cfg.json, no config.json
+        if not config_file.is_file() and (path / marker).is_file():
+            return _load_foreign(path, model_type, kind)
     if not config_file.is_file():
         raise CheckpointError(f"{path} is not a glassformer checkpoint: no {CONFIG_NAME} in it")
     try:

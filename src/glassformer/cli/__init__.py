@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from glassformer._version import __version__
 from glassformer.cli import (
     attention,
+    attribute,
     bench,
     chat,
     classify,
     demo,
     embed,
+    features,
     fill_mask,
     generate,
     lens,
@@ -44,6 +46,8 @@ SUBCOMMANDS = {
     "trace": trace,
     "lens": lens,
     "patch": patch,
+    "attribute": attribute,
+    "features": features,
     "models": models,
     "demo": demo,
 }

@@ -1,10 +1,12 @@
-"""Train a language model, a translator, a classifier or a masked language model.
+"""Train a language model, a translator, a classifier, a masked language model, a ViT, or a
+sparse autoencoder on another model's activations.
 
     glassformer train lm        --corpus austen        (char-level GPT)
     glassformer train translate --corpus bible-en-es   (English → Spanish, shared BPE)
     glassformer train classify  --corpus imdb          (sentiment, WordPiece)
     glassformer train mlm       --corpus imdb          (BERT's masked-LM pretraining)
     glassformer train classify  --init runs/mlm        (fine-tune a pretrained encoder)
+    glassformer train sae --model SmolLM2-135M-Instruct --hook blocks.15.hook_resid_post
 
 Everything goes into one run directory (--out): the checkpoint, metrics.jsonl, loss.png
 and samples.txt. --resume DIR continues an interrupted run exactly where it stopped.
@@ -44,6 +46,7 @@ TASKS = {
     "classify": "a text classifier",
     "mlm": "a masked LM",
     "vision": "a ViT on images",
+    "sae": "a sparse autoencoder",
 }
 HELP = "train " + ", ".join(f"{what} ({task})" for task, what in TASKS.items())
 EXAMPLE = "glassformer train classify --arch gpt --minutes 5 --out runs/demo-imdb"

@@ -38,7 +38,7 @@ from glassformer.inspect.patching import (
     check_pair,
     per_layer,
 )
-from glassformer.modules.hooks import gradients
+from glassformer.modules.hooks import differentiable, gradients
 
 # the residual stream's places, beside the outputs activation_patching patches
 PLACES = {**PATCHABLE, "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post"}
@@ -59,8 +59,6 @@ def gradient_run(
     """One run of ``inputs`` keeping the values at ``names`` live (differentiable, the pass
     built on them): (metric, live values, their gradients ``<name>_grad``). The graph is
     kept, for further products with it."""
-    from glassformer.modules.hooks import differentiable
-
     live: dict[str, Tensor] = {}
 
     def keep(value: Tensor, name: str) -> Tensor:
@@ -195,13 +193,17 @@ class _Graph:
             )
         self.parallel = f"{block}.0.hook_resid_mid" not in known
         self.mlp_reads = [self._mlp_input(i, known) for i in range(layers)]
-        self.writer_names = [f"{block}.0.hook_resid_pre", f"{block}.0.hook_resid_post"]
-        for i in range(layers):
-            self.writer_names += [self.at(i, "attn.hook_result"), self.at(i, "hook_mlp_out"),
-                                  self.at(i, "hook_resid_pre"), self.at(i, "hook_resid_post"),
-                                  self.at(i, "hook_attn_out")]  # fmt: skip
-            if not self.parallel:
-                self.writer_names.append(self.at(i, "hook_resid_mid"))
+        self.writer_names = [  # what the clean run caches: the writes and the sums
+            self.at(i, name)
+            for i in range(layers)
+            for name in (
+                "attn.hook_result",
+                "hook_mlp_out",
+                "hook_attn_out",
+                "hook_resid_pre",
+                "hook_resid_post",
+            )  # fmt: skip
+        ]
 
     def at(self, layer: int, name: str) -> str:
         return f"{self.block}.{layer}.{name}"

@@ -147,6 +147,16 @@ def _weighted_gradient(
     batch = tuple(t.expand(n, *t.shape[1:]) for t in inputs)
     with torch.enable_grad():
         logits = _logits(model.run_with_hooks(*batch, hooks=[(hook, lambda value, name: moved)]))
-        value = torch.stack([w[i] * metric(logits[i : i + 1]) for i in range(n)]).sum()
+        value = torch.stack([w[i] * metric(_row(logits, i)) for i in range(n)]).sum()
         (grad,) = torch.autograd.grad(value, moved)
     return grad.sum(0)
+
+
+def _row(output: Any, i: int) -> Any:
+    """Row i of a batch's output, as a one-example output: logits (1, ...), or a named tuple
+    of tensors (BERT's hidden states and pooled vector) cut alike."""
+    if isinstance(output, Tensor):
+        return output[i : i + 1]
+    if isinstance(output, tuple) and hasattr(output, "_fields"):
+        return type(output)(*(f[i : i + 1] if isinstance(f, Tensor) else f for f in output))
+    raise TypeError(f"cannot take one example of a {type(output).__name__} output")

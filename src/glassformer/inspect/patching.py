@@ -45,8 +45,9 @@ def _logits(output: Any) -> Tensor:
 
 
 def _as_inputs(x: Inputs) -> tuple[Tensor, ...]:
-    """One example's inputs as a tuple of (1, T) tensors."""
-    return tuple(t.view(1, -1) for t in (x if isinstance(x, tuple) else (x,)))
+    """One example's inputs as a tuple: ids as (1, T), an image (1, C, H, W) as it is."""
+    items = x if isinstance(x, tuple) else (x,)
+    return tuple(t if t.is_floating_point() else t.view(1, -1) for t in items)
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
 from glassformer.interop.marian import from_marian_state, load_marian
 from glassformer.interop.opt import from_opt_state, load_opt
 from glassformer.interop.qwen import load_qwen2, load_qwen3
+from glassformer.interop.saelens import read_saelens, saelens_files
 from glassformer.interop.sentence import (
     from_sentence_transformers,
     load_sentence_encoder,
@@ -20,6 +21,8 @@ from glassformer.interop.t5 import from_t5_state, load_t5
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
+    "read_saelens",
+    "saelens_files",
     "SMOLLM2_NAME",
     "from_bert_state",
     "from_gpt2_state",

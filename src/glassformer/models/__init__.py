@@ -17,11 +17,14 @@ from glassformer.models.classifier import (
 )
 from glassformer.models.encoder_lm import EncoderLM, EncoderLMConfig
 from glassformer.models.gpt import GPT, GPTClassifierConfig, GPTConfig
+from glassformer.models.sae import SAEConfig, SparseAutoencoder
 from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.models.vit import VisionTransformer, ViTConfig
 
 __all__ = [
+    "SAEConfig",
+    "SparseAutoencoder",
     "GPT",
     "Backbone",
     "SequenceClassifier",

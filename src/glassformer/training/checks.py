@@ -90,6 +90,38 @@ def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
+def check_run(c: RunConfig) -> None:
+    """Every check of a built config: each field's rule, and the options that go together."""
+    check_choices(c)
+    check_values(c)
+    if c.corpus is not None and c.data is not None:
+        raise ValueError("give --corpus or --data, not both")
+    if c.bias is not None and c.task != "lm":
+        raise RunConfigError("bias", f"is for lm (a GPT), not {c.task!r}")
+    check_vision(c)
+    if c.global_tokens and c.attention_window is None:
+        raise RunConfigError("global_tokens", "needs --attention-window")
+    if c.framework == "keras":
+        check_keras(c)
+    check_fine_tuning(c)
+    check_arch(c)
+    check_sae(c)
+
+
+def check_sae(c: RunConfig) -> None:
+    """A sparse autoencoder reads a model's hook point; its options are its own."""
+    for name in ("model", "hook", "features", "k"):
+        if getattr(c, name) is not None and c.task != "sae":
+            raise RunConfigError(name, f"is for sae (a sparse autoencoder), not {c.task!r}")
+    if c.task != "sae":
+        return
+    for name in ("model", "hook"):
+        if getattr(c, name) is None:
+            raise RunConfigError(name, "is needed: the model and the hook point the SAE reads")
+    if c.tokenizer is not None:
+        raise RunConfigError("tokenizer", "is the model's own for sae")
+
+
 def check_vision(c: RunConfig) -> None:
     """Images have no tokenizer; patches are for images only."""
     if c.task == "vision" and c.tokenizer is not None:

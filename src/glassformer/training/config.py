@@ -30,19 +30,14 @@ from glassformer.training.checks import (
     POSITIVE,
     POSITIVE_INT,
     Rule,
-    check_arch,
-    check_choices,
-    check_fine_tuning,
-    check_keras,
-    check_values,
-    check_vision,
+    check_run,
     on_off_auto,
 )
 from glassformer.training.defaults import BEFORE_TASK_DEFAULT, COMMON_DEFAULTS, TASK_DEFAULTS
 
-Task = Literal["lm", "translate", "classify", "mlm", "vision"]
+Task = Literal["lm", "translate", "classify", "mlm", "vision", "sae"]
 T = TypeVar("T")
-TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision")
+TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision", "sae")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
 PROCESSES_KEY = "processes"  # beside the fields in run.json: how many processes trained it
 
@@ -202,6 +197,14 @@ class RunConfig:
     linear_probe: bool = _opt(
         False, "fine-tuning", "classify --init: train only the new head (the encoder frozen)"
     )
+    # ---- sparse autoencoders
+    model: str | None = _opt(None, "sae", "sae: the model it reads (a run directory or a "
+                             "packaged name: SmolLM2-135M-Instruct)")  # fmt: skip
+    hook: str | None = _opt(None, "sae", "sae: the hook point it reads (blocks.15.hook_resid_post)")
+    features: int | None = _opt(None, "sae", "sae: how many features (default: 8 × the "
+                                "activation's width)", rule=POSITIVE_INT)  # fmt: skip
+    k: int | None = _opt(None, "sae", "sae: features active per token (TopK; task default)",
+                         rule=POSITIVE_INT)  # fmt: skip
     # ---- training
     framework: Literal["torch", "keras"] = _opt(
         "torch", "training", "keras: train the Keras 3 twin with model.fit (classify only)"
@@ -285,19 +288,7 @@ class RunConfig:
         if self.task not in TASKS:
             raise RunConfigError("task", f"must be one of {list(TASKS)}, got {self.task!r}")
         self._fill_defaults()
-        check_choices(self)
-        check_values(self)
-        if self.corpus is not None and self.data is not None:
-            raise ValueError("give --corpus or --data, not both")
-        if self.bias is not None and self.task != "lm":
-            raise RunConfigError("bias", f"is for lm (a GPT), not {self.task!r}")
-        check_vision(self)
-        if self.global_tokens and self.attention_window is None:
-            raise RunConfigError("global_tokens", "needs --attention-window")
-        if self.framework == "keras":
-            check_keras(self)
-        check_fine_tuning(self)
-        check_arch(self)
+        check_run(self)
 
     def _fill_defaults(self) -> None:
         """Give the None-defaulted fields their task's values (frozen: through object)."""

@@ -45,6 +45,9 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
     # images, not text: no tokenizer; the ViT reads patch_size × patch_size patches
     "vision": dict(batch_size=64, lr=1e-3, warmup=100, corpus="digits", patch_size=2),
+    # a batch is activations (one per token); Adam without weight decay. On SmolLM2's layer
+    # 15 (Austen), batch 1024 at lr 4e-4 explained 0.81 of the variance after 800 steps.
+    "sae": dict(batch_size=1024, lr=4e-4, warmup=100, corpus="austen", optimizer="adam", k=32),
 }
 # What None meant in a run.json written before a field had its task default (such a run
 # resumes as it was trained): the model preset's value. Runs written since hold the value.

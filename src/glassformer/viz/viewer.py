@@ -51,7 +51,7 @@ from glassformer.viz.attention import (
 
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
-SCRIPTS = ("data.js", "views.js", "viewer.js")
+SCRIPTS = ("data.js", "views.js", "extras.js", "viewer.js")
 _ASSETS = ("template.html", "viewer.css", *SCRIPTS)
 
 
@@ -105,6 +105,32 @@ def attention_html(
     return AttentionView(
         render_page(attention_data(model, tokenizer, text, target=target, title=title))
     )
+
+
+def attribution_page(model: Any, tokenizer: Any, text: str, result: dict) -> AttentionView:
+    """The viewer for ``text`` with its attribution tab open: integrated gradients per token
+    and, where ``result`` has them, attribution patching's grids (``glassformer attribute``)."""
+    data = attention_data(model, tokenizer, text)
+    extra = {"tokens": result["tokens"], "metric": result["metric"],
+             "integrated": [round(v, 6) for v in result["integrated"].tolist()]}  # fmt: skip
+    if "grid" in result:
+        extra.update(clean=result["clean"], corrupt=result["corrupt"],
+                     grid=_rounded(result["grid"]), heads=_rounded(result["heads"]))  # fmt: skip
+    return AttentionView(render_page({**data, "attribution": extra, "open": "attribution"}))
+
+
+def features_page(model: Any, tokenizer: Any, text: str, result: dict) -> AttentionView:
+    """The viewer for ``text`` with its features tab open: an SAE's strongest features over
+    the tokens and each one's top contexts (``glassformer features``)."""
+    data = attention_data(model, tokenizer, text)
+    extra = {"tokens": result["tokens"], "features": result["features"], "sae": result["sae"],
+             "values": _rounded(result["values"]),
+             "contexts": [result["contexts"][f] for f in result["features"]]}  # fmt: skip
+    return AttentionView(render_page({**data, "features": extra, "open": "features"}))
+
+
+def _rounded(t: Tensor) -> list:
+    return [[round(v, 6) for v in row] for row in t.tolist()]
 
 
 def attention_data(

@@ -13,7 +13,8 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const data = JSON.parse(document.getElementById("attention-data").textContent);
-const state = { kind: 0, layer: 0, head: 0, query: 0, key: 0, view: "head" };
+const state = { kind: 0, layer: 0, head: 0, query: 0, key: 0, view: "head", feature: 0 };
+const VIEWS = ["head", "model", "neuron", "lens", "attribution", "features"];
 const decoded = new Map();
 const $ = (id) => document.getElementById(id);
 

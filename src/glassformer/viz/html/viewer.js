@@ -38,6 +38,7 @@ function currentSvg() {
 function fileName(suffix) {
   const K = data.kinds[state.kind];
   if (state.view === "lens") return `logit-lens.${suffix}`;
+  if (state.view === "attribution" || state.view === "features") return `${state.view}.${suffix}`;
   return `attention-${K.kind}-${state.view}-layer${state.layer + 1}-head${state.head + 1}.${suffix}`;
 }
 
@@ -79,11 +80,14 @@ function savePng() {
 // ---- controls -------------------------------------------------------------------------
 
 function draw() {
-  for (const view of ["head", "model", "neuron", "lens"]) $(`view-${view}`).hidden = view !== state.view;
+  for (const view of VIEWS) $(`view-${view}`).hidden = view !== state.view;
   for (const tab of document.querySelectorAll(".tabs button")) {
     tab.setAttribute("aria-selected", String(tab.dataset.view === state.view));
   }
-  ({ head: drawHead, model: drawModel, neuron: drawNeuron, lens: drawLens })[state.view]();
+  ({
+    head: drawHead, model: drawModel, neuron: drawNeuron, lens: drawLens,
+    attribution: drawAttribution, features: drawFeatures,
+  })[state.view]();
 }
 
 function chooseKind(index) {
@@ -110,6 +114,9 @@ function start() {
   $("subtitle").textContent = data.target == null ? data.text : `${data.text}\n→ ${data.target}`;
   fillSelect($("kind"), data.kinds.map((k) => k.title), 0);
   $("lens-tab").hidden = !data.lens; // a decoder-only model's logit lens, when there is one
+  $("attribution-tab").hidden = !data.attribution; // glassformer attribute's page
+  $("features-tab").hidden = !data.features; // glassformer features' page
+  if (data.open) state.view = data.open;
   const first = kindData();
   state.query = first.nq - 1; // the neuron view opens on the last query and its top key
   for (let j = 0; j < first.nk; j++) {
@@ -135,6 +142,12 @@ function start() {
     $("query").value = String(state.query);
     $("key").value = String(state.key);
     show("neuron");
+  });
+  $("features-svg").addEventListener("click", (e) => {
+    const row = e.target.closest("#features-grid [data-row]"); // a feature's label or cell
+    if (!row) return;
+    state.feature = Number(row.getAttribute("data-row"));
+    draw();
   });
   $("neuron-svg").addEventListener("click", (e) => {
     const bar = e.target.closest("[data-key]");

@@ -1,0 +1,131 @@
+// glassformer's viewer: the attribution and features tabs (glassformer attribute and
+// glassformer features write them), drawn from data.attribution and data.features. Text
+// from the model (tokens, contexts) is only ever put into the page as text.
+"use strict";
+
+// A value in [-1, 1] as a colour: red for positive, blue for negative, white at zero.
+function diverging(v) {
+  const t = Math.max(-1, Math.min(1, v));
+  const [r, g, b] = t >= 0 ? [178, 24, 43] : [33, 102, 172];
+  const a = Math.abs(t);
+  const mix = (c) => Math.round(255 + (c - 255) * a);
+  return `rgb(${mix(r)},${mix(g)},${mix(b)})`;
+}
+
+function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id) {
+  const group = svg("g", { id });
+  for (let r = 0; r < rows.length; r++) {
+    const y = y0 + (rows.length - 1 - r) * cellH; // the first row at the bottom
+    group.append(svg("text", { x: x0 - 6, y: y + cellH * 0.7, "text-anchor": "end", "data-row": r }, rows[r]));
+    for (let c = 0; c < columns.length; c++) {
+      const cell = svg("rect", {
+        x: x0 + c * cellW, y, width: cellW - 1, height: cellH - 1, fill: colour(values[r][c]),
+        "data-row": r, "data-col": c, "data-value": values[r][c],
+      });
+      cell.append(svg("title", {}, `${rows[r]}, ${columns[c]}: ${values[r][c].toFixed(4)}`));
+      group.append(cell);
+    }
+  }
+  for (let c = 0; c < columns.length; c++) {
+    const x = x0 + c * cellW + cellW / 2;
+    const y = y0 + rows.length * cellH + 6;
+    group.append(svg("text", { x, y, "text-anchor": "end", transform: `rotate(-60 ${x} ${y})` },
+      columns[c].slice(0, 16)));
+  }
+  page.append(group);
+}
+
+function sizePage(page, width, height) {
+  page.replaceChildren();
+  for (const [name, value] of Object.entries({
+    width, height, viewBox: `0 0 ${width} ${height}`, "font-family": "system-ui, sans-serif", "font-size": 11,
+  })) page.setAttribute(name, String(value));
+}
+
+// ---- attribution ----------------------------------------------------------------------
+
+function drawAttribution() {
+  const A = data.attribution;
+  const page = $("attribution-svg");
+  const T = A.tokens.length;
+  const cellW = 46;
+  const cellH = 18;
+  const left = 80;
+  const bars = 120;
+  const grid = A.grid || [];
+  const heads = A.heads || [];
+  const gridTop = bars + 130;
+  const width = left + T * cellW + (heads.length ? 120 + heads[0].length * cellW : 0) + 20;
+  const height = gridTop + grid.length * cellH + 100;
+  sizePage(page, width, A.grid ? height : bars + 110);
+  // integrated gradients: a bar per token
+  const peak = Math.max(1e-9, ...A.integrated.map(Math.abs));
+  const mid = 10 + bars / 2;
+  page.append(svg("text", { x: left, y: 10 }, `integrated gradients of ${A.metric}`));
+  const group = svg("g", { id: "attribution-bars" });
+  for (let t = 0; t < T; t++) {
+    const v = A.integrated[t];
+    const h = (Math.abs(v) / peak) * (bars / 2 - 6);
+    const bar = svg("rect", {
+      x: left + t * cellW + 4, y: v >= 0 ? mid - h : mid, width: cellW - 8, height: Math.max(h, 0.5),
+      fill: v >= 0 ? "#b2182b" : "#2166ac", "data-token": t, "data-value": v,
+    });
+    bar.append(svg("title", {}, `${A.tokens[t]}: ${v.toFixed(4)}`));
+    group.append(bar);
+    const x = left + t * cellW + cellW / 2;
+    group.append(svg("text", { x, y: bars + 24, "text-anchor": "end", transform: `rotate(-60 ${x} ${bars + 24})` },
+      A.tokens[t].slice(0, 16)));
+  }
+  group.append(svg("line", { x1: left, x2: left + T * cellW, y1: mid, y2: mid, stroke: "#555" }));
+  page.append(group);
+  if (!A.grid) {
+    $("attribution-hint").textContent = "Integrated gradients: each token's share of the metric, from zero embeddings to the text's. (Give --corrupt for attribution patching.)";
+    $("note").textContent = `attribution: ${T} tokens`;
+    return;
+  }
+  const span = A.clean - A.corrupt;
+  const share = (v) => (span ? (v - A.corrupt) / span : 0);
+  const layers = grid.map((_, l) => `layer ${l + 1}`);
+  page.append(svg("text", { x: left, y: gridTop - 14 }, "attribution patching: the residual stream entering each layer"));
+  heatmap(page, left, gridTop, layers, A.tokens, grid, (v) => diverging(share(v)), cellW, cellH, "attribution-grid");
+  const headsLeft = left + T * cellW + 120;
+  page.append(svg("text", { x: headsLeft, y: gridTop - 14 }, "each head"));
+  const headNames = heads[0].map((_, h) => `head ${h + 1}`);
+  heatmap(page, headsLeft, gridTop, layers, headNames, heads, (v) => diverging(share(v)), cellW, cellH, "attribution-heads");
+  $("attribution-hint").textContent = `Red: patching that place from the corrupted run to the clean one would bring the clean answer back (estimated from one backward pass; 1 = all the way: ${A.clean.toFixed(3)}, 0 = the corrupted ${A.corrupt.toFixed(3)}). Above: integrated gradients per token.`;
+  $("note").textContent = `attribution: ${grid.length} layers × ${T} tokens, ${heads[0].length} heads`;
+}
+
+// ---- features -------------------------------------------------------------------------
+
+function drawFeatures() {
+  const F = data.features;
+  const page = $("features-svg");
+  const T = F.tokens.length;
+  const cellW = 46;
+  const cellH = 20;
+  const left = 110;
+  const rows = F.features.map((f) => `feature ${f}`);
+  sizePage(page, left + T * cellW + 20, rows.length * cellH + 110);
+  const values = F.features.map((_, j) => F.values.map((row) => row[j])); // (features, tokens)
+  const peak = Math.max(1e-9, ...values.flat());
+  for (let r = 0; r < rows.length; r++) {
+    const y = 10 + (rows.length - 1 - r) * cellH;
+    page.append(svg("rect", {
+      x: 0, y, width: left - 2, height: cellH - 1, fill: r === state.feature ? "#dde8f6" : "transparent",
+      "pointer-events": "none",
+    }));
+  }
+  heatmap(page, left, 10, rows, F.tokens, values, (v) => `rgba(27,120,55,${v / peak})`, cellW, cellH, "features-grid");
+  const list = $("feature-contexts");
+  list.replaceChildren();
+  const chosen = Math.min(state.feature, F.features.length - 1);
+  for (const c of F.contexts[chosen] || []) {
+    const item = tag("li", "");
+    item.append(tag("span", `${c.value.toFixed(2)}  …${c.before}`));
+    item.append(tag("mark", c.token));
+    item.append(tag("span", `${c.after}…`));
+    list.append(item);
+  }
+  $("note").textContent = `features: ${F.sae}; feature ${F.features[chosen]}'s top contexts below`;
+}
