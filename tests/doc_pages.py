@@ -12,7 +12,11 @@ def glassformer_commands(text: str) -> list[str]:
     """Every `glassformer ...` command line of a page: in shell blocks (joined where a line
     ends with a backslash, comments and `$ ` prompts dropped) and in inline code."""
     commands = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+    # every fenced block, paired in order (a block of another language is passed over whole,
+    # so its closing fence never opens a block of prose)
+    blocks = [b for lang, b in re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+              if lang in ("", "bash", "sh", "console")]  # fmt: skip
+    for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             line = re.split(r"\s#\s", line.strip().removeprefix("$ "))[0].strip()
             if line.startswith("glassformer "):

@@ -46,7 +46,7 @@ def test_nodes_and_edges_equal_transformer_lens_on_the_same_gpt2(tmp_path):
     ours = GPT.from_pretrained(tmp_path).eval()
     clean, corrupt = pair(50, 8, 3)
     metric = logit_difference(7, 9)
-    nodes = tl.attribution_patch(theirs, clean, corrupt, metric).node_scores
+    nodes = tl.attribution_patch(theirs, clean, corrupt, metric.tensor).node_scores
     with torch.no_grad():
         base = float(metric(ours(corrupt).logits))
     heads = attribution_patching(ours, clean, corrupt, metric, what="z") - base
@@ -64,7 +64,7 @@ def test_nodes_and_edges_equal_transformer_lens_on_the_same_gpt2(tmp_path):
     torch.testing.assert_close(heads, their_heads, atol=1e-5, rtol=0)
 
     their_edges = tl.attribution_patch(
-        theirs, clean, corrupt, metric, tl.EdgeAttributionConfig(granularity="edge")
+        theirs, clean, corrupt, metric.tensor, tl.EdgeAttributionConfig(granularity="edge")
     ).edge_scores
     ours_edges = edge_attribution_patching(ours, clean, corrupt, metric)
     names = {"embed": lambda n: "embed", "attn_head_out": lambda n: f"L{n.layer}.H{n.head}",

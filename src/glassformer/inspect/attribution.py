@@ -36,21 +36,13 @@ from glassformer.inspect.patching import (
     Metric,
     _logits,
     check_pair,
+    metric_tensor,
     per_layer,
 )
 from glassformer.modules.hooks import differentiable, gradients
 
 # the residual stream's places, beside the outputs activation_patching patches
 PLACES = {**PATCHABLE, "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post"}
-
-
-def _as_tensor(value: Any) -> Tensor:
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"the metric must return a tensor that depends on the logits (got "
-            f"{type(value).__name__}): attribution differentiates it"
-        )
-    return value
 
 
 def gradient_run(
@@ -66,7 +58,7 @@ def gradient_run(
         return live[name]
 
     with torch.enable_grad(), model.hooks([(names, keep)]):
-        value = _as_tensor(metric(_logits(model(*inputs))))
+        value = metric_tensor(metric)(_logits(model(*inputs)))
         grads = gradients(value, live, retain_graph=True)
     return value.detach(), live, grads
 
@@ -87,8 +79,9 @@ def attribution_patching(
 
     Args:
         model: any glassformer model with blocks.
-        clean, corrupt: one example's inputs each, of the same shapes (ids (1, T), or a
-            translator's (source, target) pair).
+        clean: one example's inputs: ids (1, T), an image, or a translator's (source,
+            target) pair.
+        corrupt: the same shapes, changed.
         metric: the model's logits → a 0-d tensor (``logit_difference``), differentiable.
         what: ``"resid_pre"``, ``"resid_mid"``, ``"resid_post"``, ``"attn_out"``,
             ``"mlp_out"`` (each layer × position: (L, T)) or ``"z"`` (each layer × head, all

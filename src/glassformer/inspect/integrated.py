@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from glassformer.inspect.patching import Metric, _logits
+from glassformer.inspect.patching import Metric, _logits, metric_tensor
 
 METHODS = ("gausslegendre", "midpoint")
 
@@ -99,6 +99,7 @@ def integrated_gradients(
         start = baseline.to(x)
     else:
         start = _embedding(model, _one(baseline), hook)
+    metric = metric_tensor(metric)
     alphas, weights = quadrature(steps, method)
     total = torch.zeros_like(x[0])
     for lo in range(0, steps, batch_size):

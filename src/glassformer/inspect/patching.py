@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-Metric = Callable[[Tensor], Tensor]  # the model's logits (1, T, V) or (1, C) -> a 0-d tensor
+# the model's logits (1, T, V) or (1, C) -> a number; attribution differentiates it, so there
+# a function of yours returns a 0-d tensor (logit_difference's metric has both: see it)
+Metric = Callable[[Tensor], Any]
 Inputs = Tensor | tuple[Tensor, ...]  # what the model's forward takes, for one example
 
 PATCHABLE = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
@@ -30,14 +32,35 @@ PATCHABLE = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out",
 
 def logit_difference(answer_id: int, wrong_id: int, position: int = -1) -> Metric:
     """A metric: the answer's logit minus the wrong one's, at ``position`` (a language
-    model's logits (1, T, V)); a classifier's logits (1, C) have one position. It gives a
-    0-d tensor (``float()`` of it is the number), which attribution differentiates."""
+    model's logits (1, T, V)); a classifier's logits (1, C) have one position. Called, it
+    gives the number; its ``tensor`` gives the 0-d tensor that attribution differentiates."""
 
-    def metric(logits: Tensor) -> Tensor:
+    def tensor(logits: Tensor) -> Tensor:
         last = logits[0] if logits.dim() == 2 else logits[0, position]
         return last[answer_id] - last[wrong_id]
 
+    def metric(logits: Tensor) -> float:
+        return float(tensor(logits).detach())
+
+    metric.tensor = tensor  # type: ignore[attr-defined]
     return metric
+
+
+def metric_tensor(metric: Metric) -> Callable[[Tensor], Tensor]:
+    """The metric as a function giving a differentiable 0-d tensor: its ``tensor`` where it
+    has one (``logit_difference``), else itself (a function of yours), checked when called."""
+    found = getattr(metric, "tensor", metric)
+
+    def checked(logits: Tensor) -> Tensor:
+        value = found(logits)
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"the metric must return a tensor that depends on the logits (got "
+                f"{type(value).__name__}): attribution differentiates it"
+            )
+        return value
+
+    return checked
 
 
 def _logits(output: Any) -> Tensor:

@@ -46,7 +46,8 @@ def path_patching(
 
     Args:
         model: any glassformer model with blocks (a translator: ``stack``).
-        clean, corrupt: one example's inputs each, of the same shapes.
+        clean: one example's inputs (the run that is kept).
+        corrupt: the same shapes, changed (where the senders' outputs come from).
         metric: the model's logits → a 0-d tensor (``logit_difference``).
         senders: the heads whose output comes from the corrupted run; None tries every head
             before the first receiver, one at a time.
@@ -103,7 +104,7 @@ class _Route:
         read = sorted({names[x][layer] for x in inputs for layer, _ in receivers or []})
         output, seen = self._held([(self.z_names, hold)], read)
         if not receivers:
-            return self.metric(_logits(output)).detach()
+            return torch.as_tensor(float(self.metric(_logits(output))))
 
         def put(value: Tensor, name: str) -> Tensor:
             x = name.rsplit("_", 1)[-1]  # "blocks.3.attn.hook_v" → "v"
@@ -118,7 +119,7 @@ class _Route:
             return value
 
         output = self.model.run_with_hooks(*self.clean, hooks=[(read, put)])
-        return self.metric(_logits(output)).detach()
+        return torch.as_tensor(float(self.metric(_logits(output))))
 
     def _held(self, hooks: list, read: list[str]) -> tuple[Any, dict[str, Tensor]]:
         """The clean run with the heads held (``hooks``), and the values at ``read``."""
