@@ -12,10 +12,11 @@ function diverging(v) {
   return `rgb(${mix(r)},${mix(g)},${mix(b)})`;
 }
 
-function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id) {
+// rows × columns of cells; the first row at the bottom (layers), or at the top (topDown)
+function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id, topDown = false) {
   const group = svg("g", { id });
   for (let r = 0; r < rows.length; r++) {
-    const y = y0 + (rows.length - 1 - r) * cellH; // the first row at the bottom
+    const y = y0 + (topDown ? r : rows.length - 1 - r) * cellH;
     group.append(svg("text", { x: x0 - 6, y: y + cellH * 0.7, "text-anchor": "end", "data-row": r }, rows[r]));
     for (let c = 0; c < columns.length; c++) {
       const cell = svg("rect", {
@@ -110,13 +111,13 @@ function drawFeatures() {
   const values = F.features.map((_, j) => F.values.map((row) => row[j])); // (features, tokens)
   const peak = Math.max(1e-9, ...values.flat());
   for (let r = 0; r < rows.length; r++) {
-    const y = 10 + (rows.length - 1 - r) * cellH;
+    const y = 10 + r * cellH; // the strongest feature on top
     page.append(svg("rect", {
       x: 0, y, width: left - 2, height: cellH - 1, fill: r === state.feature ? "#dde8f6" : "transparent",
       "pointer-events": "none",
     }));
   }
-  heatmap(page, left, 10, rows, F.tokens, values, (v) => `rgba(27,120,55,${v / peak})`, cellW, cellH, "features-grid");
+  heatmap(page, left, 10, rows, F.tokens, values, (v) => `rgba(27,120,55,${v / peak})`, cellW, cellH, "features-grid", true);
   const list = $("feature-contexts");
   list.replaceChildren();
   const chosen = Math.min(state.feature, F.features.length - 1);
