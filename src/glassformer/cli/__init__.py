@@ -20,6 +20,7 @@ from glassformer.cli import (
     classify,
     demo,
     embed,
+    explain,
     features,
     fill_mask,
     generate,
@@ -48,6 +49,7 @@ SUBCOMMANDS = {
     "patch": patch,
     "attribute": attribute,
     "features": features,
+    "explain": explain,
     "models": models,
     "demo": demo,
 }

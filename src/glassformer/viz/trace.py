@@ -73,13 +73,22 @@ def trace(
     if layer is not None and not 1 <= layer <= deepest:
         raise ValueError(f"layer must be in 1..{deepest}, got {layer}")
     _, cache = model.run_with_cache(*args, **kwargs)
+    steps = []
+    for step in describe(model, cache, values):
+        block = _NAME.match(step.name)["block"]  # type: ignore[index]
+        if layer is None or block is None or int(block) == layer - 1:
+            steps.append(step)
+    return steps
+
+
+def describe(model: Any, cache: Any, values: int = 4) -> list[Step]:
+    """Each value of a ``run_with_cache`` cache as a step: where it is, what computed it, its
+    shape and its first ``values`` values, in the order the forward pass reached them."""
     modules = dict(model.named_modules())
     steps = []
     for name, value in cache.items():
         parts = _NAME.match(name)
         assert parts is not None
-        if layer is not None and parts["block"] is not None and int(parts["block"]) != layer - 1:
-            continue
         where = _where(parts, model)
         what = _what(name, parts, value, modules)
         steps.append(Step(where, what, tuple(value.shape), _first(value, values), name))

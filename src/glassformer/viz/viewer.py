@@ -52,7 +52,7 @@ from glassformer.viz.attention import (
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
 SCRIPTS = ("data.js", "views.js", "extras.js", "viewer.js")
-_ASSETS = ("template.html", "viewer.css", *SCRIPTS)
+_ASSETS = ("template.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css", "explain.js")
 
 
 @dataclass(frozen=True)
@@ -167,9 +167,9 @@ def attention_data(
                 "scale": _scale(model, names[0]),
                 "notes": _score_notes(model, names[0]),
                 "bias": _position_bias(cache, names[0]),
-                "weights": _floats(maps.weights),
-                "q": _floats(q),
-                "k": _floats(k),
+                "weights": base64_floats(maps.weights),
+                "q": base64_floats(q),
+                "k": base64_floats(k),
             }
         )
     first = kinds[0]
@@ -196,7 +196,7 @@ def _position_bias(cache: Any, attention: str) -> str | None:
         return None  # cross-attention has none
     stack = attention.split("blocks.")[0]
     bias = cache.get(f"{stack}hook_pos_bias")
-    return None if bias is None else _floats(bias[0])
+    return None if bias is None else base64_floats(bias[0])
 
 
 def _score_notes(model: Any, attention: str) -> list[str]:
@@ -273,7 +273,7 @@ def _lengths(labels: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
     return {k: (n, n) for k in TITLES}
 
 
-def _floats(t: Tensor) -> str:
+def base64_floats(t: Tensor) -> str:
     """A tensor as base64 of its float32 values, little-endian, in row-major order."""
     return base64.b64encode(
         t.detach().float().contiguous().numpy().astype("<f4").tobytes()
@@ -290,9 +290,18 @@ def embed_json(data: Any) -> str:
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The page: ``html/template.html`` with the style, the data and the scripts put in."""
-    template, style = _asset("template.html"), _asset("viewer.css")
-    scripts = [_asset(name) for name in SCRIPTS]
+    """The viewer: ``html/template.html`` with the style, the data and the scripts put in."""
+    return render("template.html", ("viewer.css",), SCRIPTS, data)
+
+
+def render(template_name: str, styles: tuple[str, ...], script_names: tuple[str, ...],
+           data: dict[str, Any]) -> str:  # fmt: skip
+    """A page of the package's ``html/`` files: the template with the styles, the data (JSON,
+    see ``embed_json``) and the scripts put in, under a policy that allows no network and no
+    script or style but these."""
+    template = _asset(template_name)
+    style = "\n".join(_asset(name) for name in styles)
+    scripts = [_asset(name) for name in script_names]
     hashes = " ".join(f"'{_sha256(script)}'" for script in scripts)
     policy = (
         f"default-src 'none'; script-src {hashes}; style-src '{_sha256(style)}'; "

@@ -1,0 +1,38 @@
+"""Explain: one real forward pass of any model as an offline page to explore.
+
+Writes one self-contained HTML file (no network): the model as a flow of places (the
+embeddings, each block, the output); click a place for its sub-layers, a sub-layer for its
+steps, a step for its real tensor (exact values on hover), its shape, its formula and the
+line of glassformer's source that computed it; inside attention, one query and one key's
+products that make the score. A language model's or classifier's output is a distribution
+recomputed in the page under temperature, top-k and top-p.
+
+    glassformer explain --model SmolLM2-135M-Instruct "The capital of France is" --out page.html
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "one forward pass as an offline page: every step, its numbers and its source line"
+EXAMPLE = 'glassformer explain --model SmolLM2-135M-Instruct "The capital of France is"'
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a run directory or a packaged model")
+    p.add_argument("text", help="the input (a ViT: an image file)")
+    p.add_argument("--target", help="a translator's target sentence (default: its own)")
+    p.add_argument("--out", default="explain.html", help="the page (.html)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from glassformer.inference import load_run
+    from glassformer.viz.explain import explain_html
+
+    if not args.out.endswith(".html"):
+        raise ValueError(f"--out must name an .html file, got {args.out!r}")
+    model, tokenizer = load_run(args.model)
+    page = explain_html(model, tokenizer, args.text, target=args.target)
+    path = page.save(args.out)
+    print(f"{path}: {len(page.html.encode()) / 1e6:.2f} MB, open it in a browser (offline)")
+    return 0

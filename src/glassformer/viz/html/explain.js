@@ -1,0 +1,295 @@
+// glassformer's explorable forward pass: the model as a flow of places (the embeddings, each
+// block, the output), a place's sub-layers, a sub-layer's steps, one step's real tensor with
+// its formula and source line, one query and key of a head's scores; and the output's
+// distribution under temperature, top-k and top-p. Model text only ever goes in as text.
+"use strict";
+
+const data = JSON.parse(document.getElementById("explain-data").textContent);
+const $ = (id) => document.getElementById(id);
+const SVG_NS = "http://www.w3.org/2000/svg";
+const state = { path: [], step: null, slice: 0, query: 0, key: 0 };
+const decoded = new Map();
+
+function floats(base64) {
+  if (!decoded.has(base64)) {
+    const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+    decoded.set(base64, new Float32Array(bytes.buffer));
+  }
+  return decoded.get(base64);
+}
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function tag(name, text, className) {
+  const e = document.createElement(name);
+  if (text !== undefined) e.textContent = text;
+  if (className) e.className = className;
+  return e;
+}
+
+// ---- levels: the model, a place, a sub-layer, a step --------------------------------------
+
+const place = (where) => where.split(" · ")[0];
+
+function children(path) {
+  const steps = data.steps.map((s, i) => ({ ...s, index: i }));
+  if (path.length === 0) {
+    return [...new Set(steps.map((s) => place(s.where)))].map((p) => ({ label: p, go: p,
+      count: steps.filter((s) => place(s.where) === p).length }));
+  }
+  if (path.length === 1) {
+    const inside = steps.filter((s) => place(s.where) === path[0]);
+    const groups = [...new Set(inside.map((s) => s.where))];
+    if (groups.length === 1) return inside.map((s) => ({ label: s.what, step: s.index, name: s.name }));
+    return groups.map((g) => ({ label: g === path[0] ? `${g}: its input` : g.split(" · ")[1], go: g,
+      count: inside.filter((s) => s.where === g).length }));
+  }
+  return steps.filter((s) => s.where === path[1]).map((s) => ({ label: s.what, step: s.index, name: s.name }));
+}
+
+function drawCrumbs() {
+  const nav = $("crumbs");
+  nav.replaceChildren();
+  const levels = ["the model", ...state.path, ...(state.step === null ? [] : [data.steps[state.step].name])];
+  levels.forEach((label, depth) => {
+    if (depth) nav.append(tag("span", " › ", "sep"));
+    const b = tag("button", label);
+    b.dataset.depth = String(depth);
+    nav.append(b);
+  });
+}
+
+function drawBoxes() {
+  const boxes = $("boxes");
+  boxes.replaceChildren();
+  if (state.step !== null) return;
+  for (const child of children(state.path)) {
+    const b = tag("button", child.label, "box");
+    if (child.go !== undefined) {
+      b.dataset.go = child.go;
+      b.append(tag("small", `${child.count} steps`));
+    } else {
+      b.dataset.step = String(child.step);
+      b.append(tag("small", child.name));
+    }
+    boxes.append(b);
+  }
+  const hints = ["The forward pass, top to bottom. Click a place to go inside.",
+    "Its parts, in the order they run. Click one.", "Its steps, in the order they run. Click one to see its numbers."];
+  $("level-hint").textContent = hints[Math.min(state.path.length, 2)];
+}
+
+// ---- one step ------------------------------------------------------------------------------
+
+function stepMatrix(s) {
+  // the shown values as rows × columns, for the chosen slice of a 3-d (or more) tensor
+  const v = floats(s.values);
+  const shape = s.shown;
+  if (shape.length <= 1) return { rows: 1, cols: shape[0] || 1, at: (r, c) => v[c] };
+  const cols = shape[shape.length - 1];
+  const rows = shape[shape.length - 2];
+  const offset = state.slice * rows * cols;
+  return { rows, cols, at: (r, c) => v[offset + r * cols + c] };
+}
+
+function drawStep() {
+  const section = $("step");
+  section.hidden = state.step === null;
+  if (state.step === null) return;
+  const s = data.steps[state.step];
+  $("step-name").textContent = s.name;
+  $("step-what").textContent = s.what;
+  const thinned = s.shown.join() !== s.shape.join() ? ` (showing ${s.shown.join(" × ")})` : "";
+  const layout = s.layout ? `, shown as ${s.layout}` : "";
+  $("step-shape").textContent = `shape ${s.shape.join(" × ")}${layout}${thinned}`;
+  $("step-file").textContent = s.source.file ? `${s.source.file}:${s.source.line}` : "(no source line)";
+  $("step-code").textContent = s.source.code;
+  const slices = s.shown.length >= 3 ? s.shown.slice(0, -2).reduce((a, b) => a * b, 1) : 1;
+  $("slice-label").hidden = slices === 1;
+  const select = $("slice");
+  if (select.options.length !== slices) {
+    select.replaceChildren(...Array.from({ length: slices }, (_, i) => {
+      const o = tag("option", String(i + 1));
+      o.value = String(i);
+      return o;
+    }));
+  }
+  state.slice = Math.min(state.slice, slices - 1);
+  select.value = String(state.slice);
+  drawMatrix(stepMatrix(s));
+  drawArithmetic(s);
+}
+
+function drawMatrix(m) {
+  const page = $("step-svg");
+  page.replaceChildren();
+  const cell = Math.max(4, Math.min(22, Math.floor(900 / m.cols)));
+  const width = 50 + m.cols * cell;
+  const height = 10 + m.rows * cell;
+  for (const [k, v] of Object.entries({ width, height, viewBox: `0 0 ${width} ${height}`, "font-size": 10 })) {
+    page.setAttribute(k, String(v));
+  }
+  let peak = 1e-12;
+  for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) {
+    const x = m.at(r, c);
+    if (x > -1e29) peak = Math.max(peak, Math.abs(x));
+  }
+  const label = (r) => (m.rows === data.tokens.length ? data.tokens[r] : String(r + 1));
+  const group = svg("g", { id: "step-cells" });
+  for (let r = 0; r < m.rows; r++) {
+    group.append(svg("text", { x: 46, y: 5 + r * cell + cell * 0.7, "text-anchor": "end" }, label(r).slice(0, 8)));
+    for (let c = 0; c < m.cols; c++) {
+      const x = m.at(r, c);
+      const masked = x <= -1e29;
+      const t = masked ? 0 : x / peak;
+      const colour = masked ? "#ddd" : t >= 0 ? `rgba(178,24,43,${t})` : `rgba(33,102,172,${-t})`;
+      const rect = svg("rect", { x: 50 + c * cell, y: 5 + r * cell, width: cell - 1, height: cell - 1,
+        fill: colour, "data-row": r, "data-col": c, "data-value": masked ? "-inf" : x });
+      rect.append(svg("title", {}, `[${r}, ${c}] ${masked ? "masked" : x}`));
+      group.append(rect);
+    }
+  }
+  page.append(group);
+}
+
+// ---- one query and one key: the products that make a score --------------------------------
+
+function sibling(s, leaf) {
+  const base = s.name.slice(0, s.name.lastIndexOf(".") + 1);
+  return data.steps.find((t) => t.name === base + `hook_rot_${leaf}`) || data.steps.find((t) => t.name === base + `hook_${leaf}`);
+}
+
+function drawArithmetic(s) {
+  const box = $("arith");
+  const q = sibling(s, "q");
+  const k = sibling(s, "k");
+  const scores = s.name.endsWith("hook_attn_scores") || s.name.endsWith("hook_pattern");
+  box.hidden = !(scores && q && k && s.scale !== undefined);
+  if (box.hidden) return;
+  const [H, T, D] = q.shown; // heads × positions × features
+  const [Hkv, Tk] = k.shown;
+  for (const [id, n, which] of [["query", T, "query"], ["key", Tk, "key"]]) {
+    const select = $(id);
+    if (select.options.length !== n) {
+      select.replaceChildren(...Array.from({ length: n }, (_, i) => {
+        const o = tag("option", `${i}: ${data.tokens[i] ?? i}`);
+        o.value = String(i);
+        return o;
+      }));
+    }
+    select.value = String(Math.min(state[which], n - 1));
+  }
+  const h = state.slice;
+  const g = Math.floor(h / (H / Hkv));
+  const qv = floats(q.values);
+  const kv = floats(k.values);
+  const products = [];
+  for (let d = 0; d < D; d++) {
+    products.push(qv[(h * T + state.query) * D + d] * kv[(g * Tk + state.key) * D + d] * s.scale);
+  }
+  const sum = products.reduce((a, b) => a + b, 0);
+  const sumLine = $("arith-sum");
+  sumLine.textContent = `head ${h + 1}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
+  sumLine.dataset.sum = String(sum);
+  const page = $("arith-svg");
+  page.replaceChildren();
+  const peak = Math.max(1e-12, ...products.map(Math.abs));
+  const width = 20 + D * 8;
+  page.setAttribute("width", String(width));
+  page.setAttribute("height", "110");
+  products.forEach((p, d) => {
+    const height = (Math.abs(p) / peak) * 48;
+    const bar = svg("rect", { x: 10 + d * 8, y: p >= 0 ? 55 - height : 55, width: 6, height: Math.max(height, 0.5),
+      fill: p >= 0 ? "#b2182b" : "#2166ac", class: "product", "data-value": p });
+    bar.append(svg("title", {}, `d=${d}: ${p}`));
+    page.append(bar);
+  });
+}
+
+// ---- the output ----------------------------------------------------------------------------
+
+function distribution() {
+  // softmax(logits / T) over every logit, then top-k and top-p, renormalised
+  const out = data.output;
+  const logits = floats(out.logits);
+  const T = Number($("temperature").value);
+  const k = Number($("top-k").value);
+  const p = Number($("top-p").value);
+  let peak = -Infinity;
+  for (const x of logits) peak = Math.max(peak, x / T);
+  const probs = Float64Array.from(logits, (x) => Math.exp(x / T - peak));
+  let total = probs.reduce((a, b) => a + b, 0);
+  probs.forEach((_, i) => { probs[i] /= total; });
+  const order = [...probs.keys()].sort((a, b) => probs[b] - probs[a]);
+  const keep = new Set();
+  let mass = 0;
+  for (const i of order) {
+    if ((k > 0 && keep.size >= k) || (keep.size > 0 && mass >= p)) break;
+    keep.add(i);
+    mass += probs[i];
+  }
+  total = 0;
+  for (const i of keep) total += probs[i];
+  return order.map((i) => [i, keep.has(i) ? probs[i] / total : 0]);
+}
+
+function drawOutput() {
+  const out = data.output;
+  $("output").hidden = !out;
+  if (!out) return;
+  $("temperature-value").textContent = Number($("temperature").value).toFixed(2);
+  $("top-p-value").textContent = Number($("top-p").value).toFixed(2);
+  const list = $("distribution");
+  list.replaceChildren();
+  const labelOf = (i) => (out.kind === "classes" ? out.labels[i] : out.labels[out.top.indexOf(i)] ?? `token ${i}`);
+  for (const [i, prob] of distribution().slice(0, 10)) {
+    const item = tag("li", `${labelOf(i)}  ${prob.toFixed(4)}`);
+    item.dataset.index = String(i);
+    item.dataset.prob = String(prob);
+    list.append(item);
+  }
+}
+
+// ---- controls ------------------------------------------------------------------------------
+
+function draw() {
+  drawCrumbs();
+  drawBoxes();
+  drawStep();
+  $("note").textContent = `${data.steps.length} steps, every number the model's own (read at its hook points)`;
+}
+
+function start() {
+  document.title = data.title;
+  $("title").textContent = data.title;
+  $("subtitle").textContent = data.text;
+  $("boxes").addEventListener("click", (e) => {
+    const b = e.target.closest("button.box");
+    if (!b) return;
+    if (b.dataset.go !== undefined) state.path.push(b.dataset.go);
+    else state.step = Number(b.dataset.step);
+    draw();
+  });
+  $("crumbs").addEventListener("click", (e) => {
+    const b = e.target.closest("button");
+    if (!b) return;
+    const depth = Number(b.dataset.depth);
+    state.step = null;
+    state.path = state.path.slice(0, depth);
+    draw();
+  });
+  $("slice").addEventListener("change", (e) => { state.slice = Number(e.target.value); drawStep(); });
+  $("query").addEventListener("change", (e) => { state.query = Number(e.target.value); drawStep(); });
+  $("key").addEventListener("change", (e) => { state.key = Number(e.target.value); drawStep(); });
+  for (const id of ["temperature", "top-k", "top-p"]) $(id).addEventListener("input", drawOutput);
+  draw();
+  drawOutput();
+  document.body.dataset.ready = "1";
+}
+
+start();
