@@ -123,3 +123,27 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
             assert prob == pytest.approx(float(expected[index]), abs=1e-6)
     assert errors == [] and refused == []
     context.close()
+
+
+def test_model_explain_is_the_page_and_a_classifier_names_its_classes(tmp_path, capsys):
+    """From Python, ``model.explain(tokenizer, text)`` is the same page; a classifier run's
+    page holds its labels and its class logits."""
+    from glassformer import ClassifierConfig, TransformerClassifier
+    from glassformer.viz.explain import explain_data
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    torch.manual_seed(0)
+    config = ClassifierConfig(vocab_size=tok.vocab_size, num_classes=2, max_len=32, d_model=32,
+                              num_heads=4, num_layers=1, d_ff=64, dropout=0.0)  # fmt: skip
+    model = TransformerClassifier(config).eval()
+    page = model.explain(tok, TEXT)
+    assert page.html == explain_html(model, tok, TEXT).html and "_repr_html_" in dir(page)
+    run = tmp_path / "clf"
+    files = {"tokenizer.json": tok.to_json().encode(), "labels.json": b'["neg", "pos"]'}
+    model.save_pretrained(run, extra_files=files)
+    out = tmp_path / "c.html"
+    assert main(["explain", "--model", str(run), TEXT, "--out", str(out)]) == 0
+    assert '"labels":["neg","pos"]' in out.read_text()
+    logits = model(torch.tensor([tok.encode(TEXT)])).logits[0].detach()
+    shown = floats(explain_data(model, tok, TEXT)["output"]["logits"])
+    torch.testing.assert_close(shown, logits, atol=1e-6, rtol=0)

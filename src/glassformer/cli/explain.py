@@ -26,13 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassformer.inference import load_run
+    from glassformer.inference import load_run, read_labels
     from glassformer.viz.explain import explain_html
 
     if not args.out.endswith(".html"):
         raise ValueError(f"--out must name an .html file, got {args.out!r}")
     model, tokenizer = load_run(args.model)
-    page = explain_html(model, tokenizer, args.text, target=args.target)
+    labels = read_labels(args.model) if "classifier" in model.kind else None
+    page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)
     print(f"{path}: {len(page.html.encode()) / 1e6:.2f} MB, open it in a browser (offline)")
     return 0

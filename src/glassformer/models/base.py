@@ -308,9 +308,23 @@ class PretrainedModel(nn.Module):
                 values.update({n: g.to(device=device, dtype=dtype) for n, g in found.items()})
         return output, ActivationCache(values)
 
+    def explain(self, tokenizer: Any, text: str, **options: Any) -> Any:
+        """The explorable forward pass of this model on ``text``: an offline page of every
+        step's real tensor, formula and source line (``glassformer.viz.explain``), which a
+        notebook shows inline and ``.save(path)`` writes."""
+        make = PAGES.get("explain")
+        if make is None:
+            raise RuntimeError("import glassformer (its viz package makes the page)")
+        return make(self, tokenizer, text, **options)
+
     def num_parameters(self) -> int:
         """Number of distinct parameters, frozen ones included (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())
+
+
+# pages of a model that the packages above models make (``viz`` registers ``explain``), so a
+# model offers them as methods without importing what sits above it
+PAGES: dict[str, Callable[..., Any]] = {}
 
 
 def _metric_of(output: Any, grads: bool | Callable[[Any], Tensor]) -> Tensor:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.models.base import PAGES
 from glassformer.viz.trace import describe
 
 MAX_ROWS, MAX_COLUMNS = 64, 256  # per step: positions (or queries) and features (or keys)
@@ -33,12 +34,22 @@ TOP_TOKENS = 100  # a language model's output: the labels of the likeliest token
 PACKAGE = Path(__file__).resolve().parents[1]  # src/glassformer
 
 
-def explain_html(model: Any, tokenizer: Any, text: str, *, target: str | None = None) -> Any:
+def explain_html(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    *,
+    target: str | None = None,
+    labels: list[str] | None = None,
+) -> Any:
     """The page for ``model`` on ``text`` (an ``AttentionView``: ``save(path)``, shown inline
-    in a notebook). Refused in one line beyond ``MAX_BYTES``."""
+    in a notebook; also ``model.explain(tokenizer, text)``). ``labels``: a classifier's class
+    names, in the order of its outputs. Refused in one line beyond ``MAX_BYTES``."""
     from glassformer.viz.viewer import AttentionView, render
 
     data = explain_data(model, tokenizer, text, target=target)
+    if labels is not None and data["output"] and data["output"]["kind"] == "classes":
+        data["output"]["labels"] = list(labels)
     page = render("explain.html", ("viewer.css", "explain.css"), ("explain.js",), data)
     if len(page.encode()) > MAX_BYTES:
         raise ValueError(
@@ -158,3 +169,6 @@ def _output(model: Any, tokenizer: Any, output: Any) -> dict | None:
     top = last.topk(min(TOP_TOKENS, last.numel())).indices.tolist()
     return {"kind": "tokens", "top": top, "labels": token_labels(tokenizer, top),
             "logits": base64_floats(last)}  # fmt: skip
+
+
+PAGES["explain"] = explain_html
