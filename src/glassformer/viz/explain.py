@@ -45,12 +45,12 @@ def explain_html(
     """The page for ``model`` on ``text`` (an ``AttentionView``: ``save(path)``, shown inline
     in a notebook; also ``model.explain(tokenizer, text)``). ``labels``: a classifier's class
     names, in the order of its outputs. Refused in one line beyond ``MAX_BYTES``."""
-    from glassformer.viz.viewer import AttentionView, render
+    from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
 
     data = explain_data(model, tokenizer, text, target=target)
     if labels is not None and data["output"] and data["output"]["kind"] == "classes":
         data["output"]["labels"] = list(labels)
-    page = render("explain.html", ("viewer.css", "explain.css"), ("explain.js",), data)
+    page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data)
     if len(page.encode()) > MAX_BYTES:
         raise ValueError(
             f"the page would be {len(page.encode()):,} bytes, over the limit of {MAX_BYTES:,}: "

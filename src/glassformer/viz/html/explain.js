@@ -5,31 +5,12 @@
 "use strict";
 
 const data = JSON.parse(document.getElementById("explain-data").textContent);
-const $ = (id) => document.getElementById(id);
-const SVG_NS = "http://www.w3.org/2000/svg";
 const state = { path: [], step: null, slice: 0, query: 0, key: 0 };
-const decoded = new Map();
+const decoded = new Map(); // a step's values, decoded once
 
-function floats(base64) {
-  if (!decoded.has(base64)) {
-    const bytes = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
-    decoded.set(base64, new Float32Array(bytes.buffer));
-  }
+function values(base64) {
+  if (!decoded.has(base64)) decoded.set(base64, floats(base64));
   return decoded.get(base64);
-}
-
-function svg(tag, attrs, text) {
-  const e = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function tag(name, text, className) {
-  const e = document.createElement(name);
-  if (text !== undefined) e.textContent = text;
-  if (className) e.className = className;
-  return e;
 }
 
 // ---- levels: the model, a place, a sub-layer, a step --------------------------------------
@@ -88,7 +69,7 @@ function drawBoxes() {
 
 function stepMatrix(s) {
   // the shown values as rows × columns, for the chosen slice of a 3-d (or more) tensor
-  const v = floats(s.values);
+  const v = values(s.values);
   const shape = s.shown;
   if (shape.length <= 1) return { rows: 1, cols: shape[0] || 1, at: (r, c) => v[c] };
   const cols = shape[shape.length - 1];
@@ -112,15 +93,8 @@ function drawStep() {
   const slices = s.shown.length >= 3 ? s.shown.slice(0, -2).reduce((a, b) => a * b, 1) : 1;
   $("slice-label").hidden = slices === 1;
   const select = $("slice");
-  if (select.options.length !== slices) {
-    select.replaceChildren(...Array.from({ length: slices }, (_, i) => {
-      const o = tag("option", String(i + 1));
-      o.value = String(i);
-      return o;
-    }));
-  }
   state.slice = Math.min(state.slice, slices - 1);
-  select.value = String(state.slice);
+  fillSelect(select, Array.from({ length: slices }, (_, i) => String(i + 1)), state.slice);
   drawMatrix(stepMatrix(s));
   drawArithmetic(s);
 }
@@ -174,20 +148,13 @@ function drawArithmetic(s) {
   const [H, T, D] = q.shown; // heads × positions × features
   const [Hkv, Tk] = k.shown;
   for (const [id, n, which] of [["query", T, "query"], ["key", Tk, "key"]]) {
-    const select = $(id);
-    if (select.options.length !== n) {
-      select.replaceChildren(...Array.from({ length: n }, (_, i) => {
-        const o = tag("option", `${i}: ${data.tokens[i] ?? i}`);
-        o.value = String(i);
-        return o;
-      }));
-    }
-    select.value = String(Math.min(state[which], n - 1));
+    const labels = Array.from({ length: n }, (_, i) => `${i}: ${data.tokens[i] ?? i}`);
+    fillSelect($(id), labels, Math.min(state[which], n - 1));
   }
   const h = state.slice;
   const g = Math.floor(h / (H / Hkv));
-  const qv = floats(q.values);
-  const kv = floats(k.values);
+  const qv = values(q.values);
+  const kv = values(k.values);
   const products = [];
   for (let d = 0; d < D; d++) {
     products.push(qv[(h * T + state.query) * D + d] * kv[(g * Tk + state.key) * D + d] * s.scale);
@@ -216,7 +183,7 @@ function drawArithmetic(s) {
 function distribution() {
   // softmax(logits / T) over every logit, then top-k and top-p, renormalised
   const out = data.output;
-  const logits = floats(out.logits);
+  const logits = values(out.logits);
   const T = Number($("temperature").value);
   const k = Number($("top-k").value);
   const p = Number($("top-p").value);
