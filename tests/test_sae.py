@@ -268,3 +268,16 @@ def test_features_of_an_sae_on_another_models_width_is_one_line(tmp_path, capsys
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "reads activations 16 wide" in err, err
+
+
+def test_top_contexts_from_activations_at_hand_equal_running_the_model(tmp_path):
+    from glassformer.inspect.features import top_contexts
+
+    model, tok, _ = tiny_lm(tmp_path)
+    noisy = sae(d_in=32)
+    windows = torch.tensor([tok.encode("the cat sat on the mat and the dog")] * 3)
+    windows[1, 4], windows[2, 7] = tok.encode("x")[0], tok.encode("z")[0]
+    acts = hook_activations(model, noisy.config.hook_name, windows)
+    found = top_contexts(model, noisy, windows, [3, 17, 40], n=4)
+    assert any(found.values())
+    assert top_contexts(model, noisy, windows, [3, 17, 40], n=4, activations=acts) == found

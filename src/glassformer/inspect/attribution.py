@@ -159,9 +159,8 @@ def edge_attribution_patching(
     "sandwich"-norm blocks are refused in one line.
     """
     clean, corrupt = check_pair(clean, corrupt)
-    block = per_layer(model, "hook_resid_pre", stack)[0].rsplit(".", 2)[0]  # "...blocks"
-    layers = len(per_layer(model, "hook_resid_pre", stack))
-    graph = _Graph(model, block, layers)
+    inputs = per_layer(model, "hook_resid_pre", stack)
+    graph = _Graph(model, inputs[0].rsplit(".", 2)[0], len(inputs))  # "{stack}.blocks", L
     with torch.no_grad():
         _, clean_cache = model.run_with_cache(*clean, names=graph.writer_names)
     graph.check_additive(clean_cache)

@@ -140,15 +140,28 @@ class Context:
 
 @torch.no_grad()
 def top_contexts(
-    model: Any, sae: Any, windows: Tensor, features: list[int], *, n: int = 5, batch: int = 16
+    model: Any,
+    sae: Any,
+    windows: Tensor,
+    features: list[int],
+    *,
+    n: int = 5,
+    batch: int = 16,
+    activations: Tensor | None = None,
 ) -> dict[int, list[Context]]:
-    """For each of ``features``, the ``n`` places in the windows (N, T) where it fires most."""
+    """For each of ``features``, the ``n`` places in the windows (N, T) where it fires most.
+    ``activations``: the windows' own at the SAE's hook point, as ``hook_activations`` gives
+    them with the SAE's ``skip_first``, if already at hand (else the model runs again)."""
     best: dict[int, list[Context]] = {f: [] for f in features}
     start = 1 if sae.config.skip_first else 0
+    rows = windows.size(1) - start  # activations per window
     for i in range(0, len(windows), batch):
         chunk = windows[i : i + batch]
-        acts = hook_activations(model, sae.config.hook_name, chunk, skip_first=False)
-        z = sae.encode(acts).view(len(chunk), chunk.size(1), -1)[:, start:, features]
+        if activations is None:
+            acts = hook_activations(model, sae.config.hook_name, chunk, skip_first=bool(start))
+        else:
+            acts = activations[i * rows : (i + len(chunk)) * rows]
+        z = sae.encode(acts).view(len(chunk), rows, -1)[..., features]
         for j, feature in enumerate(features):
             values, where = z[..., j].flatten().topk(min(n, z[..., j].numel()))
             for value, place in zip(values.tolist(), where.tolist(), strict=True):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from glassformer.inspect.patching import Metric, _logits, metric_tensor
+from glassformer.inspect.patching import Metric, _as_inputs, _logits, metric_tensor
 
 METHODS = ("gausslegendre", "midpoint")
 
@@ -88,7 +88,7 @@ def integrated_gradients(
             ``encoder.hook_embed``).
         batch_size: interpolated inputs per forward pass.
     """
-    inputs = _one(inputs)
+    inputs = _as_inputs(inputs)
     hook = hook or _embedding_hook(model)
     x = _embedding(model, inputs, hook)
     if baseline is None:
@@ -98,7 +98,7 @@ def integrated_gradients(
     ):
         start = baseline.to(x)
     else:
-        start = _embedding(model, _one(baseline), hook)
+        start = _embedding(model, _as_inputs(baseline), hook)
     metric = metric_tensor(metric)
     alphas, weights = quadrature(steps, method)
     total = torch.zeros_like(x[0])
@@ -110,12 +110,6 @@ def integrated_gradients(
     with torch.no_grad():
         ends = [_with_embedding(model, inputs, metric, hook, e) for e in (x, start)]
     return IntegratedGradients((x - start)[0] * total, float(ends[0]), float(ends[1]))
-
-
-def _one(inputs: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """Each input with one leading batch row: ids (T,) → (1, T)."""
-    items = inputs if isinstance(inputs, tuple) else (inputs,)
-    return tuple(t[None] if t.dim() == 1 else t for t in items)
 
 
 def _embedding_hook(model: Any) -> str:

@@ -89,7 +89,9 @@ class _Route:
 
     def __init__(self, model, clean, metric, z_names, clean_z, corrupt_z, stack) -> None:
         self.model, self.clean, self.metric, self.z_names = model, clean, metric, z_names
-        self.clean_z, self.corrupt_z, self.stack = clean_z, corrupt_z, stack
+        self.clean_z, self.corrupt_z = clean_z, corrupt_z
+        # each block's q, k and v hook points, found once for every path a sweep tries
+        self.names = {x: per_layer(model, f"attn.hook_{x}", stack) for x in "qkv"}
 
     def through(self, senders: list[Head], receivers: Sequence[Head] | None, inputs: str) -> Tensor:
         def hold(value: Tensor, name: str) -> Tensor:
@@ -100,7 +102,7 @@ class _Route:
                     held[:, :, head] = self.corrupt_z[name][:, :, head]
             return held
 
-        names = {x: per_layer(self.model, f"attn.hook_{x}", self.stack) for x in inputs}
+        names = self.names
         read = sorted({names[x][layer] for x in inputs for layer, _ in receivers or []})
         output, seen = self._held([(self.z_names, hold)], read)
         if not receivers:

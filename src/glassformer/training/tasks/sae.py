@@ -184,7 +184,8 @@ class SAETask(Task):
             fired = (sae.encode(self.val_acts) > 0).float().mean(0)
         plot_density(fired, Path(str(self.config.out)) / "features.png")
         busiest = fired.argsort(descending=True)[:6].tolist()
-        found = top_contexts(self.lm, sae, self.val_windows[:VAL_WINDOWS], busiest, n=3)
+        windows = self.val_windows[:VAL_WINDOWS]  # the windows val_acts were taken from
+        found = top_contexts(self.lm, sae, windows, busiest, n=3, activations=self.val_acts)
         lines = [f"features firing on validation tokens: {int((fired > 0).sum())} of {len(fired)}"]
         for feature in busiest:
             lines.append(f"feature {feature} (fires on {float(fired[feature]):.1%} of tokens):")
