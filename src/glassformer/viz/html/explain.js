@@ -101,13 +101,10 @@ function drawStep() {
 
 function drawMatrix(m) {
   const page = $("step-svg");
-  page.replaceChildren();
   const cell = Math.max(4, Math.min(22, Math.floor(900 / m.cols)));
   const width = 50 + m.cols * cell;
   const height = 10 + m.rows * cell;
-  for (const [k, v] of Object.entries({ width, height, viewBox: `0 0 ${width} ${height}`, "font-size": 10 })) {
-    page.setAttribute(k, String(v));
-  }
+  sizePage(page, width, height, 10);
   let peak = 1e-12;
   for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) {
     const x = m.at(r, c);

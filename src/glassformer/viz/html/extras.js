@@ -36,13 +36,6 @@ function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id, 
   page.append(group);
 }
 
-function sizePage(page, width, height) {
-  page.replaceChildren();
-  for (const [name, value] of Object.entries({
-    width, height, viewBox: `0 0 ${width} ${height}`, "font-family": "system-ui, sans-serif", "font-size": 11,
-  })) page.setAttribute(name, String(value));
-}
-
 // ---- attribution ----------------------------------------------------------------------
 
 function drawAttribution() {

@@ -23,6 +23,15 @@ function svg(tag, attrs, text) {
   return e;
 }
 
+// Empty an <svg> and size it: width × height pixels, the same in its own units.
+function sizePage(page, width, height, fontSize = 11) {
+  page.replaceChildren();
+  for (const [name, value] of Object.entries({
+    width, height, viewBox: `0 0 ${width} ${height}`,
+    "font-family": "system-ui, sans-serif", "font-size": fontSize,
+  })) page.setAttribute(name, String(value));
+}
+
 function tag(name, text, className) {
   const e = document.createElement(name);
   if (text !== undefined) e.textContent = text;

@@ -21,11 +21,7 @@ function drawHead() {
   const top = 30;
   const width = xRight + labelWidth;
   const height = top + rows * pitch + 10;
-  page.replaceChildren();
-  for (const [name, value] of Object.entries({
-    width, height, viewBox: `0 0 ${width} ${height}`,
-    "font-family": "system-ui, sans-serif", "font-size": font,
-  })) page.setAttribute(name, String(value));
+  sizePage(page, width, height, font);
   page.append(svg("text", { x: xLeft - 8, y: 16, "text-anchor": "end", "font-weight": "bold" }, "query"));
   page.append(svg("text", { x: xRight + 8, y: 16, "font-weight": "bold" }, "key"));
   const y = (i) => top + (i + 0.5) * pitch;
@@ -185,11 +181,7 @@ function drawNeuron() {
   const barHeight = 70;
   const keysTop = 20 + 2 * 24 + 2 * barHeight + 40; // the query's weights over the keys
   const height = keysTop + 60 + 90;
-  page.replaceChildren();
-  for (const [name, value] of Object.entries({
-    width, height, viewBox: `0 0 ${width} ${height}`,
-    "font-family": "system-ui, sans-serif", "font-size": 12,
-  })) page.setAttribute(name, String(value));
+  sizePage(page, width, height, 12);
   page.append(svg("rect", { x: 0, y: 0, width, height, fill: "#fff" }));
   const vectors = [["q", q, `query ${i}`], ["k", k, `key ${j}`]];
   const largest = Math.max(...Array.from(q, Math.abs), ...Array.from(k, Math.abs)) || 1;
@@ -269,11 +261,7 @@ function drawLens() {
   const bottom = 90; // the input tokens, written upwards
   const width = left + T * cellW + 10;
   const height = top + S * cellH + bottom;
-  page.replaceChildren();
-  for (const [name, value] of Object.entries({
-    width, height, viewBox: `0 0 ${width} ${height}`,
-    "font-family": "system-ui, sans-serif", "font-size": 11,
-  })) page.setAttribute(name, String(value));
+  sizePage(page, width, height, 11);
   for (let s = 0; s < S; s++) {
     const y = top + (S - 1 - s) * cellH; // the embeddings at the bottom, the output on top
     page.append(svg("text", { x: left - 6, y: y + cellH * 0.7, "text-anchor": "end" }, lens.stages[s]));
