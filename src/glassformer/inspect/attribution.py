@@ -39,7 +39,6 @@ from glassformer.inspect.patching import (
     metric_tensor,
     per_layer,
 )
-from glassformer.modules.hooks import differentiable, gradients
 
 # the residual stream's places, beside the outputs activation_patching patches
 PLACES = {**PATCHABLE, "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post"}
@@ -50,17 +49,14 @@ def gradient_run(
 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
     """One run of ``inputs`` keeping the values at ``names`` live (differentiable, the pass
     built on them): (metric, live values, their gradients ``<name>_grad``). The graph is
-    kept, for further products with it."""
-    live: dict[str, Tensor] = {}
-
-    def keep(value: Tensor, name: str) -> Tensor:
-        live[name] = differentiable(value)
-        return live[name]
-
-    with torch.enable_grad(), model.hooks([(names, keep)]):
-        value = metric_tensor(metric)(_logits(model(*inputs)))
-        grads = gradients(value, live, retain_graph=True)
-    return value.detach(), live, grads
+    kept, for further products with it (``run_with_cache(detach=False, grads=)``)."""
+    score = metric_tensor(metric)
+    output, cache = model.run_with_cache(
+        *inputs, names=names, detach=False, grads=lambda out: score(_logits(out))
+    )
+    live = {name: cache[name] for name in names}
+    grads = {f"{name}_grad": cache[f"{name}_grad"] for name in names}
+    return score(_logits(output)).detach(), live, grads
 
 
 def attribution_patching(

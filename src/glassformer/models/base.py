@@ -288,7 +288,8 @@ class PretrainedModel(nn.Module):
         name + ``"_grad"`` (``blocks.3.hook_resid_pre_grad``): a function of the output
         giving a scalar tensor (a logit difference), or True for the output's ``loss`` (pass
         the labels). Frozen and inference-mode models' activations get gradients too; the
-        parameters' ``.grad`` are not touched."""
+        parameters' ``.grad`` are not touched. With ``detach=False`` the values stay in the
+        pass's graph, which is kept, for further products with it."""
         if names is None:
             names = [n for n in self.hook_names() if not n.endswith(OPT_IN)]
         values: dict[str, Tensor] = {}
@@ -304,7 +305,7 @@ class PretrainedModel(nn.Module):
         with self.hooks([(names, keep)]), torch.enable_grad() if grads else nullcontext():
             output = self(*inputs, **kwargs)
             if grads:
-                found = gradients(_metric_of(output, grads), live)
+                found = gradients(_metric_of(output, grads), live, retain_graph=not detach)
                 values.update({n: g.to(device=device, dtype=dtype) for n, g in found.items()})
         return output, ActivationCache(values)
 
