@@ -364,3 +364,57 @@ def test_attribution_integrated_gradients_and_paths_on_every_kind(kind, runs):
     assert abs(result.delta) <= 0.01 * abs(result.value - result.baseline_value) + 1e-4
     sweep = path_patching(model, clean, corrupt, metric, receivers=[(1, 0)], receiver_input="qkv")
     assert sweep.shape == (layers, 4) and sweep[0].isfinite().all() and sweep[1].isnan().all()
+
+
+@pytest.fixture(scope="module")
+def offline_page(browser):
+    """A page of a Chromium with every request but the file itself refused."""
+    context = browser.new_context()
+    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                  else r.abort())  # fmt: skip
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def shown_as_in_the_page(value: torch.Tensor, step: dict) -> torch.Tensor:
+    """The cache's value of one step as the explorable page shows it: the first example,
+    heads first, thinned to the shown shape, masked scores as -1e30."""
+    value = value.detach().float()
+    value = value[0] if value.dim() >= 2 and value.size(0) == 1 else value
+    if step["layout"]:
+        value = value.transpose(0, 1)
+    value = value[tuple(slice(0, n) for n in step["shown"])]
+    return value.masked_fill(value == torch.finfo(value.dtype).min, -1e30)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
+    kind, runs, tmp_path, offline_page
+):
+    """``glassformer explain`` on every kind: in the page (offline), every step's values,
+    carried or computed by the page from earlier steps, equal the hook cache's (≤1e-5), and
+    the page computes most of them rather than carrying them."""
+    from glassformer.viz.attention import model_inputs
+
+    text = text_for(kind, runs)
+    path = tmp_path / "e.html"
+    assert main(["explain", "--model", str(runs[kind]), text, "--out", str(path)]) == 0
+    offline_page.goto(path.resolve().as_uri())
+    offline_page.wait_for_selector("body[data-ready='1']")
+    steps = offline_page.evaluate("data.steps.map((s, i) => ({name: s.name, shown: s.shown, "
+                                  "layout: s.layout, derived: !!s.derive, "
+                                  "values: Array.from(stepValues(i))}))")  # fmt: skip
+    model, tokenizer = load_run(runs[kind])
+    args, kwargs, _ = model_inputs(model, tokenizer, text, None)
+    _, cache = model.run_with_cache(*args, **kwargs)
+    assert [s["name"] for s in steps] == list(cache)
+    for step in steps:
+        expected = shown_as_in_the_page(cache[step["name"]], step)
+        got = torch.tensor(step["values"], dtype=torch.float64).view(expected.shape)
+        masked = expected <= -1e29
+        assert torch.equal(got <= -1e29, masked), step["name"]
+        torch.testing.assert_close(got.masked_fill(masked, 0), expected.double().masked_fill(
+            masked, 0), atol=1e-5, rtol=0, msg=step["name"])  # fmt: skip
+    assert sum(s["derived"] for s in steps) > len(steps) // 3

@@ -12,11 +12,18 @@ its sub-layers' steps, then into one query and key of a head's scores (the produ
 make the score). For a language model or a classifier it also holds the output's logits,
 and its controls (temperature, top-k, top-p) recompute the distribution in the page.
 
-Nothing is recomputed in Python: every number is the model's own, read at its hook points.
+Every number is the model's own, read at its hook points. A step that is one line of
+arithmetic from earlier steps (a residual sum, the softmax of the scores, ...) travels as
+that line and the page computes it, where the line gives the cache's value
+(``glassformer.viz.derive``); a page that would still be over ``MAX_BYTES`` carries float16
+values and fewer features a step (``THINNER``), and says so. SmolLM2-135M's page holds up
+to 50 tokens (4.4 MB at 40).
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -26,10 +33,13 @@ import torch
 from torch import Tensor
 
 from glassformer.models.base import PAGES
+from glassformer.viz.derive import MASKED, derivations
 from glassformer.viz.trace import describe
 
 MAX_ROWS, MAX_COLUMNS = 64, 256  # per step: positions (or queries) and features (or keys)
+THINNER = (MAX_COLUMNS, 128, 64, 32)  # features a step, tried in turn with float16 values
 MAX_BYTES = 5_000_000  # the page's limit
+HALF_RANGE = 60_000  # float16's largest value is 65,504
 TOP_TOKENS = 100  # a language model's output: the labels of the likeliest tokens
 PACKAGE = Path(__file__).resolve().parents[1]  # src/glassformer
 
@@ -44,52 +54,107 @@ def explain_html(
 ) -> Any:
     """The page for ``model`` on ``text`` (an ``AttentionView``: ``save(path)``, shown inline
     in a notebook; also ``model.explain(tokenizer, text)``). ``labels``: a classifier's class
-    names, in the order of its outputs. Refused in one line beyond ``MAX_BYTES``."""
+    names, in the order of its outputs. The page carries its tensors as float32; a page that
+    would be over ``MAX_BYTES`` so carries them as float16 (about 3 significant digits, and
+    said on the page); one still over is refused in one line."""
     from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
 
-    data = explain_data(model, tokenizer, text, target=target)
-    if labels is not None and data["output"] and data["output"]["kind"] == "classes":
-        data["output"]["labels"] = list(labels)
-    page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data)
-    if len(page.encode()) > MAX_BYTES:
-        raise ValueError(
-            f"the page would be {len(page.encode()):,} bytes, over the limit of {MAX_BYTES:,}: "
-            f"use a shorter text ({len(data['tokens'])} tokens here)"
-        )
-    return AttentionView(page)
+    forward = _forward(model, tokenizer, text, target)
+    for columns, half in ((MAX_COLUMNS, False), *((c, True) for c in THINNER)):
+        data, shown = _collect(model, *forward, columns=columns)
+        if labels is not None and data["output"] and data["output"]["kind"] == "classes":
+            data["output"]["labels"] = list(labels)
+        _carry(data, shown, half=half)
+        page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data)
+        if len(page.encode()) <= MAX_BYTES:
+            return AttentionView(page)
+    raise ValueError(
+        f"the page would be {len(page.encode()):,} bytes even with float16 values and "
+        f"{THINNER[-1]} features a step, over the limit of {MAX_BYTES:,}: use a shorter text "
+        f"({len(data['tokens'])} tokens here; SmolLM2-135M's page holds up to 50)"
+    )
 
 
-def explain_data(model: Any, tokenizer: Any, text: str, *, target: str | None = None) -> dict:
-    """What the page shows, as the JSON-ready dict it embeds."""
+def explain_data(
+    model: Any, tokenizer: Any, text: str, *, target: str | None = None, half: bool = False
+) -> dict:
+    """What the page shows, as the JSON-ready dict it embeds: each step carries its values
+    (``values``, base64; ``dtype`` "f16" where ``half``) or the rule that computes them from
+    earlier steps (``derive``, see ``glassformer.viz.derive``)."""
+    data, shown = _collect(model, *_forward(model, tokenizer, text, target), columns=MAX_COLUMNS)
+    _carry(data, shown, half=half)
+    return data
+
+
+def _forward(model: Any, tokenizer: Any, text: str, target: str | None) -> tuple:
+    """One forward pass with every hook point cached: (text, tokenizer, output, cache,
+    labels)."""
     from glassformer.viz.attention import model_inputs
-    from glassformer.viz.viewer import base64_floats
 
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
     with torch.no_grad():
         output, cache = model.run_with_cache(*args, **kwargs)
-    steps = []
+    return text, tokenizer, output, cache, labels
+
+
+def _collect(
+    model: Any,
+    text: str,
+    tokenizer: Any,
+    output: Any,
+    cache: dict,
+    labels: dict,
+    *,
+    columns: int,
+) -> tuple[dict, list]:
+    """The page's data without the carried steps' values, and the values each step shows
+    (at most ``columns`` features)."""
+    steps, shown, full = [], [], []
     for step in describe(model, cache, values=0):
         value = _first_example(cache[step.name])
         per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD
         if per_head:  # (T, H, Dh) shown as heads × positions × features
             value = value.transpose(0, 1)
-        shown = _thinned(value)
-        lowest = torch.finfo(shown.dtype).min
+        full.append(value)
+        whole = per_head or step.name.endswith(("hook_attn_scores", "hook_pattern"))
+        value = _thinned(value, MAX_COLUMNS if whole else columns)  # heads and keys kept
+        shown.append(value.masked_fill(value == torch.finfo(value.dtype).min, MASKED))
         steps.append({
             "name": step.name, "where": step.where, "what": step.what,
-            "shape": list(cache[step.name].shape), "shown": list(shown.shape),
+            "shape": list(cache[step.name].shape), "shown": list(value.shape),
             "layout": "heads × positions × features" if per_head else "",
-            "values": base64_floats(shown.masked_fill(shown == lowest, -1e30)),
-            "source": source_of(model, step.name),
-            **_scale(model, step.name),
+            "source": source_of(model, step.name), **_scale(model, step.name),
         })  # fmt: skip
-    return {
+    rules, tables = derivations(model, steps, shown, full)
+    for i, rule in rules.items():
+        steps[i]["derive"] = rule
+    data = {
         "title": f"{model.kind} model: one forward pass",
         "text": text,
         "tokens": labels.get("input") or labels.get("target") or [],
         "steps": steps,
+        "tables": tables,
         "output": _output(model, tokenizer, output),
     }
+    return data, shown
+
+
+def _carry(data: dict, shown: list[Tensor], *, half: bool) -> None:
+    """Put each carried step's values into ``data``: float32, or float16 where ``half`` and
+    the step's values fit float16's range."""
+    from glassformer.viz.viewer import base64_floats
+
+    for step, value in zip(data["steps"], shown, strict=True):
+        if "derive" in step:
+            continue
+        small = half and float(value.abs().masked_fill(value <= MASKED, 0).max()) < HALF_RANGE
+        step["dtype"] = "f16" if small else "f32"
+        step["values"] = (
+            base64.b64encode(value.half().numpy().astype("<f2").tobytes()).decode()
+            if small
+            else base64_floats(value)
+        )
+    data["precision"] = "f16" if half else "f32"
 
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z", "hook_result")
@@ -109,12 +174,12 @@ def _first_example(value: Tensor) -> Tensor:
     return value[0] if value.dim() >= 2 and value.size(0) == 1 else value
 
 
-def _thinned(value: Tensor) -> Tensor:
+def _thinned(value: Tensor, columns: int) -> Tensor:
     """At most MAX_ROWS along the second-to-last dimension (positions, queries) and
-    MAX_COLUMNS along the last (features, keys)."""
+    ``columns`` along the last (features, keys)."""
     if value.dim() >= 2:
         value = value[..., :MAX_ROWS, :]
-    return value[..., :MAX_COLUMNS].contiguous()
+    return value[..., :columns].contiguous()
 
 
 # hook points whose value is computed elsewhere than where the point is named: the module
@@ -133,24 +198,29 @@ def source_of(model: Any, name: str) -> dict[str, Any]:
     line and its text. That is the line of the owning module's class that passes the value
     through the point (``self.hook_x(...)``), or for q/k/v, the scores and the weights, the
     line that computes them (``COMPUTED``)."""
-    import importlib
-
     owner_name, _, attribute = name.rpartition(".")
     owner = model.get_submodule(owner_name) if owner_name else model
+    return dict(_source(type(owner), attribute))  # type: ignore[arg-type]
+
+
+@functools.cache
+def _source(owner: type, attribute: str) -> tuple[tuple[str, Any], ...]:
+    import importlib
+
     where, pattern = COMPUTED.get(attribute, (None, rf"self\.{attribute}\b(?!\s*=[^=])"))
     places = (
         [importlib.import_module(where)]
         if where
-        else [c for c in type(owner).__mro__ if c.__module__.split(".")[0] == "glassformer"]
+        else [c for c in owner.__mro__ if c.__module__.split(".")[0] == "glassformer"]
     )
     for place in places:
         lines, start = inspect.getsourcelines(place)
         for offset, line in enumerate(lines):
             if re.search(pattern, line):
                 file = Path(inspect.getsourcefile(place) or "").resolve()
-                return {"file": str(file.relative_to(PACKAGE.parent)),
-                        "line": max(start, 1) + offset, "code": line.strip()}  # fmt: skip
-    return {"file": "", "line": 0, "code": ""}
+                return (("file", str(file.relative_to(PACKAGE.parent))),
+                        ("line", max(start, 1) + offset), ("code", line.strip()))  # fmt: skip
+    return (("file", ""), ("line", 0), ("code", ""))
 
 
 def _output(model: Any, tokenizer: Any, output: Any) -> dict | None:

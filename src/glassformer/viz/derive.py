@@ -1,0 +1,210 @@
+"""The steps the explorable page computes from other steps instead of carrying them.
+
+Carrying every hook point's tensor of SmolLM2 for 40 tokens would make a page of ~36 MB.
+Most steps follow from earlier ones by one line of arithmetic, the line the model itself
+ran: a residual sum adds two steps, the weights are the softmax of the scores, each head's
+weighted sum is its weights times its values, the scores are q·k/√Dh under the mask, the
+rotated q and k are q and k turned by a table of cosines and sines, and a block's input is
+the previous block's output. Such a step travels as its rule (``{"op": ..., "of": [steps]}``)
+and the page computes it (``explain.js``, ``derived``).
+
+Each rule is written twice, here in torch and in the page, and a step travels as its rule
+only where the rule, applied here to the steps the page holds, gives the hook cache's value
+within ``TOLERANCE``: a block that adds a bias to its scores, caps them, attends in a window
+or sums its residual after a norm carries its own tensor. Nothing the page shows is a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from glassformer.modules.feedforward import ACTIVATIONS
+from glassformer.modules.norms import RMSNorm
+from glassformer.modules.rotary import RotaryEmbedding, rotate_half
+
+TOLERANCE = 1e-6  # of the largest magnitude in the step (at least 1)
+MASKED = -1e30  # how a masked score travels (the cache holds the dtype's lowest value)
+
+
+def derivations(
+    model: Any, steps: list[dict], shown: list[Tensor], full: list[Tensor]
+) -> tuple[dict[int, dict], dict[str, dict]]:
+    """For the steps (their ``name``), the values the page would show (heads first where the
+    layout says so, masked scores as ``MASKED``) and the same values not thinned: the rule of
+    each step the page can compute from earlier ones (JSON-ready), and the tables those
+    rules read."""
+    index = {step["name"]: i for i, step in enumerate(steps)}
+    seen: dict[tuple, int] = {}
+    rules: dict[int, dict] = {}
+    tables = _rope_tables(model, shown)
+    for i, (step, value) in enumerate(zip(steps, shown, strict=True)):
+        candidates = [*_same(value, seen), *_candidates(step["name"], index, shown, tables),
+                      *_norms(model, step["name"], index, full, value.size(-1))]  # fmt: skip
+        for rule in candidates:
+            if all(j < i for j in rule["of"]) and _reproduces(rule, shown, tables, value):
+                rules[i] = _json(rule)
+                break
+        seen.setdefault(_key(value), i)
+    used = {rule["table"] for rule in rules.values() if "table" in rule}
+    return rules, {name: _json(tables[name]) for name in sorted(used)}
+
+
+def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
+    """What ``rule`` gives from the shown values of the steps it names (as ``explain.js``)."""
+    parts = [shown[j].double() for j in rule["of"]]
+    op = rule["op"]
+    if op == "same":
+        return parts[0]
+    if op == "sum":
+        return parts[0] + parts[1]
+    if op == "softmax":
+        return parts[0].softmax(-1)
+    if op == "weighted":  # weights (H, Tq, Tk) @ values (Hkv, Tk, Dv)
+        weights, v = parts
+        return weights @ v.repeat_interleave(weights.size(0) // v.size(0), dim=0)
+    if op == "scores":  # q (H, Tq, Dh), k (Hkv, Tk, Dh)
+        q, k = parts
+        scores = q @ k.repeat_interleave(q.size(0) // k.size(0), dim=0).transpose(-2, -1)
+        scores = scores / math.sqrt(q.size(-1))
+        if rule["mask"] == "causal":
+            Tq, Tk = scores.shape[-2:]
+            allowed = torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq)
+            scores = scores.masked_fill(~allowed, MASKED)
+        return scores
+    if op == "rope":  # x (H, T, Dh) turned by the table's (T, width) cosines and sines
+        x = parts[0]
+        cos, sin = (tables[rule["table"]][part].double()[: x.size(-2)] for part in ("cos", "sin"))
+        width = cos.size(-1)
+        turned = x[..., :width] * cos + rotate_half(x[..., :width]) * sin
+        return torch.cat((turned, x[..., width:]), dim=-1)
+    if op == "norm":  # (x − shift) · scale per row, then · weight + bias per feature
+        x = parts[0]
+        shift = rule["shift"].double()[:, None] if "shift" in rule else 0.0
+        bias = rule["bias"].double() if "bias" in rule else 0.0
+        return (x - shift) * rule["scale"].double()[:, None] * rule["weight"].double() + bias
+    if op == "act":  # the activation of the first part, times the second where there is one
+        out = FUNCTIONS[rule["fn"]](parts[0])
+        return out * parts[1] if len(parts) == 2 else out
+    raise ValueError(f"no rule {op!r}")
+
+
+FUNCTIONS = ACTIVATIONS  # relu, gelu, gelu_tanh, silu: each MLP's is found by trying them
+
+
+def _candidates(
+    name: str, index: dict[str, int], shown: list[Tensor], tables: dict[str, dict]
+) -> list[dict]:
+    """The rules that might compute the step ``name``, by what its hook point is."""
+    owner, _, leaf = name.rpartition(".")
+    base = f"{owner}." if owner else ""
+
+    def of(*leaves: str) -> list[int] | None:
+        names = [base + leaf for leaf in leaves]
+        return [index[n] for n in names] if all(n in index for n in names) else None
+
+    def first(*leaves: str) -> int | None:
+        return next((index[base + leaf] for leaf in leaves if base + leaf in index), None)
+
+    rules: list[dict] = []
+    if leaf in ("hook_resid_mid", "hook_resid_mid_cross", "hook_resid_post"):
+        parts = {"hook_resid_mid": of("hook_resid_pre", "hook_attn_out"),
+                 "hook_resid_mid_cross": of("hook_resid_mid", "hook_cross_attn_out"),
+                 "hook_resid_post": of("hook_resid_mid_cross", "hook_mlp_out")
+                 or of("hook_resid_mid", "hook_mlp_out")}[leaf]  # fmt: skip
+        rules += [{"op": "sum", "of": parts}] if parts else []
+    elif leaf == "hook_pattern" and (parts := of("hook_attn_scores")):
+        rules.append({"op": "softmax", "of": parts})
+    elif leaf == "hook_z" and (parts := of("hook_pattern", "hook_v")):
+        rules.append({"op": "weighted", "of": parts})
+    elif leaf == "hook_attn_scores":
+        q, k = first("hook_rot_q", "hook_q"), first("hook_rot_k", "hook_k")
+        if q is not None and k is not None:
+            rules += [{"op": "scores", "of": [q, k], "mask": mask} for mask in ("causal", "none")]
+    elif leaf in ("hook_rot_q", "hook_rot_k") and (parts := of(leaf.replace("rot_", ""))):
+        rules += [{"op": "rope", "of": parts, "table": table} for table in tables]
+    elif leaf == "hook_post" and (parts := of("hook_pre", "hook_pre_linear") or of("hook_pre")):
+        rules += [{"op": "act", "of": parts, "fn": fn} for fn in FUNCTIONS]
+    return rules
+
+
+def _norms(
+    model: Any, name: str, index: dict[str, int], full: list[Tensor], width: int
+) -> list[dict]:
+    """A norm's output from its input, one of the residual-stream steps just before it:
+    the norm's statistics of each row (over all its features, so from the values not
+    thinned) travel with the rule, and its weight and bias (the ``width`` features shown;
+    an RMSNorm's shift and bias, zeros, are left out)."""
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner) if owner else None
+    if leaf != "hook_normalized" or not isinstance(module, (RMSNorm, nn.LayerNorm)):
+        return []
+    before = [i for n, i in index.items() if i < index[name] and ".hook_resid" in f".{n}"]
+    rules = []
+    for j in before[-3:]:
+        x = full[j].double()
+        if x.dim() != 2 or x.size(-1) != module.weight.numel():
+            continue
+        weight = module.weight.detach().double()[:width]
+        if isinstance(module, RMSNorm):
+            scale = torch.rsqrt(x.pow(2).mean(-1) + module.eps)
+            weight = 1 + weight if module.unit_offset else weight
+            rules.append({"op": "norm", "of": [j], "scale": scale.float(),
+                          "weight": weight.float()})  # fmt: skip
+            continue
+        rule = {"op": "norm", "of": [j], "shift": x.mean(-1).float(),
+                "scale": torch.rsqrt(x.var(-1, unbiased=False) + module.eps).float(),
+                "weight": weight.float()}  # fmt: skip
+        if module.bias is not None:
+            rule["bias"] = module.bias.detach()[:width].float()
+        rules.append(rule)
+    return rules
+
+
+def _json(rule: dict) -> dict:
+    """The rule (or table) as the page holds it: its tensors as base64 float32 values."""
+    from glassformer.viz.viewer import base64_floats
+
+    return {k: base64_floats(v) if isinstance(v, Tensor) else v for k, v in rule.items()}
+
+
+def _same(value: Tensor, seen: dict[tuple, int]) -> list[dict]:
+    """The rule "the same as an earlier step" (a block's input is the last block's output)."""
+    earlier = seen.get(_key(value))
+    return [{"op": "same", "of": [earlier]}] if earlier is not None else []
+
+
+def _key(value: Tensor) -> tuple:
+    return (tuple(value.shape), hash(value.numpy().tobytes()))
+
+
+def _reproduces(rule: dict, shown: list[Tensor], tables: dict[str, dict], value: Tensor) -> bool:
+    try:
+        computed = compute(rule, shown, tables)
+    except RuntimeError:  # shapes that do not go together: not this rule
+        return False
+    if computed.shape != value.shape:
+        return False
+    value = value.double()
+    masked = value <= MASKED / 2
+    if not torch.equal(masked, computed <= MASKED / 2):
+        return False
+    peak = max(1.0, float(value.abs().masked_fill(masked, 0).max()) if value.numel() else 1.0)
+    return bool(((computed - value).abs().masked_fill(masked, 0) <= TOLERANCE * peak).all())
+
+
+def _rope_tables(model: Any, shown: list[Tensor]) -> dict[str, dict]:
+    """The cosines and sines of each rotary embedding in ``model`` at positions 0, 1, ...
+    (as many as the longest shown step has rows), each (T, width)."""
+    rows = max((v.size(-2) for v in shown if v.dim() >= 2), default=0)
+    tables: dict[str, dict] = {}
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            angles = module.cos_sin(torch.arange(rows), torch.float32)
+            cos, sin = angles.cos[0, 0], angles.sin[0, 0]  # (T, width)
+            if not any(torch.equal(cos, t["cos"]) for t in tables.values()):
+                tables[f"rope{len(tables)}"] = {"cos": cos, "sin": sin, "shape": list(cos.shape)}
+    return tables
