@@ -77,7 +77,8 @@ def test_every_step_is_carried_or_computed_as_the_caches_value_with_its_source_l
         operation = operations.get(attribute, attribute)
         assert operation in source["code"], (step["name"], source)
     logits = model(torch.tensor([tok.encode(TEXT)])).logits[0, -1]
-    torch.testing.assert_close(floats(data["output"]["logits"]), logits.detach(), atol=1e-6, rtol=0)
+    (last,) = data["output"]["positions"]
+    torch.testing.assert_close(floats(last["logits"]), logits.detach(), atol=1e-6, rtol=0)
 
 
 def test_the_steps_that_follow_from_others_travel_as_rules_and_only_where_they_hold(
@@ -147,8 +148,8 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
     page.goto(path.resolve().as_uri())
     page.wait_for_selector("body[data-ready='1']")
     assert page.text_content("#subtitle") == text  # the prompt as text, nothing run
-    page.click("button.box[data-go='block 2']")
-    page.click("button.box[data-go='block 2 · self-attention']")
+    page.click("#flow [data-go='block 2']")
+    page.click("#flow [data-go='block 2 · self-attention']")
     page.click("#boxes button.box:has(small:text-is('blocks.1.attn.hook_pattern'))")
     assert page.text_content("#step-name") == "blocks.1.attn.hook_pattern"
     page.select_option("#slice", index=2)  # the third head
@@ -167,7 +168,7 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
         float(scores["blocks.1.attn.hook_attn_scores"][0, 2, 0, 0]), abs=1e-5
     )
     page.click("#crumbs button[data-depth='1']")  # back up to block 2
-    assert page.locator("button.box[data-go='block 2 · feed-forward']").count() == 1
+    assert page.locator("#flow [data-go='block 2 · feed-forward']").count() == 1
     logits = model(torch.tensor([tok.encode(text)])).logits[0, -1].detach().double()
     for temperature in ("0.5", "2"):
         page.fill("#temperature", temperature)
@@ -244,8 +245,8 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
     print(f"SmolLM2, 40 tokens: {size / 1e6:.2f} MB, open in {opened:.2f} s")
     assert size < 5_000_000 and opened < 2.0
     # block 16's weights, head 6: computed in the page from float16 q and k, as the model did
-    tab.click("button.box[data-go='block 16']")
-    tab.click("button.box[data-go='block 16 · self-attention']")
+    tab.click("#flow [data-go='block 16']")
+    tab.click("#flow [data-go='block 16 · self-attention']")
     tab.click("#boxes button.box:has(small:text-is('blocks.15.attn.hook_pattern'))")
     tab.select_option("#slice", index=5)
     assert "computed in the page" in tab.text_content("#step-how")
@@ -262,3 +263,186 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
     context.close()
     with pytest.raises(ValueError, match=r"over the limit of 5,000,000: .*\(80 tokens here"):
         explain_html(model, tok, FORTY + " " + FORTY)
+
+
+# ---- a translator and a ViT -----------------------------------------------------------------
+
+
+def offline_tab(browser, path, viewport=None):
+    """A tab of a fresh context that refuses every request but the file, on ``path``."""
+    context = browser.new_context(viewport=viewport) if viewport else browser.new_context()
+    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                  else r.abort())  # fmt: skip
+    tab = context.new_page()
+    tab.goto(path.resolve().as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    return context, tab
+
+
+def tiny_translator():
+    from glassformer import Seq2SeqConfig, Seq2SeqTransformer
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    torch.manual_seed(0)
+    config = Seq2SeqConfig.preset("tiny", src_vocab_size=tok.vocab_size,
+                                  tgt_vocab_size=tok.vocab_size, max_len=32)  # fmt: skip
+    return Seq2SeqTransformer(config).eval(), tok
+
+
+@browser_test
+def test_a_translators_page_draws_cross_attention_from_the_source_and_translates_step_by_step(
+    tmp_path, browser
+):
+    """The encoder's output flows into every decoder block's cross-attention; its weights
+    are target rows over source columns with the cache's values; the output panel gives the
+    next token after each target position, softmax(logits_t / T)."""
+    model, tok = tiny_translator()
+    source, target = "the house", "la casa"
+    path = explain_html(model, tok, source, target=target).save(tmp_path / "t.html")
+    context, tab = offline_tab(browser, path)
+    blocks = len(model.decoder.blocks)
+    assert tab.locator("#flow path.memory").count() == blocks
+    tab.click("#flow [data-go='decoder block 2']")
+    assert tab.locator("#flow path.memory").count() == 1  # into the cross-attention branch
+    tab.click("#flow [data-go='decoder block 2 · cross-attention']")
+    tab.click("#boxes button.box:has(small:text-is('decoder.blocks.1.cross_attn.hook_pattern'))")
+    src = torch.tensor([tok.encode(source)])
+    tgt = torch.tensor([[model.config.bos_id, *tok.encode(target)]])
+    output, cache = model.run_with_cache(src, tgt)
+    expected = cache["decoder.blocks.1.cross_attn.hook_pattern"][0, 0]  # (target, source)
+    cells = tab.evaluate("[...document.querySelectorAll('#step-cells rect')].map(r => "
+                         "[+r.dataset.row, +r.dataset.col, +r.dataset.value])")  # fmt: skip
+    drawn = torch.zeros_like(expected)
+    for row, col, value in cells:
+        drawn[row, col] = value
+    assert len(cells) == tgt.size(1) * src.size(1)
+    torch.testing.assert_close(drawn, expected.detach(), atol=1e-6, rtol=0)
+    columns = tab.evaluate("[...document.querySelectorAll('#step-cells text[transform]')]"
+                           ".map(t => t.textContent)")  # fmt: skip
+    assert "".join(columns).replace("␣", " ") == source  # the keys are the source's characters
+    tab.select_option("#position", index=2)  # after "<bos> l a"
+    tab.fill("#temperature", "0.5")
+    tab.dispatch_event("#temperature", "input")
+    assert 'after "<bos> l a", the next token: the translation has "␣"' in tab.text_content(
+        "#output-what")  # fmt: skip
+    probs = torch.softmax(output.logits[0, 2].detach().double() / 0.5, -1)
+    shown = tab.evaluate("[...document.querySelectorAll('#distribution li')].map(l => "
+                         "[+l.dataset.index, +l.dataset.prob])")  # fmt: skip
+    assert len(shown) == 10
+    for index, prob in shown:
+        assert prob == pytest.approx(float(probs[index]), abs=1e-6)
+    context.close()
+
+
+def tiny_vit(tmp_path):
+    from PIL import Image
+
+    from glassformer import VisionTransformer, ViTConfig
+    from glassformer.data.images import ImageProcessor
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=8, patch_size=2, num_classes=3, d_model=32, num_heads=4,
+                       num_layers=2, d_ff=64, dropout=0.0)  # fmt: skip
+    image = tmp_path / "digit.png"
+    Image.fromarray((torch.rand(8, 8) * 255).byte().numpy(), mode="L").save(image)
+    return VisionTransformer(config).eval(), ImageProcessor((8, 8), 1), image
+
+
+@browser_test
+def test_a_vits_page_shows_its_image_as_patches(tmp_path, browser):
+    from PIL import Image
+
+    model, processor, image = tiny_vit(tmp_path)
+    path = explain_html(model, processor, str(image)).save(tmp_path / "v.html")
+    context, tab = offline_tab(browser, path)
+    assert tab.is_visible("#image-box")
+    assert tab.locator("#image-svg rect.patch").count() == 16  # 8×8 in 2×2 patches
+    href = tab.get_attribute("#image-svg image", "href")
+    png = base64.b64decode(href.removeprefix("data:image/png;base64,"))
+    (tmp_path / "shown.png").write_bytes(png)
+    with Image.open(tmp_path / "shown.png") as shown:  # the pixels the model read, stretched
+        pixels = torch.from_numpy(np.asarray(shown, dtype="float32")).view(8, 8)
+    seen = processor.open(image)[0]
+    stretched = (seen - seen.min()) / (seen.max() - seen.min()) * 255
+    assert (pixels - stretched).abs().max() <= 0.5 + 1e-4
+    tab.click("#flow [data-go='block 1']")
+    assert not tab.is_visible("#image-box")  # the image belongs to the model's level
+    context.close()
+
+
+# ---- the docs' screenshots: three levels of a GPT, a translator and a ViT ---------------------
+# Each lands in $GLASSFORMER_SCREENSHOTS when it is set (`make screenshots`), in a temporary
+# folder otherwise. The models are tiny and untrained here; `make screenshots` gives trained
+# runs: GLASSFORMER_DEMO_RUN (the demo's classifier), GLASSFORMER_TRANSLATOR, GLASSFORMER_VIT.
+
+EXPLAIN_VIEWPORT = {"width": 1280, "height": 900}
+DEMO_TEXT = "A moving, beautifully acted film. I was gripped from the first scene to the last."
+BIBLE = "In the beginning God created the heaven and the earth."
+
+
+def docs_model(kind: str, tmp_path):
+    """(model, tokenizer, text, labels, where to go) of the page photographed for ``kind``."""
+    import os
+
+    from glassformer.inference import load_run, read_labels
+
+    run = os.environ.get({"gpt": "GLASSFORMER_DEMO_RUN", "translator": "GLASSFORMER_TRANSLATOR",
+                          "vit": "GLASSFORMER_VIT"}[kind])  # fmt: skip
+    if kind == "vit":
+        vit, processor, image = tiny_vit(tmp_path)
+        if run:
+            from PIL import Image
+            from sklearn.datasets import load_digits
+
+            digits = load_digits()
+            Image.fromarray((digits.images[9] * 15).astype("uint8")).save(image)  # a 9
+            vit, processor = load_run(run)
+        found = (vit, processor, str(image), read_labels(run) if run else None)
+    elif kind == "translator":
+        text = BIBLE if run else "the house"
+        found = (*(load_run(run) if run else tiny_translator()), text, None)
+    else:
+        from glassformer import GPTClassifier, GPTClassifierConfig
+
+        tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .,")
+        torch.manual_seed(0)
+        config = GPTClassifierConfig(vocab_size=tok.vocab_size, num_classes=2, max_len=96,
+                                     d_model=32, num_heads=4, num_layers=2, d_ff=64)  # fmt: skip
+        model = GPTClassifier(config).eval()
+        found = (*(load_run(run) if run else (model, tok)), DEMO_TEXT.lower(),
+                 read_labels(run) if run else ["negative", "positive"])  # fmt: skip
+    stack = "decoder " if kind == "translator" else ""
+    sub = "cross-attention" if kind == "translator" else "self-attention"
+    prefix = "decoder." if kind == "translator" else ""
+    attention = "cross_attn" if kind == "translator" else "attn"
+    return (
+        *found,
+        f"{stack}block 2",
+        f"{stack}block 2 · {sub}",
+        f"{prefix}blocks.1.{attention}.hook_attn_scores",
+    )
+
+
+@browser_test
+@pytest.mark.parametrize("kind", ["gpt", "translator", "vit"])
+def test_docs_screenshots_of_the_model_a_block_and_one_heads_arithmetic(kind, tmp_path, browser):
+    from test_viz_html import photograph, screenshot_folder
+
+    model, tokenizer, text, labels, block, part, scores = docs_model(kind, tmp_path)
+    page = explain_html(model, tokenizer, text, labels=labels)
+    context, tab = offline_tab(browser, page.save(tmp_path / "e.html"), EXPLAIN_VIEWPORT)
+    folder = screenshot_folder(tmp_path)
+    assert tab.locator("#flow .node").count() >= 4
+    photograph(tab, folder / f"explain-{kind}-model.png")
+    tab.click(f"#flow [data-go='{block}']")
+    assert tab.locator("#flow .node").count() == (4 if kind == "translator" else 3)
+    photograph(tab, folder / f"explain-{kind}-block.png")
+    tab.click(f"#flow [data-go='{part}']")
+    tab.click(f"#boxes button.box:has(small:text-is('{scores}'))")
+    tab.select_option("#slice", index=1)
+    tab.select_option("#query", index=5)
+    tab.select_option("#key", index=3)
+    assert tab.locator("#step-cells rect.chosen").count() == 1
+    tab.evaluate("document.getElementById('arith').scrollIntoView({block: 'end'})")
+    photograph(tab, folder / f"explain-{kind}-head.png")
+    context.close()

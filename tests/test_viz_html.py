@@ -609,12 +609,19 @@ def screenshot_folder(tmp_path: Path) -> Path:
 
 def shoot(view: Opened, shot: Path) -> Path:
     """Save the page as it is now; the picture must be the viewport's size and not blank."""
+    view.offline_and_clean()
+    return photograph(view.page, shot)
+
+
+def photograph(page, shot: Path) -> Path:
+    """Save what a Playwright page shows; the picture must be the viewport's size and not
+    blank."""
     from PIL import Image
 
-    view.offline_and_clean()
-    view.page.screenshot(path=str(shot))
+    page.screenshot(path=str(shot))
     with Image.open(shot) as image:
-        assert image.size == (SCREENSHOT_SIZE["width"], SCREENSHOT_SIZE["height"])
+        viewport = page.viewport_size
+        assert image.size == (viewport["width"], viewport["height"])
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 200, f"{shot.name} is nearly blank"
     return shot

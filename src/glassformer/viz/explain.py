@@ -41,6 +41,7 @@ THINNER = (MAX_COLUMNS, 128, 64, 32)  # features a step, tried in turn with floa
 MAX_BYTES = 5_000_000  # the page's limit
 HALF_RANGE = 60_000  # float16's largest value is 65,504
 TOP_TOKENS = 100  # a language model's output: the labels of the likeliest tokens
+KEPT_LOGITS = 2_000  # a translator's logits at each target position: the largest kept
 PACKAGE = Path(__file__).resolve().parents[1]  # src/glassformer
 
 
@@ -88,13 +89,13 @@ def explain_data(
 
 def _forward(model: Any, tokenizer: Any, text: str, target: str | None) -> tuple:
     """One forward pass with every hook point cached: (text, tokenizer, output, cache,
-    labels)."""
+    labels, image)."""
     from glassformer.viz.attention import model_inputs
 
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
     with torch.no_grad():
         output, cache = model.run_with_cache(*args, **kwargs)
-    return text, tokenizer, output, cache, labels
+    return text, tokenizer, output, cache, labels, _image(model, args)
 
 
 def _collect(
@@ -104,6 +105,7 @@ def _collect(
     output: Any,
     cache: dict,
     labels: dict,
+    image: dict | None,
     *,
     columns: int,
 ) -> tuple[dict, list]:
@@ -124,6 +126,7 @@ def _collect(
             "shape": list(cache[step.name].shape), "shown": list(value.shape),
             "layout": "heads × positions × features" if per_head else "",
             "source": source_of(model, step.name), **_scale(model, step.name),
+            **_roles(step.name, model.kind == "seq2seq"),
         })  # fmt: skip
     rules, tables = derivations(model, steps, shown, full)
     for i, rule in rules.items():
@@ -132,6 +135,8 @@ def _collect(
         "title": f"{model.kind} model: one forward pass",
         "text": text,
         "tokens": labels.get("input") or labels.get("target") or [],
+        "labels": labels,
+        "image": image,
         "steps": steps,
         "tables": tables,
         "output": _output(model, tokenizer, output),
@@ -224,8 +229,10 @@ def _source(owner: type, attribute: str) -> tuple[tuple[str, Any], ...]:
 
 
 def _output(model: Any, tokenizer: Any, output: Any) -> dict | None:
-    """The logits of the last position (a language model) or the classes (a classifier),
-    with the labels the page shows."""
+    """What the page's output panel recomputes: a classifier's class logits; a language
+    model's next-token logits after the last position; a translator's after every target
+    position (the translation step by step), each cut to its ``KEPT_LOGITS`` largest where
+    the vocabulary is larger (``ids`` names them); with the labels of the likeliest."""
     from glassformer.viz.attention import token_labels
     from glassformer.viz.viewer import base64_floats
 
@@ -235,10 +242,54 @@ def _output(model: Any, tokenizer: Any, output: Any) -> dict | None:
     if logits.dim() == 2:  # a classifier: (1, C)
         classes = [str(i) for i in range(logits.size(-1))]
         return {"kind": "classes", "labels": classes, "logits": base64_floats(logits[0])}
-    last = logits[0, -1].float()
-    top = last.topk(min(TOP_TOKENS, last.numel())).indices.tolist()
-    return {"kind": "tokens", "top": top, "labels": token_labels(tokenizer, top),
-            "logits": base64_floats(last)}  # fmt: skip
+    every = model.kind == "seq2seq"
+    positions = []
+    for t in range(logits.size(1)) if every else [logits.size(1) - 1]:
+        row = logits[0, t].float()
+        top = row.topk(min(TOP_TOKENS, row.numel())).indices.tolist()
+        position = {"after": t, "top": top, "labels": token_labels(tokenizer, top)}
+        if every and row.numel() > KEPT_LOGITS:
+            kept = row.topk(KEPT_LOGITS).indices.sort().values
+            position.update(ids=kept.tolist(), logits=base64_floats(row[kept]))
+        else:
+            position["logits"] = base64_floats(row)
+        positions.append(position)
+    kind = "translation" if every else "tokens"
+    return {"kind": kind, "vocab": logits.size(-1), "positions": positions}
+
+
+def _roles(name: str, translator: bool) -> dict[str, str]:
+    """Whose positions a step's rows are, and an attention map's columns (its keys): the
+    input's; a translator's encoder and the keys and values its decoder's cross-attention
+    reads are the source's, the rest of its decoder the target's."""
+    if not translator:
+        return {"rows": "input", "cols": "input"}
+    own = "source" if name.startswith("encoder.") else "target"
+    cross = ".cross_attn." in name
+    rows = "source" if cross and name.endswith(("hook_k", "hook_v")) else own
+    return {"rows": rows, "cols": "source" if cross else own}
+
+
+def _image(model: Any, args: tuple) -> dict | None:
+    """A ViT's input as the model sees it (resized, each channel stretched to 0–255), as a
+    PNG data URL, with its grid of patches."""
+    if model.kind != "vit":
+        return None
+    import io
+
+    from PIL import Image
+
+    pixels = args[0][0].float()  # (C, H, W)
+    low = pixels.amin(dim=(1, 2), keepdim=True)
+    high = pixels.amax(dim=(1, 2), keepdim=True)
+    pixels = ((pixels - low) / (high - low).clamp_min(1e-12) * 255).round().byte()
+    array = pixels.permute(1, 2, 0).numpy()
+    image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    rows, cols = model.config.grid
+    return {"png": "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(),
+            "rows": rows, "cols": cols}  # fmt: skip
 
 
 PAGES["explain"] = explain_html

@@ -52,8 +52,8 @@ from glassformer.viz.attention import (
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
 SCRIPTS = ("helpers.js", "data.js", "views.js", "extras.js", "viewer.js")
-EXPLAIN_SCRIPTS = ("helpers.js", "explain.js")
-_ASSETS = ("template.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css", "explain.js")
+EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain.js")
+_ASSETS = ("template.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css", *EXPLAIN_SCRIPTS)
 
 
 @dataclass(frozen=True)

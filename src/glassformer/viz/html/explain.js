@@ -6,137 +6,7 @@
 
 const data = JSON.parse(document.getElementById("explain-data").textContent);
 data.steps.forEach((s, i) => { s.index = i; });
-const state = { path: [], step: null, slice: 0, query: 0, key: 0 };
-const decoded = new Map(); // base64 → values, decoded once
-const computed = new Map(); // a step's index → its values, found once
-
-function values(base64, dtype = "f32") {
-  if (!decoded.has(base64)) decoded.set(base64, dtype === "f16" ? halves(base64) : floats(base64));
-  return decoded.get(base64);
-}
-
-// A tensor sent as base64 of little-endian float16 values (a page that would be too large
-// as float32 carries its steps so, and says so).
-function halves(base64) {
-  const bytes = atob(base64);
-  const out = new Float32Array(bytes.length / 2);
-  for (let i = 0; i < out.length; i++) {
-    const h = bytes.charCodeAt(2 * i) | (bytes.charCodeAt(2 * i + 1) << 8);
-    const exponent = (h >> 10) & 31;
-    const fraction = h & 1023;
-    const size = exponent === 0 ? fraction * 2 ** -24
-      : exponent === 31 ? (fraction ? NaN : Infinity) : (1 + fraction / 1024) * 2 ** (exponent - 15);
-    out[i] = h & 0x8000 ? -size : size;
-  }
-  return out;
-}
-
-// ---- the steps the page computes from earlier ones (glassformer/viz/derive.py) --------------
-// A step carries its values or the rule that computes them, the line the model itself ran:
-// written twice, in derive.py's torch (which checks, when the page is made, that the rule
-// gives the model's value) and here.
-
-function stepValues(i) {
-  if (!computed.has(i)) {
-    const s = data.steps[i];
-    computed.set(i, s.derive ? derive(s.derive, s.shown) : values(s.values, s.dtype));
-  }
-  return computed.get(i);
-}
-
-const MASKED = -1e30;
-const last = (shape) => shape[shape.length - 1];
-const size = (shape) => shape.reduce((a, b) => a * b, 1);
-
-function erf(x) { // Abramowitz and Stegun 7.1.26: within 1.5e-7
-  const t = 1 / (1 + 0.3275911 * Math.abs(x));
-  const y = 1 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * Math.exp(-x * x);
-  return x >= 0 ? y : -y;
-}
-
-const FUNCTIONS = {
-  relu: (x) => Math.max(x, 0),
-  gelu: (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)),
-  gelu_tanh: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
-  silu: (x) => x / (1 + Math.exp(-x)),
-};
-
-function derive(rule, shape) {
-  const parts = rule.of.map(stepValues);
-  const shapes = rule.of.map((j) => data.steps[j].shown);
-  const out = new Float64Array(size(shape));
-  const [a, b] = parts;
-  if (rule.op === "same") return a;
-  if (rule.op === "sum") out.forEach((_, i) => { out[i] = a[i] + b[i]; });
-  if (rule.op === "act") out.forEach((_, i) => { out[i] = FUNCTIONS[rule.fn](a[i]) * (b ? b[i] : 1); });
-  if (rule.op === "softmax") {
-    const n = last(shape);
-    for (let r = 0; r < out.length / n; r++) {
-      let peak = -Infinity;
-      for (let c = 0; c < n; c++) peak = Math.max(peak, a[r * n + c]);
-      let total = 0;
-      for (let c = 0; c < n; c++) total += (out[r * n + c] = Math.exp(a[r * n + c] - peak));
-      for (let c = 0; c < n; c++) out[r * n + c] /= total;
-    }
-  }
-  if (rule.op === "weighted" || rule.op === "scores") {
-    // weighted: weights (H, Tq, Tk) · values (Hkv, Tk, Dv); scores: q (H, Tq, D) · k (Hkv, Tk, D) / √D
-    const [H, Tq, inner] = shapes[0];
-    const [Hkv, Tk, Dk] = shapes[1];
-    const n = last(shape);
-    const scores = rule.op === "scores";
-    for (let h = 0; h < H; h++) {
-      const g = Math.floor(h / (H / Hkv));
-      for (let t = 0; t < Tq; t++) for (let c = 0; c < n; c++) {
-        let sum = 0;
-        for (let j = 0; j < inner; j++) {
-          sum += a[(h * Tq + t) * inner + j] * (scores ? b[(g * Tk + c) * Dk + j] : b[(g * Tk + j) * Dk + c]);
-        }
-        const masked = scores && rule.mask === "causal" && c > t + (Tk - Tq);
-        out[(h * Tq + t) * n + c] = masked ? MASKED : scores ? sum / Math.sqrt(inner) : sum;
-      }
-    }
-  }
-  if (rule.op === "rope") { // the first `width` features of each (head, position) turned
-    const table = data.tables[rule.table];
-    const [cos, sin] = [values(table.cos), values(table.sin)];
-    const width = table.shape[1];
-    const D = last(shape);
-    const half = width / 2;
-    for (let i = 0; i < out.length; i++) {
-      const d = i % D;
-      const t = Math.floor(i / D) % shape[shape.length - 2];
-      if (d >= width) { out[i] = a[i]; continue; }
-      const turned = d < half ? -a[i + half] : a[i - half];
-      out[i] = a[i] * cos[t * width + d] + turned * sin[t * width + d];
-    }
-  }
-  if (rule.op === "norm") { // (x − shift)·scale per row, · weight + bias per feature
-    const [scale, weight] = [values(rule.scale), values(rule.weight)];
-    const shift = rule.shift ? values(rule.shift) : null; // an RMSNorm's are zeros, left out
-    const bias = rule.bias ? values(rule.bias) : null;
-    const n = last(shape);
-    out.forEach((_, i) => {
-      const r = Math.floor(i / n);
-      const c = i % n;
-      out[i] = (a[i] - (shift ? shift[r] : 0)) * scale[r] * weight[c] + (bias ? bias[c] : 0);
-    });
-  }
-  return out;
-}
-
-const RULES = {
-  same: (s) => `the same as ${s}`, sum: (s, t) => `${s} + ${t}`, softmax: (s) => `softmax of ${s}`,
-  weighted: (s, t) => `${s} · ${t}`, scores: (s, t) => `${s} · ${t}ᵀ / √d`, rope: (s) => `${s} turned by position`,
-  norm: (s) => `${s} normalised (each row's statistics carried)`, act: (s, t) => (t ? `act(${s}) · ${t}` : `act(${s})`),
-};
-
-function howFound(s) {
-  if (!s.derive) return s.dtype === "f16" ? "carried in the page, as float16 (about 3 significant digits)" : "carried in the page";
-  const names = s.derive.of.map((j) => data.steps[j].name);
-  const rule = RULES[s.derive.op](...names).replace("act(", `${s.derive.fn}(`);
-  return `computed in the page, as the model did: ${rule}`;
-}
+const state = { path: [], step: null, slice: 0, query: 0, key: 0, position: -1 };
 
 // ---- levels: the model, a place, a sub-layer, a step --------------------------------------
 
@@ -170,24 +40,47 @@ function drawCrumbs() {
   });
 }
 
-function drawBoxes() {
+function drawLevel() {
+  const flow = $("flow");
   const boxes = $("boxes");
   boxes.replaceChildren();
+  flow.replaceChildren();
+  $("flow-box").hidden = true;
+  $("image-box").hidden = !(data.image && state.path.length === 0 && state.step === null);
   if (state.step !== null) return;
-  for (const child of children(state.path)) {
-    const b = tag("button", child.label, "box");
-    if (child.go !== undefined) {
-      b.dataset.go = child.go;
-      b.append(tag("small", `${child.count} steps`));
-    } else {
+  const kids = children(state.path);
+  if (kids.length && kids[0].go !== undefined) {
+    $("flow-box").hidden = false;
+    (state.path.length === 0 ? drawModelFlow : drawBlockFlow)(flow, kids);
+  } else {
+    for (const child of kids) {
+      const b = tag("button", child.label, "box");
       b.dataset.step = String(child.step);
       b.append(tag("small", child.name));
+      boxes.append(b);
     }
-    boxes.append(b);
   }
-  const hints = ["The forward pass, top to bottom. Click a place to go inside.",
-    "Its parts, in the order they run. Click one.", "Its steps, in the order they run. Click one to see its numbers."];
-  $("level-hint").textContent = hints[Math.min(state.path.length, 2)];
+  const hints = ["The forward pass, top to bottom: the residual stream and the places on it. Click one to go inside.",
+    "Its parts, in the order they run: each reads the stream and is added back to it. Click one.",
+    "Its steps, in the order they run. Click one to see its numbers."];
+  $("level-hint").textContent = hints[kids.length && kids[0].go !== undefined ? state.path.length : 2];
+}
+
+// A ViT's input, as the model sees it, with its grid of patches: the input's tokens.
+function drawImage() {
+  if (!data.image) return;
+  const { png, rows, cols } = data.image;
+  const page = $("image-svg");
+  const side = 12 * Math.max(rows, cols, 16);
+  sizePage(page, side, side);
+  page.append(svg("image", { href: png, x: 0, y: 0, width: side, height: side, preserveAspectRatio: "none" }));
+  const labels = data.labels.input.filter((l) => l !== "[class]");
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+    const cell = svg("rect", { x: (c * side) / cols, y: (r * side) / rows, width: side / cols, height: side / rows,
+      fill: "none", stroke: "#e8a33d", "stroke-width": 1, class: "patch" });
+    cell.append(svg("title", {}, `patch ${labels[r * cols + c]}`));
+    page.append(cell);
+  }
 }
 
 // ---- one step ------------------------------------------------------------------------------
@@ -196,11 +89,13 @@ function stepMatrix(s) {
   // the shown values as rows × columns, for the chosen slice of a 3-d (or more) tensor
   const v = stepValues(s.index);
   const shape = s.shown;
-  if (shape.length <= 1) return { rows: 1, cols: shape[0] || 1, at: (r, c) => v[c] };
+  const rowLabels = data.labels[s.rows];
+  if (shape.length <= 1) return { rows: 1, cols: shape[0] || 1, at: (r, c) => v[c], rowLabels: [] };
   const cols = shape[shape.length - 1];
   const rows = shape[shape.length - 2];
   const offset = state.slice * rows * cols;
-  return { rows, cols, at: (r, c) => v[offset + r * cols + c] };
+  const map = /hook_(attn_scores|pattern)$/.test(s.name);
+  return { rows, cols, at: (r, c) => v[offset + r * cols + c], rowLabels, colLabels: map ? data.labels[s.cols] : null };
 }
 
 function drawStep() {
@@ -226,28 +121,38 @@ function drawStep() {
 }
 
 function drawMatrix(m) {
+  // rows by their tokens (a translator's: the source's or the target's); an attention map's
+  // columns by its keys' tokens, written above it
   const page = $("step-svg");
   const cell = Math.max(4, Math.min(22, Math.floor(900 / m.cols)));
-  const width = 50 + m.cols * cell;
-  const height = 10 + m.rows * cell;
-  sizePage(page, width, height, 10);
+  const rowNames = m.rowLabels || [];
+  const colNames = m.colLabels && m.colLabels.length === m.cols ? m.colLabels : null;
+  const top = colNames ? 56 : 5;
+  sizePage(page, 50 + m.cols * cell, top + 5 + m.rows * cell, 10);
   let peak = 1e-12;
   for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) {
     const x = m.at(r, c);
     if (x > -1e29) peak = Math.max(peak, Math.abs(x));
   }
-  const label = (r) => (m.rows === data.tokens.length ? data.tokens[r] : String(r + 1));
+  const label = (r) => (m.rows === rowNames.length ? rowNames[r] : String(r + 1));
   const group = svg("g", { id: "step-cells" });
+  if (colNames) {
+    colNames.forEach((name, c) => {
+      const x = 50 + c * cell + cell * 0.7;
+      group.append(svg("text", { x, y: top - 4, transform: `rotate(-60 ${x} ${top - 4})` }, name.slice(0, 8)));
+    });
+  }
   for (let r = 0; r < m.rows; r++) {
-    group.append(svg("text", { x: 46, y: 5 + r * cell + cell * 0.7, "text-anchor": "end" }, label(r).slice(0, 8)));
+    group.append(svg("text", { x: 46, y: top + r * cell + cell * 0.7, "text-anchor": "end" }, label(r).slice(0, 8)));
     for (let c = 0; c < m.cols; c++) {
       const x = m.at(r, c);
       const masked = x <= -1e29;
       const t = masked ? 0 : x / peak;
       const colour = masked ? "#ddd" : t >= 0 ? `rgba(178,24,43,${t})` : `rgba(33,102,172,${-t})`;
-      const rect = svg("rect", { x: 50 + c * cell, y: 5 + r * cell, width: cell - 1, height: cell - 1,
+      const rect = svg("rect", { x: 50 + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
         fill: colour, "data-row": r, "data-col": c, "data-value": masked ? "-inf" : x });
-      rect.append(svg("title", {}, `[${r}, ${c}] ${masked ? "masked" : x}`));
+      const where = colNames ? `${label(r)} → ${colNames[c]}` : `${label(r)}, feature ${c}`;
+      rect.append(svg("title", {}, `[${r}, ${c}] ${where}: ${masked ? "masked" : x}`));
       group.append(rect);
     }
   }
@@ -271,7 +176,8 @@ function drawArithmetic(s) {
   const [H, T, D] = q.shown; // heads × positions × features
   const [Hkv, Tk] = k.shown;
   for (const [id, n, which] of [["query", T, "query"], ["key", Tk, "key"]]) {
-    const labels = Array.from({ length: n }, (_, i) => `${i}: ${data.tokens[i] ?? i}`);
+    const names = data.labels[which === "query" ? q.rows : k.rows] || [];
+    const labels = Array.from({ length: n }, (_, i) => `${i}: ${names[i] ?? i}`);
     fillSelect($(id), labels, Math.min(state[which], n - 1));
   }
   const h = state.slice;
@@ -283,6 +189,8 @@ function drawArithmetic(s) {
     products.push(qv[(h * T + state.query) * D + d] * kv[(g * Tk + state.key) * D + d] * s.scale);
   }
   const sum = products.reduce((a, b) => a + b, 0);
+  const cell = document.querySelector(`#step-cells rect[data-row="${state.query}"][data-col="${state.key}"]`);
+  if (cell) cell.classList.add("chosen");
   const sumLine = $("arith-sum");
   sumLine.textContent = `head ${h + 1}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
   sumLine.dataset.sum = String(sum);
@@ -303,10 +211,18 @@ function drawArithmetic(s) {
 
 // ---- the output ----------------------------------------------------------------------------
 
-function distribution() {
-  // softmax(logits / T) over every logit, then top-k and top-p, renormalised
+// The distribution the output panel shows: a classifier's classes, or the next token after
+// one position (a language model's last; a translator's chosen target position).
+function chosen() {
   const out = data.output;
-  const logits = values(out.logits);
+  if (out.kind === "classes") return { logits: out.logits, labels: out.labels, top: null, ids: null };
+  return out.positions[state.position < 0 ? out.positions.length - 1 : state.position];
+}
+
+function distribution(at) {
+  // softmax(logits / T) over every logit carried, then top-k and top-p, renormalised; each
+  // as [token or class index, probability]
+  const logits = values(at.logits);
   const T = Number($("temperature").value);
   const k = Number($("top-k").value);
   const p = Number($("top-p").value);
@@ -325,7 +241,7 @@ function distribution() {
   }
   total = 0;
   for (const i of keep) total += probs[i];
-  return order.map((i) => [i, keep.has(i) ? probs[i] / total : 0]);
+  return order.map((i) => [at.ids ? at.ids[i] : i, keep.has(i) ? probs[i] / total : 0]);
 }
 
 function drawOutput() {
@@ -334,10 +250,22 @@ function drawOutput() {
   if (!out) return;
   $("temperature-value").textContent = Number($("temperature").value).toFixed(2);
   $("top-p-value").textContent = Number($("top-p").value).toFixed(2);
+  const at = chosen();
+  const target = data.labels.target || [];
+  $("position-label").hidden = out.kind !== "translation";
+  if (out.kind === "translation") {
+    const t = at.after;
+    const next = target[t + 1];
+    $("output-what").textContent = `after "${target.slice(0, t + 1).join(" ")}", the next token`
+      + (next === undefined ? " (the translation ends here)" : `: the translation has "${next}"`);
+  } else {
+    $("output-what").textContent = out.kind === "classes" ? "the classes" : "the next token";
+  }
+  $("output-kept").textContent = at.ids ? `over the ${at.ids.length.toLocaleString()} likeliest of ${out.vocab.toLocaleString()} tokens` : "";
   const list = $("distribution");
   list.replaceChildren();
-  const labelOf = (i) => (out.kind === "classes" ? out.labels[i] : out.labels[out.top.indexOf(i)] ?? `token ${i}`);
-  for (const [i, prob] of distribution().slice(0, 10)) {
+  const labelOf = (i) => (out.kind === "classes" ? at.labels[i] : at.labels[at.top.indexOf(i)] ?? `token ${i}`);
+  for (const [i, prob] of distribution(at).slice(0, 10)) {
     const item = tag("li", `${labelOf(i)}  ${prob.toFixed(4)}`);
     item.dataset.index = String(i);
     item.dataset.prob = String(prob);
@@ -349,7 +277,7 @@ function drawOutput() {
 
 function draw() {
   drawCrumbs();
-  drawBoxes();
+  drawLevel();
   drawStep();
   const derived = data.steps.filter((s) => s.derive).length;
   const precision = data.precision === "f16" ? "; values carried as float16 to keep the page small (about 3 significant digits)" : "";
@@ -363,10 +291,17 @@ function start() {
   $("boxes").addEventListener("click", (e) => {
     const b = e.target.closest("button.box");
     if (!b) return;
-    if (b.dataset.go !== undefined) state.path.push(b.dataset.go);
-    else state.step = Number(b.dataset.step);
+    state.step = Number(b.dataset.step);
     draw();
   });
+  const descend = (e) => {
+    const node = e.target.closest("[data-go]");
+    if (!node || (e.type === "keydown" && e.key !== "Enter")) return;
+    state.path.push(node.dataset.go);
+    draw();
+  };
+  $("flow").addEventListener("click", descend);
+  $("flow").addEventListener("keydown", descend);
   $("crumbs").addEventListener("click", (e) => {
     const b = e.target.closest("button");
     if (!b) return;
@@ -379,6 +314,14 @@ function start() {
   $("query").addEventListener("change", (e) => { state.query = Number(e.target.value); drawStep(); });
   $("key").addEventListener("change", (e) => { state.key = Number(e.target.value); drawStep(); });
   for (const id of ["temperature", "top-k", "top-p"]) $(id).addEventListener("input", drawOutput);
+  if (data.output && data.output.kind === "translation") {
+    const target = data.labels.target || [];
+    const positions = data.output.positions;
+    fillSelect($("position"), positions.map((p) => `${p.after + 1}: after "${target[p.after] ?? ""}"`), 0);
+    state.position = 0; // the translation from its first step
+    $("position").addEventListener("change", (e) => { state.position = Number(e.target.value); drawOutput(); });
+  }
+  drawImage();
   draw();
   drawOutput();
   document.body.dataset.ready = "1";
