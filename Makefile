@@ -39,12 +39,15 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
-## The README's pictures of the attention viewer (docs/images/attention-viewer-*.png), taken
-## by its browser tests; the translator's is a slow test that trains one for 10 minutes first
-## (GLASSFORMER_TRANSLATOR=RUN_DIR uses a run you have).
+## The docs' pictures of the attention viewer (docs/images/attention-viewer-*.png) and of
+## the explorable forward pass (explain-*.png), taken by their browser tests. The viewer's
+## translator is a slow test that trains one for 10 minutes first; GLASSFORMER_TRANSLATOR=RUN
+## uses a run you have. The explorable pages are of the demo's run (make demo first),
+## GLASSFORMER_TRANSLATOR and GLASSFORMER_VIT=RUN (train vision --corpus digits).
 screenshots: $(STAMP)
-	GLASSFORMER_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q -m '' \
-	  tests/test_viz_html.py -k readme_screenshot
+	GLASSFORMER_SCREENSHOTS=docs/images GLASSFORMER_DEMO_RUN=$(DEMO_RUN) \
+	  $(BIN)/python -m pytest -q -m '' tests/test_viz_html.py tests/test_viz_explain.py \
+	  -k "readme_screenshot or docs_screenshots"
 
 ## Speed side by side: attention, GPT training (vs nanoGPT when NANOGPT=path/to/checkout,
 ## and Hugging Face GPT-2), seq2seq training (vs nn.Transformer), the classifier (vs

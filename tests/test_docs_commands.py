@@ -29,6 +29,7 @@ ELSEWHERE = {
     "--compile": "tests/test_cli_train.py::test_a_compiled_run_saves_the_plain_models_keys",
     "path/to/": "tests/test_support.py::test_a_family_directory_runs_from_the_command_line",
 }
+MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in
 SHORT = ["--max-steps", "2"]  # the budget every training command runs with here
 CHAT = "What is the capital of France?\n"  # what `glassformer chat` is told on stdin
@@ -158,11 +159,12 @@ def provide_run(folder: Path, name: str, trained: Path) -> None:
     if (folder / name).exists():
         return
     task = name.split("/")[1]
-    assert task in ("lm", "translate", "classify", "mlm", "vision"), (
+    command = MADE_BY.get(name, ["train", task])
+    assert command[1] in ("lm", "translate", "classify", "mlm", "vision"), (
         f"the page uses {name} before any of its commands makes it"
     )
     if not (trained / name).exists():
-        run(["train", task, "--out", str(trained / name), *SHORT], "")
+        run([*command, "--out", str(trained / name), *SHORT], "")
     shutil.copytree(trained / name, folder / name)
 
 

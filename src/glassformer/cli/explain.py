@@ -1,11 +1,16 @@
 """Explain: one real forward pass of any model as an offline page to explore.
 
-Writes one self-contained HTML file (no network): the model as a flow of places (the
-embeddings, each block, the output); click a place for its sub-layers, a sub-layer for its
-steps, a step for its real tensor (exact values on hover), its shape, its formula and the
-line of glassformer's source that computed it; inside attention, one query and one key's
-products that make the score. A language model's or classifier's output is a distribution
+Writes one self-contained HTML file (no network): the model as a flow (the residual stream
+with each block on it; a translator's encoder beside its decoder, the encoder's output
+flowing into each cross-attention; a ViT's image as its patches); click a place for its
+sub-layers, a sub-layer for its steps, a step for its real tensor (exact values on hover), its
+shape, its formula and the line of glassformer's source that computed it; inside attention,
+one query and one key's products that make the score. The output (a language model's next
+token, a classifier's classes, a translator's next token after each target position) is
 recomputed in the page under temperature, top-k and top-p.
+
+A page is at most 5 MB: steps that follow from earlier ones travel as their rule, then
+float16 values and fewer features a step; SmolLM2-135M's page holds up to 50 tokens.
 
     glassformer explain --model SmolLM2-135M-Instruct "The capital of France is" --out page.html
 """
@@ -21,7 +26,7 @@ EXAMPLE = 'glassformer explain --model SmolLM2-135M-Instruct "The capital of Fra
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a run directory or a packaged model")
     p.add_argument("text", help="the input (a ViT: an image file)")
-    p.add_argument("--target", help="a translator's target sentence (default: its own)")
+    p.add_argument("--target", help="a translator's target sentence; None: its own translation")
     p.add_argument("--out", default="explain.html", help="the page (.html)")
 
 

@@ -17,7 +17,7 @@ arithmetic from earlier steps (a residual sum, the softmax of the scores, ...) t
 that line and the page computes it, where the line gives the cache's value
 (``glassformer.viz.derive``); a page that would still be over ``MAX_BYTES`` carries float16
 values and fewer features a step (``THINNER``), and says so. SmolLM2-135M's page holds up
-to 50 tokens (4.4 MB at 40).
+to 50 tokens (4.5 MB at 40).
 """
 
 from __future__ import annotations
