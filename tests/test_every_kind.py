@@ -39,6 +39,7 @@ from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer, WordPieceTokenizer
 from glassformer.inspect import activation_patching, logit_difference, logit_lens
 from glassformer.inspect.patching import per_layer
+from glassformer.viz.explain import PACKAGE
 
 TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
 LABELS = ["neg", "pos", "mid"]
@@ -418,3 +419,23 @@ def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
         torch.testing.assert_close(got.masked_fill(masked, 0), expected.double().masked_fill(
             masked, 0), atol=1e-5, rtol=0, msg=step["name"])  # fmt: skip
     assert sum(s["derived"] for s in steps) > len(steps) // 3
+    # by clicks, down to block 2's attention weights (a translator's cross-attention), head 1:
+    # the cells drawn in the page hold the cache's values
+    stack, part = ("decoder ", "cross-attention") if "translator" in kind else ("", "self-attention")
+    name = "decoder.blocks.1.cross_attn.hook_pattern" if stack else "blocks.1.attn.hook_pattern"
+    offline_page.click(f"#flow [data-go='{stack}block 2']")
+    offline_page.click(f"#flow [data-go='{stack}block 2 · {part}']")
+    offline_page.click(f"#boxes button.box:has(small:text-is('{name}'))")
+    cells = offline_page.evaluate("[...document.querySelectorAll('#step-cells rect')].map(r => "
+                                  "[+r.dataset.row, +r.dataset.col, +r.dataset.value])")  # fmt: skip
+    expected = cache[name][0, 0].detach()
+    drawn = torch.zeros_like(expected)
+    for row, col, value in cells:
+        drawn[row, col] = value
+    assert len(cells) == expected.numel()
+    torch.testing.assert_close(drawn, expected, atol=1e-5, rtol=0, msg=kind)
+    # every step names a line of glassformer's source that exists and holds the text shown
+    sources = offline_page.evaluate("data.steps.map(s => s.source)")
+    for source in sources:
+        lines = (PACKAGE.parent / source["file"]).read_text().splitlines()
+        assert lines[source["line"] - 1].strip() == source["code"] != ""
