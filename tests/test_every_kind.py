@@ -421,13 +421,16 @@ def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
     assert sum(s["derived"] for s in steps) > len(steps) // 3
     # by clicks, down to block 2's attention weights (a translator's cross-attention), head 1:
     # the cells drawn in the page hold the cache's values
-    stack, part = ("decoder ", "cross-attention") if "translator" in kind else ("", "self-attention")
+    translator = "translator" in kind
+    stack, part = ("decoder ", "cross-attention") if translator else ("", "self-attention")
     name = "decoder.blocks.1.cross_attn.hook_pattern" if stack else "blocks.1.attn.hook_pattern"
     offline_page.click(f"#flow [data-go='{stack}block 2']")
     offline_page.click(f"#flow [data-go='{stack}block 2 · {part}']")
     offline_page.click(f"#boxes button.box:has(small:text-is('{name}'))")
-    cells = offline_page.evaluate("[...document.querySelectorAll('#step-cells rect')].map(r => "
-                                  "[+r.dataset.row, +r.dataset.col, +r.dataset.value])")  # fmt: skip
+    cells = offline_page.evaluate(
+        "[...document.querySelectorAll('#step-cells rect')]"
+        ".map(r => [+r.dataset.row, +r.dataset.col, +r.dataset.value])"
+    )
     expected = cache[name][0, 0].detach()
     drawn = torch.zeros_like(expected)
     for row, col, value in cells:
