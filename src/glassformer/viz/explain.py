@@ -66,7 +66,8 @@ def explain_html(
         if labels is not None and data["output"] and data["output"]["kind"] == "classes":
             data["output"]["labels"] = list(labels)
         _carry(data, shown, half=half)
-        page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data)
+        page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data,
+                      title="glassformer: one forward pass", data_id="explain-data")  # fmt: skip
         if len(page.encode()) <= MAX_BYTES:
             return AttentionView(page)
     raise ValueError(

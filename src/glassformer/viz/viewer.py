@@ -53,7 +53,8 @@ MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
 SCRIPTS = ("helpers.js", "data.js", "views.js", "extras.js", "viewer.js")
 EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain.js")
-_ASSETS = ("template.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css", *EXPLAIN_SCRIPTS)
+_ASSETS = ("page.html", "viewer.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css",
+           *EXPLAIN_SCRIPTS)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -291,16 +292,24 @@ def embed_json(data: Any) -> str:
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The viewer: ``html/template.html`` with the style, the data and the scripts put in."""
-    return render("template.html", ("viewer.css",), SCRIPTS, data)
+    """The viewer: ``html/viewer.html`` in the page, with its style, data and scripts."""
+    return render("viewer.html", ("viewer.css",), SCRIPTS, data,
+                  title="glassformer attention", data_id="attention-data")  # fmt: skip
 
 
-def render(template_name: str, styles: tuple[str, ...], script_names: tuple[str, ...],
-           data: dict[str, Any]) -> str:  # fmt: skip
-    """A page of the package's ``html/`` files: the template with the styles, the data (JSON,
-    see ``embed_json``) and the scripts put in, under a policy that allows no network and no
-    script or style but these."""
-    template = _asset(template_name)
+def render(
+    body_name: str,
+    styles: tuple[str, ...],
+    script_names: tuple[str, ...],
+    data: dict[str, Any],
+    *,
+    title: str,
+    data_id: str,
+) -> str:
+    """A page of the package's ``html/`` files: ``page.html`` (the head, the header) with the
+    body, the styles, the data (JSON in the element ``data_id``, see ``embed_json``) and the
+    scripts put in, under a policy that allows no network and no script or style but these."""
+    template = _asset("page.html").replace("{{body}}", _asset(body_name))
     style = "\n".join(_asset(name) for name in styles)
     scripts = [_asset(name) for name in script_names]
     hashes = " ".join(f"'{_sha256(script)}'" for script in scripts)
@@ -311,6 +320,8 @@ def render(template_name: str, styles: tuple[str, ...], script_names: tuple[str,
     parts = {
         "policy": policy,
         "style": style,
+        "title": html.escape(title),
+        "data_id": data_id,
         "data": embed_json(data),
         "scripts": "\n".join(f"<script>{script}</script>" for script in scripts),
     }
