@@ -437,6 +437,10 @@ def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
         drawn[row, col] = value
     assert len(cells) == expected.numel()
     torch.testing.assert_close(drawn, expected, atol=1e-5, rtol=0, msg=kind)
+    # the query/key panel's score is the model's, whatever it adds to q·k (T5's position bias)
+    score = float(offline_page.get_attribute("#arith-rest", "data-score"))
+    scores = cache[name.replace("hook_pattern", "hook_attn_scores")][0, 0, 0, 0]
+    assert score == pytest.approx(float(scores), abs=1e-5)
     # every step names a line of glassformer's source that exists and holds the text shown
     sources = offline_page.evaluate("data.steps.map(s => s.source)")
     for source in sources:

@@ -16,10 +16,11 @@ import torch
 from glassformer import GPT, GPTConfig
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer
-from glassformer.viz.derive import compute, derivations
+from glassformer.viz.derive import compute, derivations, tensors
 from glassformer.viz.explain import PACKAGE, explain_data, explain_html
 
 TEXT = "the cat sat"
+browser_test = pytest.mark.browser
 
 
 def floats(b64: str) -> torch.Tensor:
@@ -33,17 +34,14 @@ def model_and_tok():
     return GPT(GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, max_len=64)).eval(), tok
 
 
-def page_values(data: dict) -> list[torch.Tensor]:
-    """Every step's values as the page finds them, by derive.py's half of each rule: the
-    carried ones decoded, the others computed from earlier steps."""
+def torch_values(data: dict) -> list[torch.Tensor]:
+    """Every step's values by derive.py's torch half of each rule (the page's JavaScript half
+    is checked in the browser tests): the carried ones decoded, the others computed."""
     found: list[torch.Tensor] = []
-    tables = {name: {"cos": floats(t["cos"]).view(t["shape"]), "sin": floats(t["sin"]).view(
-        t["shape"])} for name, t in data["tables"].items()}  # fmt: skip
+    tables = tensors(data["tables"])
     for step in data["steps"]:
         if "derive" in step:
-            rule = {k: floats(v) if k in ("shift", "scale", "weight", "bias") else v
-                    for k, v in step["derive"].items()}  # fmt: skip
-            found.append(compute(rule, found, tables).float())
+            found.append(compute(tensors(step["derive"]), found, tables).float())
         else:
             found.append(floats(step["values"]).view(step["shown"]))
     return found
@@ -56,7 +54,7 @@ def test_every_step_is_carried_or_computed_as_the_caches_value_with_its_source_l
     data = explain_data(model, tok, TEXT)
     _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
     assert [s["name"] for s in data["steps"]] == list(cache)
-    for step, found in zip(data["steps"], page_values(data), strict=True):
+    for step, found in zip(data["steps"], torch_values(data), strict=True):
         value = cache[step["name"]][0]
         if step["layout"]:
             value = value.transpose(0, 1)
@@ -116,6 +114,53 @@ def test_the_steps_that_follow_from_others_travel_as_rules_and_only_where_they_h
     assert rules[names.index("blocks.0.attn.hook_attn_scores")]["op"] == "scores"
 
 
+def test_the_pages_rules_are_the_ones_derive_gives():
+    """Every op derive.py can put in a page is one the page's JavaScript computes, and the
+    page refuses an op it does not know rather than showing zeros."""
+    derive_py = (PACKAGE / "viz" / "derive.py").read_text()
+    script = (PACKAGE / "viz" / "html" / "explain-derive.js").read_text()
+    given = set(re.findall(r'\bop == "(\w+)"', derive_py))
+    listed = set(re.findall(r'"(\w+)"', re.search(r"const OPS = \[(.*?)\]", script)[1]))
+    computed = set(re.findall(r'rule\.op === "(\w+)"', script))
+    assert given == listed == computed and len(given) == 8
+
+
+@browser_test
+def test_a_float16_page_decodes_halves_and_says_how_close_every_step_is(
+    model_and_tok, tmp_path, browser, monkeypatch
+):
+    """A page over the limit carries float16: the page decodes every float16 bit pattern as
+    numpy does (subnormals, ±0, ±inf, NaN), and every step it shows is within the error it
+    states of the cache's value."""
+    import glassformer.viz.explain as explain
+
+    model, tok = model_and_tok
+    monkeypatch.setattr(explain, "MAX_BYTES", len(explain_html(model, tok, TEXT).html) - 1)
+    path = explain.explain_html(model, tok, TEXT).save(tmp_path / "h.html")
+    context, tab = offline_tab(browser, path)
+    assert tab.evaluate("data.precision") == "f16"
+    patterns = np.array([0x0001, 0x03FF, 0x0400, 0x8000, 0x0000, 0x3C00, 0xC000, 0x7BFF,
+                         0x7C00, 0xFC00, 0x3555, 0xB3FF], dtype="<u2")  # fmt: skip
+    decoded = tab.evaluate(f"Array.from(halves('{base64.b64encode(patterns.tobytes()).decode()}'))")
+    expected = patterns.view("<f2").astype("float64")
+    assert [repr(float(x)) for x in decoded] == [repr(float(x)) for x in expected]
+    assert np.isnan(tab.evaluate("halves(btoa(String.fromCharCode(0x00, 0x7e)))[0]"))
+    steps = tab.evaluate(
+        "data.steps.map((s, i) => ({name: s.name, shown: s.shown, layout: s.layout, "
+        "error: s.error, values: Array.from(stepValues(i))}))"
+    )
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
+    for step in steps:
+        value = cache[step["name"]][0].detach().float()
+        value = value.transpose(0, 1) if step["layout"] else value
+        value = value[tuple(slice(0, n) for n in step["shown"])]
+        kept = value > torch.finfo(value.dtype).min / 2
+        found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
+        error = (found - value).abs()[kept].max() / value.abs()[kept].max()
+        assert 0 < step["error"] < 3e-3 and error <= step["error"] + 1e-6, step["name"]
+    context.close()
+
+
 def test_the_cli_writes_the_page_and_refuses_what_it_cannot_show(model_and_tok, tmp_path, capsys):
     model, tok = model_and_tok
     run = tmp_path / "run"
@@ -125,9 +170,6 @@ def test_the_cli_writes_the_page_and_refuses_what_it_cannot_show(model_and_tok, 
     assert page.read_text().startswith("<!DOCTYPE html>") and "MB" in capsys.readouterr().out
     assert main(["explain", "--model", str(run), TEXT, "--out", str(tmp_path / "e.png")]) == 2
     assert "must name an .html file" in capsys.readouterr().err
-
-
-browser_test = pytest.mark.browser
 
 
 @browser_test
@@ -260,7 +302,21 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
         drawn[row, col] = value
     assert len(cells) == 40 * 40
     torch.testing.assert_close(drawn, expected, atol=2e-3, rtol=0)
+    # every step, carried as float16 or computed from such: within 0.3% of its largest value
+    steps = tab.evaluate("data.steps.map((s, i) => ({name: s.name, shown: s.shown, "
+                         "layout: s.layout, values: Array.from(stepValues(i))}))")  # fmt: skip
+    _, cache = model.run_with_cache(ids)
+    for step in steps:
+        value = cache[step["name"]][0].float()
+        value = value.transpose(0, 1) if step["layout"] else value
+        value = value[tuple(slice(0, n) for n in step["shown"])]
+        kept = value > torch.finfo(value.dtype).min / 2
+        found = torch.tensor(step["values"]).view(value.shape)
+        error = (found - value).abs()[kept].max() / value.abs()[kept].max()
+        assert error < 3e-3, (step["name"], float(error))
     context.close()
+    fifty = tok.decode(tok.encode(FORTY + " " + FORTY)[:50])
+    assert len(tok.encode(fifty)) == 50 and len(explain_html(model, tok, fifty).html) < 5e6
     with pytest.raises(ValueError, match=r"over the limit of 5,000,000: .*\(80 tokens here"):
         explain_html(model, tok, FORTY + " " + FORTY)
 

@@ -16,6 +16,7 @@ or sums its residual after a norm carries its own tensor. Nothing the page shows
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
@@ -26,7 +27,8 @@ from glassformer.modules.feedforward import ACTIVATIONS
 from glassformer.modules.norms import RMSNorm
 from glassformer.modules.rotary import RotaryEmbedding, rotate_half
 
-TOLERANCE = 1e-6  # of the largest magnitude in the step (at least 1)
+TOLERANCE = 1e-6  # of the largest magnitude in the step, or absolute where that is below 1
+FUNCTIONS = ACTIVATIONS  # relu, gelu, gelu_tanh, silu: each MLP's is found by trying them
 MASKED = -1e30  # how a masked score travels (the cache holds the dtype's lowest value)
 
 
@@ -43,7 +45,7 @@ def derivations(
     tables = _rope_tables(model, shown)
     for i, (step, value) in enumerate(zip(steps, shown, strict=True)):
         candidates = [*_same(value, seen), *_candidates(step["name"], index, shown, tables),
-                      *_norms(model, step["name"], index, full, value.size(-1))]  # fmt: skip
+                      *_norms(model, step["name"], index, full, value.shape)]  # fmt: skip
         for rule in candidates:
             if all(j < i for j in rule["of"]) and _reproduces(rule, shown, tables, value):
                 rules[i] = _json(rule)
@@ -92,9 +94,6 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
     raise ValueError(f"no rule {op!r}")
 
 
-FUNCTIONS = ACTIVATIONS  # relu, gelu, gelu_tanh, silu: each MLP's is found by trying them
-
-
 def _candidates(
     name: str, index: dict[str, int], shown: list[Tensor], tables: dict[str, dict]
 ) -> list[dict]:
@@ -132,12 +131,12 @@ def _candidates(
 
 
 def _norms(
-    model: Any, name: str, index: dict[str, int], full: list[Tensor], width: int
+    model: Any, name: str, index: dict[str, int], full: list[Tensor], shape: torch.Size
 ) -> list[dict]:
     """A norm's output from its input, one of the residual-stream steps just before it:
-    the norm's statistics of each row (over all its features, so from the values not
-    thinned) travel with the rule, and its weight and bias (the ``width`` features shown;
-    an RMSNorm's shift and bias, zeros, are left out)."""
+    the norm's statistics of each row shown (over all its features, so from the values not
+    thinned) travel with the rule, and its weight and bias (the features shown; an
+    RMSNorm's shift and bias, zeros, are left out). ``shape``: the output as shown."""
     owner, _, leaf = name.rpartition(".")
     module = model.get_submodule(owner) if owner else None
     if leaf != "hook_normalized" or not isinstance(module, (RMSNorm, nn.LayerNorm)):
@@ -148,6 +147,7 @@ def _norms(
         x = full[j].double()
         if x.dim() != 2 or x.size(-1) != module.weight.numel():
             continue
+        x, width = x[: shape[0]], shape[-1]  # the rows and features shown
         weight = module.weight.detach().double()[:width]
         if isinstance(module, RMSNorm):
             scale = torch.rsqrt(x.pow(2).mean(-1) + module.eps)
@@ -162,6 +162,25 @@ def _norms(
             rule["bias"] = module.bias.detach()[:width].float()
         rules.append(rule)
     return rules
+
+
+def tensors(rule: dict) -> dict:
+    """A rule (or tables) as the page holds it, with its base64 values back as tensors:
+    what ``compute`` reads."""
+    import numpy as np
+
+    def decoded(key: str, value: Any) -> Any:
+        if isinstance(value, dict):
+            return tensors(value)
+        if isinstance(value, str) and key in ("shift", "scale", "weight", "bias", "cos", "sin"):
+            array = np.frombuffer(base64.b64decode(value), dtype="<f4").copy()
+            return torch.from_numpy(array)
+        return value
+
+    out = {k: decoded(k, v) for k, v in rule.items()}
+    if "cos" in out:  # a table: (T, width)
+        out["cos"], out["sin"] = out["cos"].view(rule["shape"]), out["sin"].view(rule["shape"])
+    return out
 
 
 def _json(rule: dict) -> dict:
@@ -187,6 +206,10 @@ def _reproduces(rule: dict, shown: list[Tensor], tables: dict[str, dict], value:
     except RuntimeError:  # shapes that do not go together: not this rule
         return False
     if computed.shape != value.shape:
+        return False
+    if rule["op"] in ("same", "sum", "act", "norm", "rope") and any(
+        shown[j].shape != value.shape for j in rule["of"]
+    ):  # elementwise: the page reads every part at the value's own indices
         return False
     value = value.double()
     masked = value <= MASKED / 2

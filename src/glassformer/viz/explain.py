@@ -73,7 +73,7 @@ def explain_html(
     raise ValueError(
         f"the page would be {len(page.encode()):,} bytes even with float16 values and "
         f"{THINNER[-1]} features a step, over the limit of {MAX_BYTES:,}: use a shorter text "
-        f"({len(data['tokens'])} tokens here; SmolLM2-135M's page holds up to 50)"
+        f"({len(data['tokens'])} tokens here)"
     )
 
 
@@ -121,7 +121,7 @@ def _collect(
         full.append(value)
         whole = per_head or step.name.endswith(("hook_attn_scores", "hook_pattern"))
         value = _thinned(value, MAX_COLUMNS if whole else columns)  # heads and keys kept
-        shown.append(value.masked_fill(value == torch.finfo(value.dtype).min, MASKED))
+        shown.append(value)
         steps.append({
             "name": step.name, "where": step.where, "what": step.what,
             "shape": list(cache[step.name].shape), "shown": list(value.shape),
@@ -147,20 +147,35 @@ def _collect(
 
 def _carry(data: dict, shown: list[Tensor], *, half: bool) -> None:
     """Put each carried step's values into ``data``: float32, or float16 where ``half`` and
-    the step's values fit float16's range."""
-    from glassformer.viz.viewer import base64_floats
+    the step's values fit float16's range. With ``half``, every step's largest difference
+    from the cache's value, as the page finds it (computed steps from the carried values as
+    rounded), relative to the step's largest magnitude, goes in as ``error``."""
+    from glassformer.viz.derive import compute, tensors
+    from glassformer.viz.viewer import base64_floats, base64_halves
 
+    found: list[Tensor] = []
+    tables = tensors(data["tables"])
     for step, value in zip(data["steps"], shown, strict=True):
         if "derive" in step:
-            continue
-        small = half and float(value.abs().masked_fill(value <= MASKED, 0).max()) < HALF_RANGE
-        step["dtype"] = "f16" if small else "f32"
-        step["values"] = (
-            base64.b64encode(value.half().numpy().astype("<f2").tobytes()).decode()
-            if small
-            else base64_floats(value)
-        )
+            found.append(compute(tensors(step["derive"]), found, tables).float())
+        else:
+            masked = value <= MASKED / 2
+            small = half and float(value.abs().masked_fill(masked, 0).max()) < HALF_RANGE
+            step["dtype"] = "f16" if small else "f32"
+            step["values"] = base64_halves(value) if small else base64_floats(value)
+            found.append(value.half().float().masked_fill(masked, MASKED) if small else value)
+        if half:
+            step["error"] = _relative_error(found[-1], value)
     data["precision"] = "f16" if half else "f32"
+
+
+def _relative_error(found: Tensor, value: Tensor) -> float:
+    """The largest difference of the unmasked values over the largest magnitude."""
+    kept = value > MASKED / 2
+    if not kept.any():
+        return 0.0
+    peak = float(value[kept].abs().max())
+    return float((found.double() - value.double())[kept].abs().max()) / max(peak, 1e-30)
 
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z", "hook_result")
@@ -175,8 +190,11 @@ def _scale(model: Any, name: str) -> dict[str, float]:
 
 
 def _first_example(value: Tensor) -> Tensor:
-    """The value of the one example: (B, ...) → (...); a position table stays as it is."""
-    value = value.detach().float()
+    """The value of the one example, in float32, a masked score (its dtype's lowest value)
+    as ``MASKED``: (B, ...) → (...); a position table stays as it is."""
+    value = value.detach()
+    if value.is_floating_point():
+        value = value.float().masked_fill(value == torch.finfo(value.dtype).min, MASKED)
     return value[0] if value.dim() >= 2 and value.size(0) == 1 else value
 
 

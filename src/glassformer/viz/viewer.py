@@ -282,6 +282,11 @@ def base64_floats(t: Tensor) -> str:
     ).decode()
 
 
+def base64_halves(t: Tensor) -> str:
+    """A tensor as base64 of its float16 values, little-endian, in row-major order."""
+    return base64.b64encode(t.detach().half().contiguous().numpy().astype("<f2").tobytes()).decode()
+
+
 def embed_json(data: Any) -> str:
     """``data`` as JSON safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` escaped
     as ``\\u003c`` and so on, so no text in it (``</script>``, ``<!--``) can end the element."""

@@ -57,11 +57,15 @@ const FUNCTIONS = {
   silu: (x) => x / (1 + Math.exp(-x)),
 };
 
+// the rules this page knows (derive.py's tests check that they are the ones it gives)
+const OPS = ["same", "sum", "act", "softmax", "weighted", "scores", "rope", "norm"];
+
 function derive(rule, shape) {
   const parts = rule.of.map(stepValues);
   const shapes = rule.of.map((j) => data.steps[j].shown);
   const out = new Float64Array(size(shape));
   const [a, b] = parts;
+  if (!OPS.includes(rule.op)) throw new Error(`no rule ${rule.op}`); // never zeros as values
   if (rule.op === "same") return a;
   if (rule.op === "sum") out.forEach((_, i) => { out[i] = a[i] + b[i]; });
   if (rule.op === "act") out.forEach((_, i) => { out[i] = FUNCTIONS[rule.fn](a[i]) * (b ? b[i] : 1); });
@@ -128,8 +132,9 @@ const RULES = {
 };
 
 function howFound(s) {
-  if (!s.derive) return s.dtype === "f16" ? "carried in the page, as float16 (about 3 significant digits)" : "carried in the page";
+  const within = s.error === undefined ? "" : ` (within ${(100 * s.error).toPrecision(2)}% of its largest value, from float16 values)`;
+  if (!s.derive) return s.dtype === "f16" ? `carried in the page, as float16${within}` : "carried in the page";
   const names = s.derive.of.map((j) => data.steps[j].name);
   const rule = RULES[s.derive.op](...names).replace("act(", `${s.derive.fn}(`);
-  return `computed in the page, as the model did: ${rule}`;
+  return `computed in the page, as the model did: ${rule}${within}`;
 }

@@ -6,7 +6,7 @@
 "use strict";
 
 const FLOW = { node: 34, gap: 14, width: 230, band: 16 };
-const steps = (n) => `${n} step${n === 1 ? "" : "s"}`;
+const stepCount = (n) => `${n} step${n === 1 ? "" : "s"}`;
 const COLOURS = { encoder: "#cfe8d5", decoder: "#cfe0f5", stream: "#cfe0f5", cross: "#e8a33d" };
 
 function flowNode(page, x, y, label, detail, go) {
@@ -37,7 +37,7 @@ function drawModelFlow(page, places) {
     band(page, centre, 20 + FLOW.node / 2, 20 + (column.length - 1) * step + FLOW.node / 2, colour);
     page.append(svg("text", { x: centre, y: 12, "text-anchor": "middle", class: "detail" },
       stacks[i] ? `the ${stacks[i]}: its residual stream` : "the residual stream"));
-    column.forEach((p, j) => flowNode(page, x, 20 + j * step, p.label, steps(p.count), p.go));
+    column.forEach((p, j) => flowNode(page, x, 20 + j * step, p.label, stepCount(p.count), p.go));
   });
   if (columns.length === 2) { // the encoder's output is the memory every cross-attention reads
     const from = [20 + FLOW.width, 20 + (columns[0].length - 1) * step + FLOW.node / 2];
@@ -63,11 +63,11 @@ function drawBlockFlow(page, parts) {
     const y = 20 + j * step;
     const input = p.label.endsWith("its input");
     if (input) {
-      flowNode(page, x + 40, y, p.label, `${steps(p.count)}: the stream as it comes in`, p.go);
+      flowNode(page, x + 40, y, p.label, `${stepCount(p.count)}: the stream as it comes in`, p.go);
       return;
     }
     page.append(svg("path", { d: `M${x},${y + 6} H${x + 40}`, stroke: "#5b6673", fill: "none" }));
-    flowNode(page, x + 40, y, p.label, steps(p.count), p.go);
+    flowNode(page, x + 40, y, p.label, stepCount(p.count), p.go);
     page.append(svg("path", { d: `M${x + 40 + FLOW.width},${y + FLOW.node / 2} h20 v${FLOW.node / 2 + 10} H${x + 9}`,
       stroke: "#5b6673", fill: "none" }));
     page.append(svg("text", { x, y: y + FLOW.node + 14, "text-anchor": "middle", class: "plus" }, "⊕"));

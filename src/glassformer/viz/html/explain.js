@@ -13,7 +13,7 @@ const state = { path: [], step: null, slice: 0, query: 0, key: 0, position: -1 }
 const place = (where) => where.split(" · ")[0];
 
 function children(path) {
-  const steps = data.steps.map((s, i) => ({ ...s, index: i }));
+  const steps = data.steps;
   if (path.length === 0) {
     return [...new Set(steps.map((s) => place(s.where)))].map((p) => ({ label: p, go: p,
       count: steps.filter((s) => place(s.where) === p).length }));
@@ -132,7 +132,7 @@ function drawMatrix(m) {
   let peak = 1e-12;
   for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) {
     const x = m.at(r, c);
-    if (x > -1e29) peak = Math.max(peak, Math.abs(x));
+    if (x > MASKED / 2) peak = Math.max(peak, Math.abs(x));
   }
   const label = (r) => (m.rows === rowNames.length ? rowNames[r] : String(r + 1));
   const group = svg("g", { id: "step-cells" });
@@ -146,7 +146,7 @@ function drawMatrix(m) {
     group.append(svg("text", { x: 46, y: top + r * cell + cell * 0.7, "text-anchor": "end" }, label(r).slice(0, 8)));
     for (let c = 0; c < m.cols; c++) {
       const x = m.at(r, c);
-      const masked = x <= -1e29;
+      const masked = x <= MASKED / 2;
       const t = masked ? 0 : x / peak;
       const colour = masked ? "#ddd" : t >= 0 ? `rgba(178,24,43,${t})` : `rgba(33,102,172,${-t})`;
       const rect = svg("rect", { x: 50 + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
@@ -175,10 +175,11 @@ function drawArithmetic(s) {
   if (box.hidden) return;
   const [H, T, D] = q.shown; // heads × positions × features
   const [Hkv, Tk] = k.shown;
-  for (const [id, n, which] of [["query", T, "query"], ["key", Tk, "key"]]) {
+  for (const [which, n] of [["query", T], ["key", Tk]]) {
+    state[which] = Math.min(state[which], n - 1); // a place another step had may not exist here
     const names = data.labels[which === "query" ? q.rows : k.rows] || [];
     const labels = Array.from({ length: n }, (_, i) => `${i}: ${names[i] ?? i}`);
-    fillSelect($(id), labels, Math.min(state[which], n - 1));
+    fillSelect($(which), labels, state[which]);
   }
   const h = state.slice;
   const g = Math.floor(h / (H / Hkv));
@@ -194,6 +195,7 @@ function drawArithmetic(s) {
   const sumLine = $("arith-sum");
   sumLine.textContent = `head ${h + 1}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
   sumLine.dataset.sum = String(sum);
+  $("arith-rest").textContent = scoreRest(s, h, T, sum);
   const page = $("arith-svg");
   page.replaceChildren();
   const peak = Math.max(1e-12, ...products.map(Math.abs));
@@ -207,6 +209,22 @@ function drawArithmetic(s) {
     bar.append(svg("title", {}, `d=${d}: ${p}`));
     page.append(bar);
   });
+}
+
+// What the score holds beside the products: nothing (the products are the score), the
+// mask, or what the model adds to q·k (a position bias, a cap), read from the scores step.
+function scoreRest(s, h, T, sum) {
+  const base = s.name.slice(0, s.name.lastIndexOf(".") + 1);
+  const scores = data.steps.find((t) => t.name === base + "hook_attn_scores");
+  delete $("arith-rest").dataset.score;
+  if (!scores) return "";
+  const [, Tq, Tk] = scores.shown;
+  const score = stepValues(scores.index)[(h * Tq + state.query) * Tk + state.key];
+  $("arith-rest").dataset.score = String(score);
+  if (score <= MASKED / 2) return "the score: masked (−∞ before the softmax), whatever the products";
+  const rest = score - sum;
+  if (Math.abs(rest) <= 1e-4 * Math.max(1, Math.abs(score))) return `the score: ${score.toFixed(6)}, the products' sum`;
+  return `the score: ${score.toFixed(6)}; the products' sum and ${rest.toFixed(6)} the model adds (${scores.what})`;
 }
 
 // ---- the output ----------------------------------------------------------------------------
@@ -296,7 +314,7 @@ function start() {
   });
   const descend = (e) => {
     const node = e.target.closest("[data-go]");
-    if (!node || (e.type === "keydown" && e.key !== "Enter")) return;
+    if (!node || (e.type === "keydown" && e.key !== "Enter" && e.key !== " ")) return;
     state.path.push(node.dataset.go);
     draw();
   };
