@@ -209,6 +209,8 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
     assert total == pytest.approx(
         float(scores["blocks.1.attn.hook_attn_scores"][0, 2, 0, 0]), abs=1e-5
     )
+    rest = page.text_content("#arith-rest")  # the weight of that query and key, 1 (causal)
+    assert "the products' sum" in rest and f"its weight: {float(expected[0, 0]):.6f}" in rest
     page.click("#crumbs button[data-depth='1']")  # back up to block 2
     assert page.locator("#flow [data-go='block 2 · feed-forward']").count() == 1
     logits = model(torch.tensor([tok.encode(text)])).logits[0, -1].detach().double()

@@ -195,7 +195,8 @@ function drawArithmetic(s) {
   const sumLine = $("arith-sum");
   sumLine.textContent = `head ${h + 1}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
   sumLine.dataset.sum = String(sum);
-  $("arith-rest").textContent = scoreRest(s, h, T, sum);
+  const weight = s.name.endsWith("hook_pattern") ? stepValues(s.index)[(h * T + state.query) * Tk + state.key] : null;
+  $("arith-rest").textContent = scoreRest(s, h, T, sum) + (weight === null ? "" : `; after the softmax over the keys, its weight: ${weight.toFixed(6)}`);
   const page = $("arith-svg");
   page.replaceChildren();
   const peak = Math.max(1e-12, ...products.map(Math.abs));
