@@ -114,6 +114,29 @@ def test_the_steps_that_follow_from_others_travel_as_rules_and_only_where_they_h
     assert rules[names.index("blocks.0.attn.hook_attn_scores")]["op"] == "scores"
 
 
+def test_a_qk_norm_and_the_rotation_after_it_are_computed_from_q_and_k():
+    """Qwen3's shape: each head's q and k normed, then turned; both steps travel as rules, the
+    norm's statistics per head and position."""
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    torch.manual_seed(0)
+    config = GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, max_len=32,
+                              qk_norm=True, head_dim=16, bias=False)  # fmt: skip
+    model = GPT(config).eval()
+    data = explain_data(model, tok, TEXT)
+    names = [s["name"] for s in data["steps"]]
+    rules = {s["name"]: s.get("derive") for s in data["steps"]}
+    for which in "qk":
+        norm = rules[f"blocks.1.attn.{which}_norm.hook_normalized"]
+        assert norm["op"] == "norm" and names[norm["of"][0]] == f"blocks.1.attn.hook_{which}"
+        turn = rules[f"blocks.1.attn.hook_rot_{which}"]
+        assert names[turn["of"][0]] == f"blocks.1.attn.{which}_norm.hook_normalized"
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
+    found = torch_values(data)
+    rotated = names.index("blocks.1.attn.hook_rot_q")
+    expected = cache["blocks.1.attn.hook_rot_q"][0].transpose(0, 1)
+    torch.testing.assert_close(found[rotated], expected, atol=1e-5, rtol=0)
+
+
 def test_the_pages_rules_are_the_ones_derive_gives():
     """Every op derive.py can put in a page is one the page's JavaScript computes, and the
     page refuses an op it does not know rather than showing zeros."""

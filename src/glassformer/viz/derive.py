@@ -85,9 +85,10 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
         return torch.cat((turned, x[..., width:]), dim=-1)
     if op == "norm":  # (x − shift) · scale per row, then · weight + bias per feature
         x = parts[0]
-        shift = rule["shift"].double()[:, None] if "shift" in rule else 0.0
+        rows = (*x.shape[:-1], 1)  # the statistics, one per row, flattened in the rule
+        shift = rule["shift"].double().view(rows) if "shift" in rule else 0.0
         bias = rule["bias"].double() if "bias" in rule else 0.0
-        return (x - shift) * rule["scale"].double()[:, None] * rule["weight"].double() + bias
+        return (x - shift) * rule["scale"].double().view(rows) * rule["weight"].double() + bias
     if op == "act":  # the activation of the first part, times the second where there is one
         out = FUNCTIONS[rule["fn"]](parts[0])
         return out * parts[1] if len(parts) == 2 else out
@@ -123,8 +124,10 @@ def _candidates(
         q, k = first("hook_rot_q", "hook_q"), first("hook_rot_k", "hook_k")
         if q is not None and k is not None:
             rules += [{"op": "scores", "of": [q, k], "mask": mask} for mask in ("causal", "none")]
-    elif leaf in ("hook_rot_q", "hook_rot_k") and (parts := of(leaf.replace("rot_", ""))):
-        rules += [{"op": "rope", "of": parts, "table": table} for table in tables]
+    elif leaf in ("hook_rot_q", "hook_rot_k"):  # from q (k), or its QK-norm where there is one
+        which = leaf[-1]
+        parts = of(f"{which}_norm.hook_normalized") or of(f"hook_{which}")
+        rules += [{"op": "rope", "of": parts, "table": table} for table in tables] if parts else []
     elif leaf == "hook_post" and (parts := of("hook_pre", "hook_pre_linear") or of("hook_pre")):
         rules += [{"op": "act", "of": parts, "fn": fn} for fn in FUNCTIONS]
     return rules
@@ -133,30 +136,35 @@ def _candidates(
 def _norms(
     model: Any, name: str, index: dict[str, int], full: list[Tensor], shape: torch.Size
 ) -> list[dict]:
-    """A norm's output from its input, one of the residual-stream steps just before it:
-    the norm's statistics of each row shown (over all its features, so from the values not
-    thinned) travel with the rule, and its weight and bias (the features shown; an
+    """A norm's output from its input: one of the residual-stream steps just before it, or
+    for a QK-norm the attention's q or k (heads × positions × features). The norm's
+    statistics of each row shown (over all its features, so from the values not thinned)
+    travel with the rule, flattened, and its weight and bias (the features shown; an
     RMSNorm's shift and bias, zeros, are left out). ``shape``: the output as shown."""
     owner, _, leaf = name.rpartition(".")
     module = model.get_submodule(owner) if owner else None
     if leaf != "hook_normalized" or not isinstance(module, (RMSNorm, nn.LayerNorm)):
         return []
-    before = [i for n, i in index.items() if i < index[name] and ".hook_resid" in f".{n}"]
+    attention, _, norm = owner.rpartition(".")
+    if norm in ("q_norm", "k_norm"):
+        before = [index[n] for n in (f"{attention}.hook_{norm[0]}",) if n in index]
+    else:
+        before = [i for n, i in index.items() if i < index[name] and ".hook_resid" in f".{n}"]
     rules = []
     for j in before[-3:]:
         x = full[j].double()
-        if x.dim() != 2 or x.size(-1) != module.weight.numel():
+        if x.dim() != len(shape) or x.size(-1) != module.weight.numel():
             continue
-        x, width = x[: shape[0]], shape[-1]  # the rows and features shown
+        x, width = x[..., : shape[-2], :], shape[-1]  # the rows and features shown
         weight = module.weight.detach().double()[:width]
         if isinstance(module, RMSNorm):
-            scale = torch.rsqrt(x.pow(2).mean(-1) + module.eps)
+            scale = torch.rsqrt(x.pow(2).mean(-1) + module.eps).flatten()
             weight = 1 + weight if module.unit_offset else weight
             rules.append({"op": "norm", "of": [j], "scale": scale.float(),
                           "weight": weight.float()})  # fmt: skip
             continue
-        rule = {"op": "norm", "of": [j], "shift": x.mean(-1).float(),
-                "scale": torch.rsqrt(x.var(-1, unbiased=False) + module.eps).float(),
+        rule = {"op": "norm", "of": [j], "shift": x.mean(-1).flatten().float(),
+                "scale": torch.rsqrt(x.var(-1, unbiased=False) + module.eps).flatten().float(),
                 "weight": weight.float()}  # fmt: skip
         if module.bias is not None:
             rule["bias"] = module.bias.detach()[:width].float()

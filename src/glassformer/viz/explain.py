@@ -115,7 +115,7 @@ def _collect(
     steps, shown, full = [], [], []
     for step in describe(model, cache, values=0):
         value = _first_example(cache[step.name])
-        per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD
+        per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD or step.name.endswith(HEAD_NORMS)
         if per_head:  # (T, H, Dh) shown as heads × positions × features
             value = value.transpose(0, 1)
         full.append(value)
@@ -178,6 +178,7 @@ def _relative_error(found: Tensor, value: Tensor) -> float:
     return float((found.double() - value.double())[kept].abs().max()) / max(peak, 1e-30)
 
 
+HEAD_NORMS = ("q_norm.hook_normalized", "k_norm.hook_normalized")  # QK-norm: per head too
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z", "hook_result")
 
 
