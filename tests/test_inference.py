@@ -66,6 +66,26 @@ def test_load_run_by_name_gives_the_packaged_model_and_its_own_tokenizer(monkeyp
         load_run(SMOLLM2_NAME, kind="classifier")
 
 
+def test_load_run_of_a_gguf_file_reads_its_tokenizer_and_the_cli_generates_from_it(capsys):
+    """A llama.cpp file is a run in itself: the model and the tokenizer in its metadata, so
+    every command takes ``--model file.gguf`` (the packaged SmolLM2 Q4_1 file here)."""
+    from glassformer.cli import main
+    from glassformer.errors import MissingDependencyError
+    from glassformer.interop.gguf import GGUFTokenizer, smollm2_path
+
+    try:
+        path = smollm2_path()
+    except MissingDependencyError as e:
+        pytest.skip(f"the SmolLM2 GGUF is not installed ({e})")
+    model, tokenizer = load_run(path)
+    assert model.kind == "gpt" and isinstance(tokenizer, GGUFTokenizer)
+    assert tokenizer.decode(tokenizer.encode("The capital of France")) == "The capital of France"
+    prompt = "The capital of France is"
+    argv = ["generate", "--model", str(path), "--prompt", prompt, "--greedy"]
+    assert main([*argv, "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith(prompt + " Paris")
+
+
 def test_classify_texts_gives_the_models_own_probabilities():
     tok = CharTokenizer("abcdefgh ")
     torch.manual_seed(0)

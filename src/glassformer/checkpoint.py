@@ -66,16 +66,17 @@ NAMED_MODELS: dict[str, tuple[str, Callable[..., Any]]] = {}
 #   packaged model name -> tokenizer(model): the tokenizer that goes with it.
 NAMED_TOKENIZERS: dict[str, Callable[[Any], Any]] = {}
 #   model kind -> files(model): another library's files of the same weights, written into
-#   every checkpoint of that kind (an SAE's SAELens files); interop registers them. And the
-#   file that marks a foreign directory without a config.json -> its format's model type.
+#   every checkpoint of that kind (an SAE's SAELens files); interop registers them. The file
+#   that marks a foreign directory without a config.json -> its format's model type. A format
+#   whose file holds its own tokenizer (".gguf") -> tokenizer(path).
 COMPANION_FILES: dict[str, Callable[[Any], dict[str, bytes]]] = {}
 FOREIGN_MARKERS = {"cfg.json": "saelens"}
+FOREIGN_TOKENIZERS: dict[str, Callable[[Path], Any]] = {}
 
 
 def register_format(model_type: str, kind: str, reader: Callable[[Path], Any]) -> None:
-    """Let ``load_checkpoint`` read a foreign directory whose config.json says
-    ``"model_type": model_type``, as a model of ``kind``. The first kind registered for a
-    model type is what it loads as when no kind is asked for."""
+    """Let ``load_checkpoint`` read a foreign directory whose config.json says ``"model_type":
+    model_type``, as a model of ``kind`` (the first registered: the one given no kind)."""
     FOREIGN_FORMATS.setdefault(model_type, {})[kind] = reader
 
 
@@ -108,8 +109,7 @@ def save_checkpoint(
         training_state: what a resumed run needs (optimizer, step, RNG, data position),
             saved as training_state.pt; only tensors, numbers, strings, lists and dicts,
             so it loads with ``weights_only=True``.
-        extra_files: more files to write into the directory (name → contents),
-            e.g. ``tokenizer.json``.
+        extra_files: more files to write into it (name → contents: ``tokenizer.json``).
     """
     model = getattr(model, "_orig_mod", model)  # torch.compile wraps; save the same keys
     kinds = tuple(MODEL_KINDS.values())

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.checkpoint import (
+    FOREIGN_TOKENIZERS,
     NAMED_MODELS,
     NAMED_TOKENIZERS,
     CheckpointError,
@@ -30,7 +31,8 @@ LABELS_FILE = "labels.json"
 
 def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Any]:
     """(model, tokenizer) of a run directory (or the checkpoint directory in one), a
-    sentence-transformers directory, or a packaged model by name
+    sentence-transformers directory, a llama.cpp GGUF file (its tokenizer read from the file),
+    or a packaged model by name
     (``"SmolLM2-135M-Instruct"``, ``"all-MiniLM-L6-v2"``). For a vision run the second is
     its ``ImageProcessor`` (the size and channels of the images the model reads), else a
     ``Tokenizer``.
@@ -49,6 +51,9 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
         return model, NAMED_TOKENIZERS[str(path)](model)
     if options:
         raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
+    suffix = Path(path).suffix
+    if suffix in FOREIGN_TOKENIZERS and Path(path).is_file():  # a GGUF file: its own tokens
+        return load_checkpoint(path, kind=kind), FOREIGN_TOKENIZERS[suffix](Path(path))
     if (Path(path) / "modules.json").is_file():  # a sentence-transformers directory
         from glassformer.models.sentence import SentenceEncoder
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from glassformer.checkpoint import register_format
+from glassformer.checkpoint import FOREIGN_TOKENIZERS, register_format
 from glassformer.errors import CheckpointError
 from glassformer.interop._hf import build_config, model_holding
 from glassformer.interop.gemma import from_gemma_state, gemma_config
@@ -95,4 +95,12 @@ def _parts(rows: Tensor, blocks: list[Part]) -> list[Part]:
     return parts
 
 
+def _tokenizer(path: Path) -> Any:
+    """The tokenizer a GGUF file holds (its metadata; no tensor is decoded)."""
+    from glassformer.interop.gguf import read_gguf_tokenizer
+
+    return read_gguf_tokenizer(path)
+
+
 register_format(".gguf", "gpt", load_gguf)
+FOREIGN_TOKENIZERS[".gguf"] = _tokenizer
