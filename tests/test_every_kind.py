@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from test_viz_explain import PAGE_STEPS, shown_as_in_the_page
 
 from glassformer import (
     GPT,
@@ -378,17 +379,6 @@ def offline_page(browser):
     context.close()
 
 
-def shown_as_in_the_page(value: torch.Tensor, step: dict) -> torch.Tensor:
-    """The cache's value of one step as the explorable page shows it: the first example,
-    heads first, thinned to the shown shape, masked scores as -1e30."""
-    value = value.detach().float()
-    value = value[0] if value.dim() >= 2 and value.size(0) == 1 else value
-    if step["layout"]:
-        value = value.transpose(0, 1)
-    value = value[tuple(slice(0, n) for n in step["shown"])]
-    return value.masked_fill(value == torch.finfo(value.dtype).min, -1e30)
-
-
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
@@ -404,9 +394,7 @@ def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
     assert main(["explain", "--model", str(runs[kind]), text, "--out", str(path)]) == 0
     offline_page.goto(path.resolve().as_uri())
     offline_page.wait_for_selector("body[data-ready='1']")
-    steps = offline_page.evaluate("data.steps.map((s, i) => ({name: s.name, shown: s.shown, "
-                                  "layout: s.layout, derived: !!s.derive, "
-                                  "values: Array.from(stepValues(i))}))")  # fmt: skip
+    steps = offline_page.evaluate(PAGE_STEPS)
     model, tokenizer = load_run(runs[kind])
     args, kwargs, _ = model_inputs(model, tokenizer, text, None)
     _, cache = model.run_with_cache(*args, **kwargs)

@@ -34,6 +34,32 @@ def model_and_tok():
     return GPT(GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, max_len=64)).eval(), tok
 
 
+# Every step as the page finds it (carried or computed), read in the browser.
+PAGE_STEPS = (
+    "data.steps.map((s, i) => ({name: s.name, shown: s.shown, layout: s.layout, "
+    "derived: !!s.derive, error: s.error, values: Array.from(stepValues(i))}))"
+)
+
+
+def shown_as_in_the_page(value: torch.Tensor, step: dict) -> torch.Tensor:
+    """The cache's value of one step as the explorable page shows it: the first example,
+    heads first, thinned to the shown shape, masked scores as -1e30."""
+    value = value.detach().float()
+    value = value[0] if value.dim() >= 2 and value.size(0) == 1 else value
+    if step["layout"]:
+        value = value.transpose(0, 1)
+    value = value[tuple(slice(0, n) for n in step["shown"])]
+    return value.masked_fill(value == torch.finfo(value.dtype).min, -1e30)
+
+
+def relative_error(step: dict, expected: torch.Tensor) -> float:
+    """The page's largest difference from ``expected`` over the unmasked values, relative to
+    their largest magnitude."""
+    found = torch.tensor(step["values"], dtype=torch.float64).view(expected.shape)
+    kept = expected > -1e29
+    return float((found - expected).abs()[kept].max() / expected.abs()[kept].max())
+
+
 def torch_values(data: dict) -> list[torch.Tensor]:
     """Every step's values by derive.py's torch half of each rule (the page's JavaScript half
     is checked in the browser tests): the carried ones decoded, the others computed."""
@@ -168,18 +194,9 @@ def test_a_float16_page_decodes_halves_and_says_how_close_every_step_is(
     expected = patterns.view("<f2").astype("float64")
     assert [repr(float(x)) for x in decoded] == [repr(float(x)) for x in expected]
     assert np.isnan(tab.evaluate("halves(btoa(String.fromCharCode(0x00, 0x7e)))[0]"))
-    steps = tab.evaluate(
-        "data.steps.map((s, i) => ({name: s.name, shown: s.shown, layout: s.layout, "
-        "error: s.error, values: Array.from(stepValues(i))}))"
-    )
     _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
-    for step in steps:
-        value = cache[step["name"]][0].detach().float()
-        value = value.transpose(0, 1) if step["layout"] else value
-        value = value[tuple(slice(0, n) for n in step["shown"])]
-        kept = value > torch.finfo(value.dtype).min / 2
-        found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
-        error = (found - value).abs()[kept].max() / value.abs()[kept].max()
+    for step in tab.evaluate(PAGE_STEPS):
+        error = relative_error(step, shown_as_in_the_page(cache[step["name"]], step))
         assert 0 < step["error"] < 3e-3 and error <= step["error"] + 1e-6, step["name"]
     context.close()
 
@@ -328,17 +345,10 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
     assert len(cells) == 40 * 40
     torch.testing.assert_close(drawn, expected, atol=2e-3, rtol=0)
     # every step, carried as float16 or computed from such: within 0.3% of its largest value
-    steps = tab.evaluate("data.steps.map((s, i) => ({name: s.name, shown: s.shown, "
-                         "layout: s.layout, values: Array.from(stepValues(i))}))")  # fmt: skip
     _, cache = model.run_with_cache(ids)
-    for step in steps:
-        value = cache[step["name"]][0].float()
-        value = value.transpose(0, 1) if step["layout"] else value
-        value = value[tuple(slice(0, n) for n in step["shown"])]
-        kept = value > torch.finfo(value.dtype).min / 2
-        found = torch.tensor(step["values"]).view(value.shape)
-        error = (found - value).abs()[kept].max() / value.abs()[kept].max()
-        assert error < 3e-3, (step["name"], float(error))
+    for step in tab.evaluate(PAGE_STEPS):
+        error = relative_error(step, shown_as_in_the_page(cache[step["name"]], step))
+        assert error < 3e-3, (step["name"], error)
     context.close()
     fifty = tok.decode(tok.encode(FORTY + " " + FORTY)[:50])
     assert len(tok.encode(fifty)) == 50 and len(explain_html(model, tok, fifty).html) < 5e6
