@@ -61,17 +61,21 @@ def explain_html(
     from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
 
     forward = _forward(model, tokenizer, text, target)
+    collected = None
     for columns, half in ((MAX_COLUMNS, False), *((c, True) for c in THINNER)):
-        data, shown = _collect(model, *forward, columns=columns)
+        if collected is None or collected[0] != columns:  # float16 alone keeps the steps
+            collected = (columns, *_collect(model, *forward, columns=columns))
+        _, data, shown = collected
         if labels is not None and data["output"] and data["output"]["kind"] == "classes":
             data["output"]["labels"] = list(labels)
-        _carry(data, shown, half=half)
+        _carry(data, shown, half=half)  # each step's values (and error) written anew
         page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data,
                       title="glassformer: one forward pass", data_id="explain-data")  # fmt: skip
-        if len(page.encode()) <= MAX_BYTES:
+        size = len(page.encode())
+        if size <= MAX_BYTES:
             return AttentionView(page)
     raise ValueError(
-        f"the page would be {len(page.encode()):,} bytes even with float16 values and "
+        f"the page would be {size:,} bytes even with float16 values and "
         f"{THINNER[-1]} features a step, over the limit of {MAX_BYTES:,}: use a shorter text "
         f"({len(data['tokens'])} tokens here)"
     )
