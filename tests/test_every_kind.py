@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from test_viz_explain import PAGE_STEPS, shown_as_in_the_page
+from test_viz_explain import PAGE_STEPS, offline_tab, shown_as_in_the_page
 
 from glassformer import (
     GPT,
@@ -371,10 +371,7 @@ def test_attribution_integrated_gradients_and_paths_on_every_kind(kind, runs):
 @pytest.fixture(scope="module")
 def offline_page(browser):
     """A page of a Chromium with every request but the file itself refused."""
-    context = browser.new_context()
-    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-                  else r.abort())  # fmt: skip
-    page = context.new_page()
+    context, page = offline_tab(browser)
     yield page
     context.close()
 

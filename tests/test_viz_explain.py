@@ -318,10 +318,7 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
     page = explain_html(model, tok, FORTY)
     size = len(page.html.encode())
     path = page.save(tmp_path / "smollm2.html")
-    context = browser.new_context()
-    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-                  else r.abort())  # fmt: skip
-    tab = context.new_page()
+    context, tab = offline_tab(browser)
     start = time.perf_counter()
     tab.goto(path.resolve().as_uri())
     tab.wait_for_selector("body[data-ready='1']")
@@ -359,14 +356,16 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
 # ---- a translator and a ViT -----------------------------------------------------------------
 
 
-def offline_tab(browser, path, viewport=None):
-    """A tab of a fresh context that refuses every request but the file, on ``path``."""
+def offline_tab(browser, path=None, viewport=None):
+    """A tab of a fresh context that refuses every request but the file; opened on ``path``
+    (until the page is ready) where one is given."""
     context = browser.new_context(viewport=viewport) if viewport else browser.new_context()
     context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
                   else r.abort())  # fmt: skip
     tab = context.new_page()
-    tab.goto(path.resolve().as_uri())
-    tab.wait_for_selector("body[data-ready='1']")
+    if path is not None:
+        tab.goto(path.resolve().as_uri())
+        tab.wait_for_selector("body[data-ready='1']")
     return context, tab
 
 
