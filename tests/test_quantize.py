@@ -214,6 +214,22 @@ def test_gguf_computes_from_the_files_own_blocks(kquant_file):
         assert torch.equal(blocks.generate(prompt, 12, do_sample=False, eos_id=None), same)
 
 
+def test_decoding_from_gguf_blocks_never_decodes_the_whole_token_table(kquant_file, monkeypatch):
+    """The static cache takes the activations' device from the table's blocks: reading the
+    table's ``weight`` decoded it whole (SmolLM2's: 113 MB and 60 ms at every generate)."""
+    from glassformer.modules.gguf_linear import GGUFEmbedding
+
+    model = GPT.from_pretrained(kquant_file).for_inference("gguf")
+
+    def decoded_whole(self):
+        raise AssertionError("the whole token table was decoded")
+
+    monkeypatch.setattr(GGUFEmbedding, "weight", property(decoded_whole))
+    prompt = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert model.generate(prompt, 4, do_sample=False, eos_id=None).shape == (1, 9)
+
+
 @pytest.mark.slow
 def test_gguf_decodes_the_same_tokens_compiled(kquant_file):
     model = GPT.from_pretrained(kquant_file).for_inference("gguf")
