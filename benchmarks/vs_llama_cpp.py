@@ -4,7 +4,8 @@ Side by side in one run, on this machine, with the same threads (torch's count):
 
 - decode: greedy tokens/s at batch 1 (a 30-token chat prompt, ``--new-tokens`` tokens, the
   prompt's own pass included on both sides): glassformer compiled, computing from the file's
-  own blocks (``for_inference("gguf")``), against llama.cpp through llama-cpp-python, in
+  own blocks (``for_inference("gguf")``, or ``--dtype gguf-q8``: inputs rounded to 8 bits
+  as llama.cpp rounds them), against llama.cpp through llama-cpp-python, in
   interleaved rounds (llama.cpp in a child process between ours, its load not timed); the
   medians, and each as a share of the weight-read bound: the memory bandwidth (a read,
   measured in this run) over the bytes of the weights one token reads;
@@ -23,6 +24,7 @@ and Q4_K_M (``--files DIR`` keeps them).
 
     python benchmarks/vs_llama_cpp.py --llama-cpp /path/to/venv/bin/python
         [--llama-perplexity /path/to/llama-perplexity] [--repeats 3] [--kinds Q4_1,Q8_0]
+        [--dtype gguf-q8]
     glassformer bench smollm2 --llama-cpp PYTHON     (runs this after its own measurements)
 """
 
@@ -93,7 +95,7 @@ def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 before = rss()
 torch.set_num_threads(int(sys.argv[2]))
-model = GPT.from_pretrained(sys.argv[1]).for_inference("gguf")
+model = GPT.from_pretrained(sys.argv[1]).for_inference(sys.argv[4])
 with torch.inference_mode():
     model.generate(torch.tensor([json.loads(sys.argv[3])]), 32, do_sample=False, eos_id=None)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -158,10 +160,12 @@ def weight_bytes(model) -> int:
     return sum(seen.values())
 
 
-def speed(path: Path, python: str, tokenizer, repeats: int, new: int, read: float) -> dict:
+def speed(
+    path: Path, python: str, tokenizer, repeats: int, new: int, read: float, dtype: str
+) -> dict:
     from glassformer import GPT
 
-    model = GPT.from_pretrained(path).for_inference("gguf")
+    model = GPT.from_pretrained(path).for_inference(dtype)
     chat = tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
     prompt = torch.tensor([tokenizer.encode(chat)])
     long = torch.randint(1000, 40000, (1, 512), generator=torch.Generator().manual_seed(0))
@@ -194,9 +198,10 @@ def speed(path: Path, python: str, tokenizer, repeats: int, new: int, read: floa
     return out
 
 
-def memory(path: Path, python: str, prompt: list[int]) -> dict:
+def memory(path: Path, python: str, prompt: list[int], dtype: str) -> dict:
     threads = str(torch.get_num_threads())
-    ours = child([sys.executable, "-c", OURS_MEMORY, str(path), threads, json.dumps(prompt)])
+    argv = [sys.executable, "-c", OURS_MEMORY, str(path), threads, json.dumps(prompt), dtype]
+    ours = child(argv)
     return {"glassformer": ours, "llama.cpp": llama(python, "memory", path, {"prompt": prompt})}
 
 
@@ -227,12 +232,12 @@ def llama_cpp_rounding(model):
     return handles, model.hooks(halves)
 
 
-def same_tokens(path: Path, python: str, tokenizer, emulate: bool) -> dict:
+def same_tokens(path: Path, python: str, tokenizer, emulate: bool, dtype: str) -> dict:
     """The first 32 greedy tokens of each prompt, glassformer's against llama.cpp's; with
     ``emulate``, also with llama.cpp's rounding put into glassformer's computation."""
     from glassformer import GPT
 
-    model = GPT.from_pretrained(path).for_inference("gguf")
+    model = GPT.from_pretrained(path).for_inference(dtype)
     prompts = [
         tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": p}]))
         for p in PROMPTS
@@ -268,7 +273,9 @@ def same_tokens(path: Path, python: str, tokenizer, emulate: bool) -> dict:
     return out
 
 
-def perplexity(path: Path, binary: str, text_file: Path, ctx: int, tokenizer, add_bos) -> dict:
+def perplexity(
+    path: Path, binary: str, text_file: Path, ctx: int, tokenizer, add_bos, dtype: str
+) -> dict:
     """llama.cpp's perplexity tool and glassformer's replica of its computation."""
     from glassformer import GPT
 
@@ -281,7 +288,7 @@ def perplexity(path: Path, binary: str, text_file: Path, ctx: int, tokenizer, ad
     found = re.search(r"Final estimate: PPL = ([0-9.]+)", run.stdout + run.stderr)
     if not found:
         raise SystemExit(f"llama-perplexity gave no estimate:\n{run.stderr[-2000:]}")
-    model = GPT.from_pretrained(path).for_inference("gguf")
+    model = GPT.from_pretrained(path).for_inference(dtype)
     ids = tokenizer.encode(text_file.read_text())
     if add_bos is not None:
         ids = [add_bos, *ids]
@@ -319,6 +326,13 @@ def main() -> None:
     parser.add_argument("--reviews", type=int, default=100)
     parser.add_argument("--ctx", type=int, default=512)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--dtype",
+        choices=("gguf", "gguf-q8"),
+        default="gguf",
+        help="glassformer's precision: the file's blocks exactly (gguf), or with every "
+        "product's input rounded to 8 bits as llama.cpp rounds it (gguf-q8)",
+    )
     args = parser.parse_args()
     from generate import bandwidth  # benchmarks/generate.py
 
@@ -328,14 +342,18 @@ def main() -> None:
     paths = files(args.llama_cpp, Path(args.files), kinds)
     tokenizer = read_gguf_tokenizer(paths["Q4_1"] if "Q4_1" in paths else paths[kinds[0]])
     read = bandwidth("cpu")["sum"]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; memory read "
+    print(f"glassformer --dtype {args.dtype}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; memory read "
           f"{read / 1e9:.1f} GB/s (measured now)")  # fmt: skip
-    figures: dict = {"bandwidth_bytes_per_s": read, "files": {}}
+    figures: dict = {"bandwidth_bytes_per_s": read, "dtype": args.dtype, "files": {}}
     for kind, path in paths.items():
         chat = tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
-        row = speed(path, args.llama_cpp, tokenizer, args.repeats, args.new_tokens, read)
-        row["memory_mib"] = memory(path, args.llama_cpp, tokenizer.encode(chat))
-        row["tokens"] = same_tokens(path, args.llama_cpp, tokenizer, emulate=kind == "Q8_0")
+        row = speed(
+            path, args.llama_cpp, tokenizer, args.repeats, args.new_tokens, read, args.dtype
+        )
+        row["memory_mib"] = memory(path, args.llama_cpp, tokenizer.encode(chat), args.dtype)
+        emulate = kind == "Q8_0" and args.dtype == "gguf"
+        row["tokens"] = same_tokens(path, args.llama_cpp, tokenizer, emulate, args.dtype)
         figures["files"][kind] = row
         print(f"\n{kind} ({path.stat().st_size / 2**20:.1f} MiB; "
               f"{row['weight_bytes_per_token'] / 2**20:.1f} MiB of weights a token, bound "
@@ -364,7 +382,9 @@ def main() -> None:
         text_file.write_text("\n\n".join(reviews))
         bos = tokenizer.bos_id if adds_bos(paths[kinds[0]]) else None
         for kind, path in paths.items():
-            ppl = perplexity(path, args.llama_perplexity, text_file, args.ctx, tokenizer, bos)
+            ppl = perplexity(
+                path, args.llama_perplexity, text_file, args.ctx, tokenizer, bos, args.dtype
+            )
             figures["files"][kind]["perplexity"] = ppl
             change = ppl["glassformer"] / ppl["llama.cpp"] - 1
             print(f"\n{kind} perplexity, {args.reviews} IMDb test reviews, chunks of "

@@ -1,7 +1,8 @@
-"""glassformer.modules.gguf_linear: layers that compute from GGUF blocks. The C path (a few
-rows straight from the blocks, many rows decoded then PyTorch's GEMM) against the readable
-one (the reference-equal decoder, then ``F.linear``), for every block type; the token table;
-compiled graphs; bad input; a machine without a C compiler."""
+"""glassformer.modules.gguf_linear: layers that compute from GGUF blocks. The C path (a
+step's rows from the rows interleaved, a few rows straight from the blocks, many rows
+decoded then PyTorch's GEMM) against the readable one (the reference-equal decoder, then
+``F.linear``), for every block type; the input rounded to 8 bits (``rounded``); the token
+table; compiled graphs; bad input; a machine without a C compiler."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ from test_gguf_blocks import random_blocks  # noqa: E402  (tests/ is on the path
 
 from glassformer.modules import gguf_linear  # noqa: E402
 from glassformer.modules.gguf_blocks import BLOCK_BYTES, NAMES, Q4_K, Q5_0, Q6_K, Q8_0  # noqa: E402
-from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear  # noqa: E402
+from glassformer.modules.gguf_linear import (  # noqa: E402
+    GGUFEmbedding,
+    GGUFLinear,
+    interleave,
+    rounded_to_8_bits,
+)
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -57,8 +63,9 @@ def test_parts_of_different_types_stack_their_rows():
     assert torch.equal(layer.forward_rows(x, 32, 48), layer(x)[..., 32:48])
 
 
-def test_a_compiled_graph_calls_the_product_as_one_operator():
-    layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
+@pytest.mark.parametrize("rounded", [False, True], ids=["exact", "rounded"])
+def test_a_compiled_graph_calls_the_product_as_one_operator(rounded):
+    layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64, rounded=rounded)
     x = torch.randn(1, 64)
     compiled = torch.compile(lambda t: torch.relu(layer(t)), fullgraph=True)  # no graph break
     assert torch.allclose(compiled(x), torch.relu(layer(x)), rtol=0, atol=1e-6)
@@ -112,11 +119,16 @@ def test_many_rows_go_through_the_weight_a_tile_at_a_time(monkeypatch):
     assert relative(layer(x), x.double() @ layer.dequantized().double().t()) < 1e-5
 
 
-@pytest.mark.parametrize("flags", [(), ("-mno-avx512f",)], ids=["this-cpu", "without-avx512"])
+@pytest.mark.parametrize(
+    "flags",
+    [(), ("-mno-avx512vnni",), ("-mno-avx512f",)],
+    ids=["this-cpu", "without-vnni", "without-avx512"],
+)
 def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, flags):
     """The portable path (each block decoded, then multiplied: CPUs without AVX-512) and the
     AVX-512 one, built from the same source, against the readable decoder, every type, one
-    row of input and five (a group of four, then one)."""
+    row of input and five (a group of four, then one); the interleaved rows, exact and with
+    the input rounded to 8 bits (in integers with VNNI, else in plain C)."""
     import ctypes
     import shutil
 
@@ -128,12 +140,65 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
     subprocess.run([*command, "-lm"], check=True, capture_output=True)
     lib = ctypes.CDLL(str(library))
     for kind in sorted(BLOCK_BYTES):
-        layer = GGUFLinear([(kind, random_blocks(kind, 24, 256, seed=kind))], in_features=256)
+        layer = GGUFLinear([(kind, random_blocks(kind, 32, 256, seed=kind))], in_features=256)
         args = gguf_linear._arguments(layer.parts())
         for rows in (1, 5):
             x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
-            y = torch.empty(rows, 24)
+            y = torch.empty(rows, 32)
             pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, y)]
             lib.gguf_matmul(*args, *pointers, ctypes.c_int64(rows), ctypes.c_int64(256))
             reference = x.double() @ layer.dequantized().double().t()
             assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags)
+            if kind not in gguf_linear.INTERLEAVED:
+                continue
+            rows16 = interleave(kind, layer.blocks0)  # kept alive while C reads it
+            packed = gguf_linear._interleaved_arguments([kind], [rows16])
+            for rounded in (0, 1):
+                size = ctypes.c_int64
+                lib.gguf_matmul_interleaved(*packed, *pointers, size(rows), size(256), rounded)
+                expected = rounded_to_8_bits(x).double() if rounded else x.double()
+                reference = expected @ layer.dequantized().double().t()
+                assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags, rounded)
+
+
+def test_interleaving_lays_sixteen_rows_blocks_side_by_side_byte_for_byte():
+    """For each 16 rows and block: the rows' d, their m (Q4_1), then four value bytes of
+    each row in turn; every byte of the blocks once."""
+    Q4_1 = 3
+    blocks = random_blocks(Q4_1, 32, 64)  # two groups of 16 rows, two blocks a row
+    packed = interleave(Q4_1, blocks)
+    assert packed.shape == (2, 2, 320)
+    assert torch.equal(packed.flatten().sort().values, blocks.flatten().sort().values)
+    for row, block in [(0, 0), (17, 1), (31, 0)]:
+        group, r = divmod(row, 16)
+        ours, theirs = packed[group, block], blocks[row, 20 * block : 20 * block + 20]
+        assert torch.equal(ours[2 * r : 2 * r + 2], theirs[0:2])  # d
+        assert torch.equal(ours[32 + 2 * r : 34 + 2 * r], theirs[2:4])  # m
+        for i in range(16):
+            assert ours[64 + 64 * (i // 4) + 4 * r + i % 4] == theirs[4 + i]
+
+
+def test_rounding_to_8_bits_gives_each_32_values_their_own_scale():
+    """d = max|x| / 127, ties to even; a block of zeros stays zeros (no 0/0)."""
+    x = torch.zeros(1, 64)
+    x[0, :4] = torch.tensor([127.0, 63.5, 0.25, -1.5])  # d = 1
+    x[0, 32:34] = torch.tensor([0.5, -0.25])  # d = 0.5 / 127
+    expected = torch.zeros(1, 64)
+    expected[0, :4] = torch.tensor([127.0, 64.0, 0.0, -2.0])
+    expected[0, 32:34] = torch.tensor([127, -64]) * (0.5 / 127)
+    assert torch.allclose(rounded_to_8_bits(x), expected, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("kind", sorted(BLOCK_BYTES), ids=lambda k: NAMES[k])
+def test_a_rounded_layer_multiplies_its_input_rounded_to_8_bits(kind):
+    """Every path (a step's rows in integers from the rows interleaved; more rows, and other
+    types, rounded first then exact) equals the rounded input's exact product (1e-5), and
+    is not the exact product of the input itself."""
+    layer = GGUFLinear([(kind, random_blocks(kind, 48, 512, seed=kind))], 512, rounded=True)
+    assert layer.interleaved == (kind in gguf_linear.INTERLEAVED)
+    weight = layer.dequantized().double().t()
+    for rows in (1, 3, 6, 80):
+        x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
+        y = layer(x)
+        assert relative(y, rounded_to_8_bits(x).double() @ weight) < 1e-5, rows
+        assert relative(y, x.double() @ weight) > 1e-4, rows

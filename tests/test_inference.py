@@ -82,8 +82,10 @@ def test_load_run_of_a_gguf_file_reads_its_tokenizer_and_the_cli_generates_from_
     assert tokenizer.decode(tokenizer.encode("The capital of France")) == "The capital of France"
     prompt = "The capital of France is"
     argv = ["generate", "--model", str(path), "--prompt", prompt, "--greedy"]
-    assert main([*argv, "--max-new-tokens", "3"]) == 0
-    assert capsys.readouterr().out.startswith(prompt + " Paris")
+    # fp32 (auto), the file's own blocks, and its blocks times inputs rounded to 8 bits
+    for dtype in ([], ["--dtype", "gguf"], ["--dtype", "gguf-q8"]):
+        assert main([*argv, "--max-new-tokens", "3", *dtype]) == 0
+        assert capsys.readouterr().out.startswith(prompt + " Paris"), dtype
 
 
 def test_classify_texts_gives_the_models_own_probabilities():

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from glassformer import GPT, GPTConfig, precision
-from glassformer.modules.gguf_blocks import Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from glassformer.modules.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from glassformer.modules.quantized import Int4Linear, Int8Linear
 from glassformer.precision import Measurement
 
@@ -117,7 +117,8 @@ def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
 def test_bad_values_and_misuse_are_refused(trained, tmp_path):
     model, _ = trained
     with pytest.raises(
-        ValueError, match="dtype must be one of auto, fp32, bf16, int8, int4, gguf; got 'fp16'"
+        ValueError,
+        match="dtype must be one of auto, fp32, bf16, int8, int4, gguf, gguf-q8; got 'fp16'",
     ):
         copy.deepcopy(model).for_inference("fp16")
     with pytest.raises(ValueError, match="group_size is for int4 weights, not int8"):
@@ -160,14 +161,18 @@ SHAPES = {  # (rows, input features)
 }
 
 
-@pytest.fixture(scope="module")
-def kquant_file(tmp_path_factory):
-    """A llama GGUF file with random blocks of the mixed types (written byte by byte: the
-    gguf package cannot quantise to K-quants), fp32 norms."""
+# Q4_0, Q4_1 and Q8_0, the types a decoding step multiplies from interleaved rows.
+LEGACY_TYPES = dict(
+    zip(GGUF_TYPES, [Q8_0, Q4_0, Q4_1, Q8_0, Q4_1, Q4_0, Q4_1, Q8_0, Q8_0], strict=True)
+)
+
+
+def write_gguf(path, types):
+    """A llama GGUF file with random blocks of ``types`` (written byte by byte: the gguf
+    package cannot quantise to K-quants), fp32 norms."""
     gguf = pytest.importorskip("gguf")
     from test_gguf_blocks import random_blocks
 
-    path = tmp_path_factory.mktemp("kquant") / "m.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     for add, value in [("block_count", 1), ("context_length", 64), ("embedding_length", 256),
                        ("feed_forward_length", 512), ("head_count", 4), ("head_count_kv", 2),
@@ -175,7 +180,7 @@ def kquant_file(tmp_path_factory):
         getattr(w, f"add_{add}")(value)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    for i, (name, kind) in enumerate(GGUF_TYPES.items()):
+    for i, (name, kind) in enumerate(types.items()):
         rows, cols = SHAPES[name]
         blocks = random_blocks(kind, rows, cols, seed=i).numpy()
         w.add_tensor(name, blocks, raw_dtype=gguf.GGMLQuantizationType(kind))
@@ -187,6 +192,16 @@ def kquant_file(tmp_path_factory):
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+@pytest.fixture(scope="module")
+def kquant_file(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("kquant") / "m.gguf", GGUF_TYPES)
+
+
+@pytest.fixture(scope="module")
+def legacy_file(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("legacy") / "m.gguf", LEGACY_TYPES)
 
 
 def test_gguf_computes_from_the_files_own_blocks(kquant_file):
@@ -230,9 +245,43 @@ def test_decoding_from_gguf_blocks_never_decodes_the_whole_token_table(kquant_fi
         assert model.generate(prompt, 4, do_sample=False, eos_id=None).shape == (1, 9)
 
 
+def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
+    """for_inference("gguf-q8"): a step's products in integers from the rows interleaved, a
+    prompt's rounded then exact, as the exact model computes with every product's input
+    rounded by hooks (logits 1e-5, the same greedy tokens), and not as the exact model."""
+    from glassformer.modules.gguf_linear import GGUFLinear, rounded_to_8_bits
+
+    exact = GPT.from_pretrained(legacy_file).for_inference("gguf")
+    q8 = GPT.from_pretrained(legacy_file).for_inference("gguf-q8")
+    assert q8.inference_dtype == "gguf-q8"
+    layers = [m for m in q8.modules() if isinstance(m, GGUFLinear)]
+    assert all(m.rounded for m in layers)
+    assert q8.blocks[0].attn.qkv_proj.interleaved  # Q4_0 + Q4_1 + Q8_0 rows
+    assert not q8.lm_head.interleaved  # 300 rows: not a multiple of 16
+    ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        plain = {rows: exact(ids[:, :rows]).logits for rows in (1, 3, 20)}
+        rounding = [
+            m.register_forward_pre_hook(lambda _, args: (rounded_to_8_bits(args[0]),))
+            for m in exact.modules()
+            if isinstance(m, GGUFLinear)
+        ]
+        for rows in (1, 3, 20):  # integers (1, 3 rows); rounded in PyTorch, then exact (20)
+            got, expected = q8(ids[:, :rows]).logits, exact(ids[:, :rows]).logits
+            assert ((got - expected).norm() / expected.norm()).item() < 1e-5, rows
+            assert ((got - plain[rows]).norm() / plain[rows].norm()).item() > 1e-4, rows
+        prompt = ids[:, :5]
+        same = exact.generate(prompt, 8, do_sample=False, eos_id=None)
+        assert torch.equal(q8.generate(prompt, 8, do_sample=False, eos_id=None), same)
+        for handle in rounding:
+            handle.remove()
+
+
 @pytest.mark.slow
-def test_gguf_decodes_the_same_tokens_compiled(kquant_file):
-    model = GPT.from_pretrained(kquant_file).for_inference("gguf")
+@pytest.mark.parametrize("dtype", ["gguf", "gguf-q8"])
+def test_gguf_decodes_the_same_tokens_compiled(kquant_file, legacy_file, dtype):
+    path = kquant_file if dtype == "gguf" else legacy_file  # K-quants; interleaved rows
+    model = GPT.from_pretrained(path).for_inference(dtype)
     prompt = torch.randint(0, 300, (1, 6), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         eager = model.generate(prompt, 10, do_sample=False, eos_id=None)

@@ -236,7 +236,7 @@ def resolve_bf16(
 
 # ---- the precision a model decodes in: for_inference(dtype), --dtype -------------------
 
-DTYPES = ("auto", "fp32", "bf16", "int8", "int4", "gguf")
+DTYPES = ("auto", "fp32", "bf16", "int8", "int4", "gguf", "gguf-q8")
 
 
 def check_dtype(dtype: str) -> str:

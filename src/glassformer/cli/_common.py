@@ -51,8 +51,9 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="decode in this precision: fp32, bf16 weights, or int8/int4 weight-only "
         "quantisation (some accuracy lost: see the README); gguf: a GGUF model computes from "
-        "its file's own blocks (SmolLM2's Q4_1, a Q4_K_M file's K-quants); auto: bf16 where "
-        "this machine measures it faster than fp32, else fp32",
+        "its file's own blocks (SmolLM2's Q4_1, a Q4_K_M file's K-quants), exactly; gguf-q8: "
+        "the same with every product's input rounded to 8 bits, as llama.cpp does (faster, "
+        "not exact); auto: bf16 where this machine measures it faster than fp32, else fp32",
     )
 
 

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from glassformer.modules.cache import DecoderCache, StaticKVCache
-from glassformer.modules.gguf_linear import kernels
+from glassformer.modules.gguf_kernels import kernels
 from glassformer.modules.hooks import hook_points
 
 

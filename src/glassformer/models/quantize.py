@@ -11,6 +11,10 @@
 - ``"gguf"``: a model read from a GGUF file computes from the file's own blocks
   (``glassformer.modules.gguf_linear``: Q4_0 … Q6_K as stored, no second quantisation),
   everything else, and so the activations, in fp32.
+- ``"gguf-q8"``: the same, but every product rounds its input to 8 bits first, each 32
+  values to their own scale, as llama.cpp does: no longer equal to the fp32 computation of
+  the file's weights, and faster where a decoding step multiplies Q4_0, Q4_1 or Q8_0 rows
+  (in integers, with AVX-512 VNNI).
 - ``"auto"``: bf16 if this machine multiplies the model's decoding shapes measurably faster
   in bf16 than in fp32 (``glassformer.precision``, measured once and cached), else fp32. It
   never quantises: that is a choice of accuracy, left to the user.
@@ -50,8 +54,8 @@ def prepare_for_inference(
     model.eval()
     if chosen in _TORCH_DTYPES:
         model.to(_TORCH_DTYPES[chosen])
-    elif chosen == "gguf":
-        use_gguf_blocks(model, device)
+    elif chosen in ("gguf", "gguf-q8"):
+        use_gguf_blocks(model, device, rounded=chosen == "gguf-q8")
         release_freed_memory()  # the fp32 layers replaced are gone now
     else:
         if chosen == "int4" and device.type != "cpu":
@@ -67,14 +71,16 @@ def prepare_for_inference(
     return model
 
 
-def use_gguf_blocks(model: Any, device: torch.device) -> None:
+def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> None:
     """Put the blocks of the GGUF file ``model`` was read from into its layers: each linear
-    layer (and a token table) whose weight the file stores in a computed block type."""
+    layer (and a token table) whose weight the file stores in a computed block type;
+    ``rounded``: the products round their input to 8 bits (``GGUFLinear``)."""
     source = getattr(model, "gguf_blocks", None)
     if source is None:
         raise ValueError(
-            "dtype 'gguf' computes from a GGUF file's own blocks, and this model was not read "
-            "from one (GPT.from_pretrained('model.gguf') or 'SmolLM2-135M-Instruct')"
+            "dtypes 'gguf' and 'gguf-q8' compute from a GGUF file's own blocks, and this model "
+            "was not read from one (GPT.from_pretrained('model.gguf') or "
+            "'SmolLM2-135M-Instruct')"
         )
     if device.type != "cpu":
         raise ValueError(f"GGUF blocks are computed on the CPU only; the model is on {device}")
@@ -86,7 +92,7 @@ def use_gguf_blocks(model: Any, device: torch.device) -> None:
         old = modules[path]
         if isinstance(old, nn.Linear):
             bias = None if old.bias is None else old.bias.detach()
-            new: nn.Module = GGUFLinear(parts, old.in_features, bias)
+            new: nn.Module = GGUFLinear(parts, old.in_features, bias, rounded=rounded)
         elif isinstance(old, TokenEmbedding) and len(parts) == 1:
             new = GGUFEmbedding(parts[0], old.embedding_dim, old.scale)
         else:
@@ -97,7 +103,7 @@ def use_gguf_blocks(model: Any, device: torch.device) -> None:
             up = module.up_proj
             if isinstance(up, GGUFLinear) and module.gate_proj.bias is None and up.bias is None:
                 parts = module.gate_proj.parts() + up.parts()
-                module.gate_up = GGUFLinear(parts, module.gate_proj.in_features)
+                module.gate_up = GGUFLinear(parts, up.in_features, rounded=rounded)
 
 
 def release_freed_memory() -> None:

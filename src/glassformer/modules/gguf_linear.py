@@ -11,10 +11,16 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
 - the readable one: decode the blocks to fp32 (``dequantized()``, PyTorch code equal to the
   gguf package's decoder bit for bit) and call ``F.linear``;
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
-  cache folder and loaded with ``ctypes``. A few rows (decoding) are multiplied straight from
-  the blocks, block by block, in fp32 (AVX-512 where the compiler targets it, OpenMP threads
+  cache folder and loaded with ``ctypes``. A decoding step's rows (up to ``FEW_ROWS``) are
+  multiplied from a copy of the rows interleaved 16 at a time (``interleave``: Q4_0, Q4_1,
+  Q8_0), 16 rows' sums at once; a few rows (a short prompt, other types) straight from the
+  blocks, block by block, in fp32 (AVX-512 where the compiler targets it, OpenMP threads
   over the rows); many rows (a prompt) decode the weight once, in C, and use PyTorch's fp32
   matrix product. Where no compiler is found the readable path runs, with one warning.
+
+``rounded`` (the dtype ``"gguf-q8"``) trades exactness for speed, as llama.cpp does: every
+product's input is rounded to 8 bits, 32 values to a scale (``rounded_to_8_bits``); a
+decoding step's then multiply the interleaved rows in integers (AVX-512 VNNI).
 
 Shapes: N output features, K input features, M rows of input.
 
@@ -26,27 +32,15 @@ Shapes: N output features, K input features, M rows of input.
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glassformer.cache import cache_root
 from glassformer.modules.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, dequantize
+from glassformer.modules.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 
-SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
 # took 113 MB, which glibc then kept); below, the rows are multiplied straight from the
@@ -54,6 +48,10 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-f
 # 67 ms from the blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198).
 MANY_ROWS = 72
 TILE = 1024
+# Up to this many input rows (a decoding step's), the weight's rows are read interleaved 16
+# at a time where its types allow (``interleave``).
+FEW_ROWS = 4
+INTERLEAVED = {2: 2, 3: 4, 8: 2}  # Q4_0, Q4_1, Q8_0: the bytes before a block's values
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
@@ -61,18 +59,28 @@ Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row)
 
 class GGUFLinear(nn.Module):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
-    q/k/v projection whose three tensors have different types has three parts)."""
+    q/k/v projection whose three tensors have different types has three parts).
+
+    Where every part is Q4_0, Q4_1 or Q8_0 of a multiple of 16 rows, the layer also keeps
+    them interleaved (``packed()``) for a decoding step's few rows. ``rounded``: the input is
+    rounded to 8 bits first (``for_inference("gguf-q8")``)."""
 
     blocks0: Tensor  # the first part's blocks (blocks1, ... the others')
     bias: Tensor | None
 
-    def __init__(self, parts: Sequence[Part], in_features: int, bias: Tensor | None = None):
+    def __init__(
+        self,
+        parts: Sequence[Part],
+        in_features: int,
+        bias: Tensor | None = None,
+        rounded: bool = False,
+    ):
         super().__init__()
         if not parts:
             raise ValueError("a GGUFLinear needs at least one part")
         for kind, blocks in parts:
             _check_part(kind, blocks, in_features)
-        self.in_features = in_features
+        self.in_features, self.rounded = in_features, rounded
         self.types = tuple(int(kind) for kind, _ in parts)
         self.rows = tuple(int(blocks.shape[0]) for _, blocks in parts)
         self.out_features = sum(self.rows)
@@ -80,10 +88,21 @@ class GGUFLinear(nn.Module):
             self.register_buffer(f"blocks{i}", blocks, persistent=False)
         self.register_buffer("bias", bias)
         self.fast = kernels() is not None  # built now: not while a graph is being traced
-        self._arguments: tuple | None = None  # the C call's arrays, made once
+        self.interleaved = self.fast and all(
+            kind in INTERLEAVED and len(blocks) % 16 == 0 for kind, blocks in parts
+        )
+        for i, (kind, blocks) in enumerate(parts if self.interleaved else []):
+            self.register_buffer(f"packed{i}", interleave(kind, blocks), persistent=False)
+        self._arguments: Calls | None = None  # the C calls' arrays, made once
 
     def parts(self) -> list[Part]:
         return [(kind, self.get_buffer(f"blocks{i}")) for i, kind in enumerate(self.types)]
+
+    def packed(self) -> list[Tensor]:
+        """The parts' rows interleaved 16 at a time (``interleave``), or [] where not."""
+        if not self.interleaved:
+            return []
+        return [self.get_buffer(f"packed{i}") for i in range(len(self.types))]
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) fp32: the readable decoder's values."""
@@ -98,13 +117,15 @@ class GGUFLinear(nn.Module):
         if x.device.type == "cpu" and self.fast:
             flat = x.reshape(-1, self.in_features).float().contiguous()
             if torch.compiler.is_compiling():  # a custom operator: one node of the graph
-                y = gguf_linear(flat, self.parts(), self.out_features)
+                y = gguf_linear(flat, self.parts(), self.out_features, self.packed(), self.rounded)
             else:  # called straight: the operator's dispatch costs more than a small product
-                if self._arguments is None or self._arguments[2][0] != self.blocks0.data_ptr():
-                    self._arguments = _arguments(self.parts())
-                y = _compute(flat, self._arguments, self.out_features)
+                if self._arguments is None or self._arguments[0][2][0] != self.blocks0.data_ptr():
+                    self._arguments = _arguments(self.parts()), _packed_arguments(self)
+                blocks, packed = self._arguments
+                y = _compute(flat, blocks, packed, self.out_features, self.rounded)
             y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         else:
+            x = rounded_to_8_bits(x) if self.rounded else x
             y = F.linear(x, self.dequantized().to(x.dtype, copy=False))
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
@@ -114,7 +135,8 @@ class GGUFLinear(nn.Module):
 
     def extra_repr(self) -> str:
         kinds = "+".join(NAMES[kind] for kind in self.types)
-        return f"in_features={self.in_features}, out_features={self.out_features}, {kinds}"
+        rounded = ", input rounded to 8 bits" if self.rounded else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, {kinds}{rounded}"
 
 
 class GGUFEmbedding(nn.Module):
@@ -171,79 +193,6 @@ def _check_part(kind: int, blocks: Tensor, in_features: int) -> None:
         )
 
 
-# ---- the compiled kernels ---------------------------------------------------------------
-
-
-_READY: bool | None = None  # whether kernels() built the library; None: not asked yet
-
-
-def ready() -> bool:
-    """Whether the library is built and loaded, as a compiled graph may ask: it reads a
-    flag, never the disk (``kernels()`` sets it; ``compiled_step`` calls that first)."""
-    return bool(_READY)
-
-
-@functools.cache
-def kernels() -> ctypes.CDLL | None:
-    """The compiled ``csrc/gguf.c`` (built once per machine, source and compiler, under the
-    cache folder), or None where it cannot be built (a warning says why)."""
-    global _READY
-    _READY = False
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        warnings.warn("no C compiler: GGUF blocks are decoded in PyTorch (slow)", stacklevel=2)
-        return None
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _machine().encode()).hexdigest()
-    target = cache_root() / "kernels" / f"gguf-{key[:16]}.so"
-    if not target.exists():
-        error = _build(compiler, target)
-        if error:
-            message = f"the GGUF kernels did not build ({error}); decoding in PyTorch (slow)"
-            warnings.warn(message, stacklevel=2)
-            return None
-    lib = ctypes.CDLL(str(target))
-    pointer, size = ctypes.c_void_p, ctypes.c_int64
-    parts: list[Any] = [ctypes.c_int, pointer, pointer, pointer]  # count, types, blocks, rows
-    lib.gguf_matmul.argtypes = [*parts, pointer, pointer, size, size]  # x, y, M, K
-    lib.gguf_dequantize.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
-    lib.one_query_attention.argtypes = [*[pointer] * 5, *[size] * 6, ctypes.c_float]
-    lib.gguf_matmul.restype = lib.gguf_dequantize.restype = lib.one_query_attention.restype = None
-    _READY = True
-    return lib
-
-
-def _build(compiler: str, target: Path) -> str | None:
-    """Compile into ``target`` whole or not at all; the compiler's last line on failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gguf-", suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        try:
-            command = [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"]
-            out = subprocess.run(command, capture_output=True, text=True)
-        except OSError as e:  # no such compiler, or not runnable
-            return f"{compiler}: {e.strerror}"
-        if out.returncode != 0:
-            lines = (out.stderr or out.stdout).strip().splitlines()
-            return lines[-1] if lines else f"{compiler} exited with {out.returncode}"
-        os.replace(tmp, target)
-        return None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _machine() -> str:
-    """What -march=native depends on: the CPU's model and flags."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
-        return "\n".join(lines[:2])
-    except OSError:
-        return platform.processor() or platform.machine()
-
-
 def _arguments(parts: Sequence[Part]) -> tuple:
     n = len(parts)
     return (
@@ -254,13 +203,66 @@ def _arguments(parts: Sequence[Part]) -> tuple:
     )
 
 
-def _compute(x: Tensor, args: tuple, out_features: int) -> Tensor:
-    """(M, K) fp32 times the weight of the parts of ``args`` transposed → (M, N): straight
-    from the blocks in C for a few rows, decoded in C then PyTorch's GEMM for many."""
+def _packed_arguments(layer: GGUFLinear) -> tuple | None:
+    return _interleaved_arguments(layer.types, layer.packed())
+
+
+def _interleaved_arguments(types: Sequence[int], packed: Sequence[Tensor]) -> tuple | None:
+    """The C call's arrays for interleaved parts (their rows: 16 a group), or None."""
+    if not packed:
+        return None
+    n = len(packed)
+    return (
+        n,
+        (ctypes.c_int * n)(*types),
+        (ctypes.c_void_p * n)(*[p.data_ptr() for p in packed]),
+        (ctypes.c_int64 * n)(*[16 * p.shape[0] for p in packed]),
+    )
+
+
+def interleave(kind: int, blocks: Tensor) -> Tensor:
+    """Rows of Q4_0, Q4_1 or Q8_0 blocks (rows, bytes per row), 16 rows side by side, as
+    ``csrc/gguf.c``'s ``sixteen_rows`` reads them: for each 16 rows and block of 32 columns,
+    the rows' scales (fp16), mins (Q4_1), then bytes 4j to 4j + 3 of the 16 rows' values,
+    for each j.
+    The same bytes, moved: (rows / 16, blocks per row, 16 * bytes per block)."""
+    rows, row_bytes = blocks.shape
+    per_row = row_bytes // BLOCK_BYTES[kind]
+    b = blocks.view(rows // 16, 16, per_row, BLOCK_BYTES[kind]).transpose(1, 2)
+    start = INTERLEAVED[kind]  # (groups, blocks, 16 rows, bytes) from here
+    fields = [b[..., at : at + 2] for at in range(0, start, 2)]  # d (and m): (.., 16, 2)
+    values = b[..., start:].unflatten(-1, (-1, 4))  # (.., 16 rows, bytes / 4, 4)
+    fields.append(values.transpose(2, 3))  # four bytes of each of the 16 rows, in turn
+    return torch.cat([f.reshape(rows // 16, per_row, -1) for f in fields], dim=2).contiguous()
+
+
+def rounded_to_8_bits(x: Tensor) -> Tensor:
+    """``x`` as ``rounded`` products see it: each 32 values of a row rounded to 8 bits with
+    their own scale, d = max|x| / 127, x ≈ d · round(x · (1 / d)), ties to even (what
+    ``csrc/gguf.c``'s ``round_to_8_bits`` computes; llama.cpp's Q8_0 rounding of a
+    product's input, whose d is then also rounded to fp16 and ties go away from zero)."""
+    blocks = x.float().unflatten(-1, (-1, 32))
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    inverse = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+    return (torch.round(blocks * inverse) * d).flatten(-2).to(x.dtype)
+
+
+def _compute(
+    x: Tensor, args: tuple, packed: tuple | None, out_features: int, rounded: bool = False
+) -> Tensor:
+    """(M, K) fp32 times the weight of the parts of ``args`` transposed → (M, N): for a
+    step's rows from the rows interleaved (``packed``, where there are; ``rounded``: x
+    rounded to 8 bits first), for a few rows straight from the blocks in C, for many
+    decoded in C then PyTorch's GEMM."""
     lib = kernels()
     assert lib is not None  # the layer checked
     M, K = x.shape
     y = torch.empty(M, out_features)
+    if packed is not None and M <= FEW_ROWS:  # rounded in C, multiplied in integers
+        lib.gguf_matmul_interleaved(*packed, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
+        return y
+    if rounded:  # the same rounding, then the exact product
+        x = rounded_to_8_bits(x)
     if M >= MANY_ROWS:
         tile = torch.empty(min(TILE, out_features), K)
         for first in range(0, out_features, TILE):
@@ -283,81 +285,60 @@ def decoded(layer: GGUFLinear) -> Tensor:
     return w
 
 
-_ARGUMENTS: dict[tuple[int, ...], tuple] = {}  # the C call's arrays, by the blocks' addresses
+Calls = tuple[tuple, tuple | None]  # the C calls' arrays: the blocks', the interleaved rows'
+_ARGUMENTS: dict[tuple[int, ...], Calls] = {}  # by the blocks' addresses
 
 
-def _operator(x: Tensor, blocks: list[Tensor], types: list[int], out_features: int) -> Tensor:
+def _operator(
+    x: Tensor,
+    blocks: list[Tensor],
+    types: list[int],
+    out_features: int,
+    packed: list[Tensor],
+    rounded: bool,
+) -> Tensor:
     """``_compute`` as the PyTorch operator ``glassformer::gguf_linear``, which a compiled
     graph calls as one node."""
     key = (*types, *(b.data_ptr() for b in blocks), *(len(b) for b in blocks))
     args = _ARGUMENTS.get(key)
     if args is None:
-        args = _ARGUMENTS[key] = _arguments(list(zip(types, blocks, strict=True)))
-    return _compute(x, args, out_features)
+        interleaved = _interleaved_arguments(types, packed)
+        args = _ARGUMENTS[key] = (_arguments(list(zip(types, blocks, strict=True))), interleaved)
+    return _compute(x, args[0], args[1], out_features, rounded)
 
 
 # Defined through torch.library's operator registry (not @custom_op, whose Python dispatch
 # cost 10 us a call here against 3: a decoding step makes some 150 of them).
-_LIBRARY = torch.library.Library("glassformer", "DEF")
-_LIBRARY.define("gguf_linear(Tensor x, Tensor[] blocks, int[] types, int out_features) -> Tensor")
+_LIBRARY = torch.library.Library("glassformer", "FRAGMENT")  # gguf_kernels defines it
+_LIBRARY.define(
+    "gguf_linear(Tensor x, Tensor[] blocks, int[] types, int out_features, Tensor[] packed,"
+    " bool rounded) -> Tensor"
+)
 _LIBRARY.impl("gguf_linear", _operator, "CPU")
 
 
 @torch.library.register_fake("glassformer::gguf_linear")
-def _(x: Tensor, blocks: list[Tensor], types: list[int], out_features: int) -> Tensor:
+def _(
+    x: Tensor,
+    blocks: list[Tensor],
+    types: list[int],
+    out_features: int,
+    packed: list[Tensor],
+    rounded: bool,
+) -> Tensor:
     return x.new_empty(x.shape[0], out_features)
 
 
-def gguf_linear(x: Tensor, parts: Sequence[Part], out_features: int) -> Tensor:
-    """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N)."""
+def gguf_linear(
+    x: Tensor,
+    parts: Sequence[Part],
+    out_features: int,
+    packed: Sequence[Tensor] = (),
+    rounded: bool = False,
+) -> Tensor:
+    """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N);
+    ``packed``: the parts interleaved (``GGUFLinear.packed``), or none; ``rounded``: with
+    them, x rounded to 8 bits first."""
     blocks, types = [b for _, b in parts], [k for k, _ in parts]
-    return torch.ops.glassformer.gguf_linear(x, blocks, types, out_features)
-
-
-# ---- attention for one query (a decoding step), in the same library ---------------------
-
-
-def _one_query(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float) -> Tensor:
-    """``glassformer::one_query_attention``: q (B, H, Dh), k (B, Hkv, Tk, Dh), v (B, Hkv, Tk,
-    Dv), allowed (B, Tk) bool or None → (B, H, Dv), fp32, contiguous."""
-    lib = kernels()
-    assert lib is not None  # the caller checked
-    B, H, Dh = q.shape
-    Hkv, Tk, Dv = k.size(1), k.size(2), v.size(3)
-    out = torch.empty(B, H, Dv)
-    mask = 0 if allowed is None else allowed.data_ptr()
-    lib.one_query_attention(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), B, H, Hkv, Tk, Dh, Dv, scale
-    )
-    return out
-
-
-_LIBRARY.define(
-    "one_query_attention(Tensor q, Tensor k, Tensor v, Tensor? allowed, float scale) -> Tensor"
-)
-_LIBRARY.impl("one_query_attention", _one_query, "CPU")
-
-
-@torch.library.register_fake("glassformer::one_query_attention")
-def _(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float) -> Tensor:
-    return q.new_empty(q.shape[0], q.shape[1], v.shape[3])
-
-
-def one_query_attention(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float
-) -> Tensor | None:
-    """A decoding step's attention in C, (B, H, 1, Dh) queries → (B, H, 1, Dv), or None where
-    it does not apply (not fp32 on the CPU, a mask other than one row of keys per sequence,
-    no compiler); ``allowed`` (B, 1, 1, Tk) bool."""
-    fp32_cpu = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (q, k, v))
-    rows = allowed is None or (allowed.dim() == 4 and allowed.shape[1:3] == (1, 1))
-    if not (fp32_cpu and rows and q.size(2) == 1 and ready()):
-        return None
-    B, H = q.shape[:2]
-    flat = None if allowed is None else allowed.reshape(B, -1).contiguous()
-    if flat is not None and (flat.dtype != torch.bool or flat.shape[1] != k.size(2)):
-        return None
-    out = torch.ops.glassformer.one_query_attention(
-        q.reshape(B, H, -1).contiguous(), k.contiguous(), v.contiguous(), flat, scale
-    )
-    return out[:, :, None]
+    op = torch.ops.glassformer.gguf_linear
+    return op(x, blocks, types, out_features, list(packed), rounded)

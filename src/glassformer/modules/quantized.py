@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
-QUANTISED = ("int8", "int4", "gguf")  # inference precisions whose weights are not fp
+QUANTISED = ("int8", "int4", "gguf", "gguf-q8")  # inference precisions whose weights are not fp
 
 # PyTorch's CPU kernels for the products: ATen operators, reached through torch.ops, whose
 # names start with an underscore (the private-member rule would take them for ours).

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from glassformer.modules.gguf_linear import one_query_attention
+from glassformer.modules.gguf_kernels import one_query_attention
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import causal_mask, check_mask
 

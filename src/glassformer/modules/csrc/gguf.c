@@ -400,3 +400,189 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
         free(scores);
     }
 }
+
+/* ---- rows interleaved sixteen at a time (a decoding step's products) --------------------
+
+   For one row of x the blocks above are read one weight row at a time, and every block's
+   values are turned to floats and summed across the vector: more work than reading them.
+   glassformer.modules.gguf_linear.interleave lays 16 rows' blocks side by side, each block
+   of 32 columns as: the 16 rows' scales d (fp16), their mins m (Q4_1), then the values' bytes
+   (Q4: byte i holds column i and, high nibble, column i + 16; Q8_0: byte i column i), four
+   bytes of each row at a time: bytes 4j..4j+3 of rows 0..15, for each j. A 512-bit vector of
+   them holds 16 rows (one per 32-bit lane), four columns each. Then:
+
+   - exact (fp32): column c of the 16 rows is one shift (and, for Q4, a 16-entry table lookup)
+     away, multiplied by x's value there: 16 sums at once, no reductions;
+   - rounded (llama.cpp's way, not exact): x's block of 32 rounded to 8 bits (d = max|x| / 127,
+     q = round(x / d)); AVX-512 VNNI's vpdpbusd multiplies the four unsigned weight bytes of
+     each lane by four signed bytes of q and adds them, 64 products in one instruction.
+     Q4_0's -8 and Q8_0's signed values (stored + 128 for the unsigned operand) come out
+     through the sum of q. */
+
+int interleaved_bytes(int type) {  /* of 16 rows' block of 32 columns; 0: not interleaved */
+    switch (type) {
+        case Q4_0: return 32 + 256;
+        case Q4_1: return 64 + 256;
+        case Q8_0: return 32 + 512;
+        default: return 0;
+    }
+}
+
+/* Byte i of row r in an interleaved block's values */
+static inline uint8_t value_byte(const uint8_t *q, int r, int i) { return q[64 * (i / 4) + 4 * r + i % 4]; }
+
+/* x's blocks of 32 rounded to 8 bits: q (32 n bytes), scales d (n), sums of q (n) */
+static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int32_t *sums) {
+    for (int64_t b = 0; b < n; b++) {
+        const float *v = x + 32 * b;
+        float top = 0.0f;
+        for (int i = 0; i < 32; i++) top = fmaxf(top, fabsf(v[i]));
+        const float scale = top / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) sum += q[32 * b + i] = (int8_t)nearbyintf(v[i] * inverse);
+        d[b] = scale, sums[b] = sum;
+    }
+}
+
+#ifdef __AVX512F__
+/* 16 rows (p: their interleaved blocks) times one row of x (sx: its 32-value sums) → y[0..15] */
+INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
+                         float *y) {
+    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    const __m512 nibbles = table(type == Q4_0 ? -8 : 0);  /* Q4_0's offset in the table */
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 32, p += bytes) {
+        for (int line = 0; line < bytes; line += 64) _mm_prefetch((const char *)p + 8 * bytes + line, _MM_HINT_T0);
+        const uint8_t *q = p + values;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * j));
+            for (int c = 0; c < 4; c++) {  /* column 4j + c: byte c of each lane */
+                const int i = 4 * j + c;
+                if (type == Q8_0) {
+                    const __m512i w = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * c), 24);
+                    acc[c] = _mm512_fmadd_ps(as_float(w), _mm512_set1_ps(x[k + i]), acc[c]);
+                } else {
+                    const __m512i w = _mm512_srli_epi32(v, 8 * c);
+                    acc[c] = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x[k + i]), acc[c]);
+                    const __m512 high = nibble(_mm512_srli_epi32(w, 4), nibbles);
+                    acc[c] = _mm512_fmadd_ps(high, _mm512_set1_ps(x[k + i + 16]), acc[c]);
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        total = _mm512_fmadd_ps(d, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), total);
+        if (type == Q4_1)  /* + m times the sum of x */
+            total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(sx[k / 32]), total);
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
+                         float *y) {
+    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 32, p += bytes) {
+        const uint8_t *q = p + values;
+        for (int r = 0; r < 16; r++) {
+            float sum = 0.0f;
+            for (int i = 0; i < 16 && type != Q8_0; i++)
+                sum += (float)(value_byte(q, r, i) & 15) * x[k + i] + (float)(value_byte(q, r, i) >> 4) * x[k + i + 16];
+            for (int i = 0; i < 32 && type == Q8_0; i++) sum += (float)(int8_t)value_byte(q, r, i) * x[k + i];
+            const float d = half(p + 2 * r), s = sx[k / 32];
+            y[r] += d * (sum - (type == Q4_0 ? 8.0f : 0.0f) * s) + (type == Q4_1 ? half(p + 32 + 2 * r) * s : 0.0f);
+        }
+    }
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* 16 rows times one row of x rounded to 8 bits (xq, its scales xd and sums xs) → y[0..15] */
+INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
+                                 const int32_t *xs, int64_t K, float *y) {
+    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    const __m512i low = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 32, p += bytes) {
+        for (int line = 0; line < bytes; line += 64) _mm_prefetch((const char *)p + 8 * bytes + line, _MM_HINT_T0);
+        const uint8_t *q = p + values;
+        const int32_t *x4 = (const int32_t *)(xq + k);  /* four bytes of q at a time */
+        __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+        for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * j));
+            if (type == Q8_0) {
+                acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(v, flip), _mm512_set1_epi32(x4[j]));
+            } else {
+                acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(v, low), _mm512_set1_epi32(x4[j]));
+                acc2 = _mm512_dpbusd_epi32(acc2, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_set1_epi32(x4[j + 4]));
+            }
+        }
+        const int32_t offset = type == Q8_0 ? 128 : (type == Q4_0 ? 8 : 0);  /* times the sum of q */
+        const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(offset * xs[k / 32]));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        total = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xd[k / 32])), as_float(sum), total);
+        if (type == Q4_1)  /* + m times the sum of the rounded x */
+            total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(xd[k / 32] * (float)xs[k / 32]), total);
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
+                                 const int32_t *xs, int64_t K, float *y) {
+    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    const int32_t offset = type == Q8_0 ? 128 : (type == Q4_0 ? 8 : 0);
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 32, p += bytes) {
+        const uint8_t *q = p + values;
+        for (int r = 0; r < 16; r++) {
+            int32_t sum = -offset * xs[k / 32];
+            for (int i = 0; i < 16 && type != Q8_0; i++)
+                sum += (value_byte(q, r, i) & 15) * xq[k + i] + (value_byte(q, r, i) >> 4) * xq[k + i + 16];
+            for (int i = 0; i < 32 && type == Q8_0; i++) sum += (value_byte(q, r, i) ^ 128) * xq[k + i];
+            const float d = half(p + 2 * r), dx = xd[k / 32];
+            y[r] += d * dx * (float)sum + (type == Q4_1 ? half(p + 32 + 2 * r) * (dx * (float)xs[k / 32]) : 0.0f);
+        }
+    }
+}
+#endif
+
+/* y (M, N) = x (M, K) times the transpose of a weight whose parts are interleaved (each part's
+   rows a multiple of 16), a row of x at a time; rounded: x rounded to 8 bits first. */
+void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *packed,
+                             const int64_t *rows, const float *x, float *y, int64_t M, int64_t K,
+                             int rounded) {
+    int64_t N = 0;
+    for (int p = 0; p < parts; p++) N += rows[p];
+    const int64_t n = M * (K / 32);
+    float *sx = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);
+    int8_t *xq = malloc((size_t)(M * K));
+    int32_t *xs = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float s = 0.0f;
+        for (int j = 0; j < 32; j++) s += x[32 * i + j];
+        sx[i] = s;
+    }
+    if (rounded) round_to_8_bits(x, n, xq, xd, xs);
+    #pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < N / 16; g++) {
+        int64_t row = 16 * g;
+        int p = 0;
+        while (row >= rows[p]) row -= rows[p++];
+        const int type = types[p];
+        const uint8_t *group = packed[p] + (row / 16) * (K / 32) * interleaved_bytes(type);
+        for (int64_t m = 0; m < M; m++) {
+            float out[16];
+            const int64_t b = m * (K / 32);
+            #define SIXTEEN(T) (rounded ? sixteen_rows_rounded(T, group, xq + m * K, xd + b, xs + b, K, out) \
+                                        : sixteen_rows(T, group, x + m * K, sx + b, K, out))
+            switch (type) {  /* the type a constant in each copy */
+                case Q4_0: SIXTEEN(Q4_0); break;
+                case Q4_1: SIXTEEN(Q4_1); break;
+                default: SIXTEEN(Q8_0);
+            }
+            #undef SIXTEEN
+            memcpy(y + m * N + 16 * g, out, sizeof out);
+        }
+    }
+    free(sx), free(xd), free(xq), free(xs);
+}
