@@ -146,7 +146,7 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
             x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
             y = torch.empty(rows, 32)
             pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, y)]
-            lib.gguf_matmul(*args, *pointers, ctypes.c_int64(rows), ctypes.c_int64(256))
+            lib.gguf_matmul(*args, *pointers, ctypes.c_int64(rows), ctypes.c_int64(256), 0)
             reference = x.double() @ layer.dequantized().double().t()
             assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags)
             if kind not in gguf_linear.INTERLEAVED:

@@ -62,8 +62,8 @@ def kernels() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(str(target))
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     parts: list[Any] = [ctypes.c_int, pointer, pointer, pointer]  # count, types, blocks, rows
-    lib.gguf_matmul.argtypes = [*parts, pointer, pointer, size, size]  # x, y, M, K
-    lib.gguf_matmul_interleaved.argtypes = [*lib.gguf_matmul.argtypes, ctypes.c_int]
+    products = [*parts, pointer, pointer, size, size, ctypes.c_int]  # x, y, M, K, rounded
+    lib.gguf_matmul.argtypes = lib.gguf_matmul_interleaved.argtypes = products
     lib.gguf_matmul_interleaved.restype = None
     lib.gguf_dequantize.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
     lib.one_query_attention.argtypes = [*[pointer] * 5, *[size] * 6, ctypes.c_float]

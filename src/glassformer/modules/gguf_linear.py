@@ -258,19 +258,18 @@ def _compute(
     assert lib is not None  # the layer checked
     M, K = x.shape
     y = torch.empty(M, out_features)
-    if packed is not None and M <= FEW_ROWS:  # rounded in C, multiplied in integers
+    if packed is not None and M <= FEW_ROWS:  # rounded: in C, multiplied in integers
         lib.gguf_matmul_interleaved(*packed, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
         return y
-    if rounded:  # the same rounding, then the exact product
-        x = rounded_to_8_bits(x)
     if M >= MANY_ROWS:
+        x = rounded_to_8_bits(x) if rounded else x  # the same rounding, then exact sums
         tile = torch.empty(min(TILE, out_features), K)
         for first in range(0, out_features, TILE):
             count = min(TILE, out_features - first)
             lib.gguf_dequantize(*args, tile.data_ptr(), K, first, count)
             torch.mm(x, tile[:count].t(), out=y[:, first : first + count])
         return y
-    lib.gguf_matmul(*args, x.data_ptr(), y.data_ptr(), M, K)
+    lib.gguf_matmul(*args, x.data_ptr(), y.data_ptr(), M, K, int(rounded))  # rounded in C
     return y
 
 

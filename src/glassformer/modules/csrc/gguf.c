@@ -328,11 +328,27 @@ static const uint8_t *row_at(int64_t n, const int *types, const uint8_t *const *
     return blocks[p] + n * row_bytes(types[p], K);
 }
 
-/* y (M, N) = x (M, K) times the transpose of the weight (N = the sum of rows). */
+static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int32_t *sums);
+
+/* y (M, N) = x (M, K) times the transpose of the weight (N = the sum of rows); rounded: x
+   rounded to 8 bits first (each block of 32 values becomes d q), as the interleaved rows'
+   integer products see it. */
 void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, const int64_t *rows,
-                 const float *x, float *y, int64_t M, int64_t K) {
+                 const float *x, float *y, int64_t M, int64_t K, int rounded) {
     int64_t N = 0;
     for (int p = 0; p < parts; p++) N += rows[p];
+    float *xr = NULL;
+    if (rounded) {
+        const int64_t n = M * (K / 32);
+        int8_t *q = malloc((size_t)(M * K));
+        float *d = malloc(sizeof(float) * (size_t)n);
+        int32_t *sums = malloc(sizeof(int32_t) * (size_t)n);
+        round_to_8_bits(x, n, q, d, sums);
+        xr = malloc(sizeof(float) * (size_t)(M * K));
+        for (int64_t i = 0; i < M * K; i++) xr[i] = d[i / 32] * (float)q[i];
+        x = xr;
+        free(q), free(d), free(sums);
+    }
     float *sx = malloc(sizeof(float) * (size_t)(M * (K / 32)));  /* x's 32-value sums */
     for (int64_t i = 0; i < M * (K / 32); i++) {
         float s = 0.0f;
@@ -350,7 +366,7 @@ void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, cons
             for (int r = 0; r < R; r++) y[(m + r) * N + n] = out[r];
         }
     }
-    free(sx);
+    free(sx), free(xr);
 }
 
 /* w (count, K) = rows first .. first + count - 1 of the weight, decoded as the reference
