@@ -127,7 +127,7 @@ def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
     err = capsys.readouterr().err
     assert (
         "--dtype: invalid choice: 'fp16' (choose from 'auto', 'fp32', 'bf16', 'int8', 'int4', "
-        "'gguf')" in err
+        "'gguf', 'gguf-q8')" in err
     )
 
 

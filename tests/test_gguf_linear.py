@@ -161,21 +161,26 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
                 assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags, rounded)
 
 
-def test_interleaving_lays_sixteen_rows_blocks_side_by_side_byte_for_byte():
-    """For each 16 rows and block: the rows' d, their m (Q4_1), then four value bytes of
-    each row in turn; every byte of the blocks once."""
-    Q4_1 = 3
-    blocks = random_blocks(Q4_1, 32, 64)  # two groups of 16 rows, two blocks a row
-    packed = interleave(Q4_1, blocks)
-    assert packed.shape == (2, 2, 320)
+@pytest.mark.parametrize("kind", [3, 7], ids=["Q4_1", "Q5_1"])
+def test_interleaving_lays_sixteen_rows_blocks_side_by_side_byte_for_byte(kind):
+    """For each 16 rows and block: the rows' d, their m, their fifth bits (Q5_1: a word
+    each), then four value bytes of each row in turn; every byte of the blocks once."""
+    blocks = random_blocks(kind, 32, 64)  # two groups of 16 rows, two blocks a row
+    size, fifth = BLOCK_BYTES[kind], kind == 7
+    packed = interleave(kind, blocks)
+    assert packed.shape == (2, 2, 16 * size)
     assert torch.equal(packed.flatten().sort().values, blocks.flatten().sort().values)
     for row, block in [(0, 0), (17, 1), (31, 0)]:
         group, r = divmod(row, 16)
-        ours, theirs = packed[group, block], blocks[row, 20 * block : 20 * block + 20]
+        ours, theirs = packed[group, block], blocks[row, size * block : size * (block + 1)]
         assert torch.equal(ours[2 * r : 2 * r + 2], theirs[0:2])  # d
         assert torch.equal(ours[32 + 2 * r : 34 + 2 * r], theirs[2:4])  # m
+        if fifth:
+            assert torch.equal(ours[64 + 4 * r : 68 + 4 * r], theirs[4:8])  # the fifth bits
+        values, theirs_values = 64 + 64 * fifth, 4 + 4 * fifth
         for i in range(16):
-            assert ours[64 + 64 * (i // 4) + 4 * r + i % 4] == theirs[4 + i]
+            at = values + 64 * (i // 4) + 4 * r + i % 4
+            assert ours[at] == theirs[theirs_values + i]
 
 
 def test_rounding_to_8_bits_gives_each_32_values_their_own_scale():

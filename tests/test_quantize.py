@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from glassformer import GPT, GPTConfig, precision
-from glassformer.modules.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from glassformer.modules.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from glassformer.modules.quantized import Int4Linear, Int8Linear
 from glassformer.precision import Measurement
 
@@ -161,9 +161,9 @@ SHAPES = {  # (rows, input features)
 }
 
 
-# Q4_0, Q4_1 and Q8_0, the types a decoding step multiplies from interleaved rows.
+# Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, the types a decoding step multiplies from interleaved rows.
 LEGACY_TYPES = dict(
-    zip(GGUF_TYPES, [Q8_0, Q4_0, Q4_1, Q8_0, Q4_1, Q4_0, Q4_1, Q8_0, Q8_0], strict=True)
+    zip(GGUF_TYPES, [Q8_0, Q5_0, Q4_1, Q8_0, Q5_1, Q4_0, Q5_0, Q8_0, Q8_0], strict=True)
 )
 
 
@@ -256,7 +256,7 @@ def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
     assert q8.inference_dtype == "gguf-q8"
     layers = [m for m in q8.modules() if isinstance(m, GGUFLinear)]
     assert all(m.rounded for m in layers)
-    assert q8.blocks[0].attn.qkv_proj.interleaved  # Q4_0 + Q4_1 + Q8_0 rows
+    assert q8.blocks[0].attn.qkv_proj.interleaved  # Q5_0 + Q4_1 + Q8_0 rows
     assert not q8.lm_head.interleaved  # 300 rows: not a multiple of 16
     ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():

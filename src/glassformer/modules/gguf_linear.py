@@ -13,10 +13,11 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
   cache folder and loaded with ``ctypes``. A decoding step's rows (up to ``FEW_ROWS``) are
   multiplied from a copy of the rows interleaved 16 at a time (``interleave``: Q4_0, Q4_1,
-  Q8_0), 16 rows' sums at once; a few rows (a short prompt, other types) straight from the
-  blocks, block by block, in fp32 (AVX-512 where the compiler targets it, OpenMP threads
-  over the rows); many rows (a prompt) decode the weight once, in C, and use PyTorch's fp32
-  matrix product. Where no compiler is found the readable path runs, with one warning.
+  Q5_0, Q5_1, Q8_0), 16 rows' sums at once; a few rows (a short prompt, other types)
+  straight from the blocks, block by block, in fp32 (AVX-512 where the compiler targets it,
+  OpenMP threads over the rows); many rows (a prompt) decode the weight once, in C, and use
+  PyTorch's fp32 matrix product. Where no compiler is found the readable path runs, with one
+  warning.
 
 ``rounded`` (the dtype ``"gguf-q8"``) trades exactness for speed, as llama.cpp does: every
 product's input is rounded to 8 bits, 32 values to a scale (``rounded_to_8_bits``); a
@@ -51,7 +52,9 @@ TILE = 1024
 # Up to this many input rows (a decoding step's), the weight's rows are read interleaved 16
 # at a time where its types allow (``interleave``).
 FEW_ROWS = 4
-INTERLEAVED = {2: 2, 3: 4, 8: 2}  # Q4_0, Q4_1, Q8_0: the bytes before a block's values
+# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the widths of the fields before a block's values (d, m, the
+# fifth bits), in bytes
+INTERLEAVED = {2: (2,), 3: (2, 2), 6: (2, 4), 7: (2, 2, 4), 8: (2,)}
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
@@ -61,9 +64,9 @@ class GGUFLinear(nn.Module):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
     q/k/v projection whose three tensors have different types has three parts).
 
-    Where every part is Q4_0, Q4_1 or Q8_0 of a multiple of 16 rows, the layer also keeps
-    them interleaved (``packed()``) for a decoding step's few rows. ``rounded``: the input is
-    rounded to 8 bits first (``for_inference("gguf-q8")``)."""
+    Where every part is Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 of a multiple of 16 rows, the layer
+    also keeps them interleaved (``packed()``) for a decoding step's few rows. ``rounded``:
+    the input is rounded to 8 bits first (``for_inference("gguf-q8")``)."""
 
     blocks0: Tensor  # the first part's blocks (blocks1, ... the others')
     bias: Tensor | None
@@ -88,8 +91,13 @@ class GGUFLinear(nn.Module):
             self.register_buffer(f"blocks{i}", blocks, persistent=False)
         self.register_buffer("bias", bias)
         self.fast = kernels() is not None  # built now: not while a graph is being traced
+        # Q5 rows pay interleaved only in integers: exact, their fifth bits cost as much as
+        # the rows save (SmolLM2's Q4_K_M file, a step's products: 8.25 ms against 8.15)
+        kinds = (
+            INTERLEAVED if rounded else {k: v for k, v in INTERLEAVED.items() if k not in (6, 7)}
+        )
         self.interleaved = self.fast and all(
-            kind in INTERLEAVED and len(blocks) % 16 == 0 for kind, blocks in parts
+            kind in kinds and len(blocks) % 16 == 0 for kind, blocks in parts
         )
         for i, (kind, blocks) in enumerate(parts if self.interleaved else []):
             self.register_buffer(f"packed{i}", interleave(kind, blocks), persistent=False)
@@ -221,17 +229,18 @@ def _interleaved_arguments(types: Sequence[int], packed: Sequence[Tensor]) -> tu
 
 
 def interleave(kind: int, blocks: Tensor) -> Tensor:
-    """Rows of Q4_0, Q4_1 or Q8_0 blocks (rows, bytes per row), 16 rows side by side, as
-    ``csrc/gguf.c``'s ``sixteen_rows`` reads them: for each 16 rows and block of 32 columns,
-    the rows' scales (fp16), mins (Q4_1), then bytes 4j to 4j + 3 of the 16 rows' values,
-    for each j.
+    """Rows of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks (rows, bytes per row), 16 rows side by
+    side, as ``csrc/gguf.c``'s ``sixteen_rows`` reads them: for each 16 rows and block of 32
+    columns, the rows' scales (fp16), mins (Q4_1, Q5_1), fifth bits (Q5: a word each), then
+    bytes 4j to 4j + 3 of the 16 rows' values, for each j.
     The same bytes, moved: (rows / 16, blocks per row, 16 * bytes per block)."""
     rows, row_bytes = blocks.shape
     per_row = row_bytes // BLOCK_BYTES[kind]
     b = blocks.view(rows // 16, 16, per_row, BLOCK_BYTES[kind]).transpose(1, 2)
-    start = INTERLEAVED[kind]  # (groups, blocks, 16 rows, bytes) from here
-    fields = [b[..., at : at + 2] for at in range(0, start, 2)]  # d (and m): (.., 16, 2)
-    values = b[..., start:].unflatten(-1, (-1, 4))  # (.., 16 rows, bytes / 4, 4)
+    widths = INTERLEAVED[kind]  # (groups, blocks, 16 rows, bytes), cut into its fields:
+    ends = torch.tensor(widths).cumsum(0).tolist()
+    fields = [b[..., end - width : end] for width, end in zip(widths, ends, strict=True)]
+    values = b[..., ends[-1] :].unflatten(-1, (-1, 4))  # (.., 16 rows, bytes / 4, 4)
     fields.append(values.transpose(2, 3))  # four bytes of each of the 16 rows, in turn
     return torch.cat([f.reshape(rows // 16, per_row, -1) for f in fields], dim=2).contiguous()
 
@@ -298,7 +307,10 @@ def _operator(
 ) -> Tensor:
     """``_compute`` as the PyTorch operator ``glassformer::gguf_linear``, which a compiled
     graph calls as one node."""
-    key = (*types, *(b.data_ptr() for b in blocks), *(len(b) for b in blocks))
+    # every address the arrays hold: a freed layer's blocks may be followed at the same
+    # address by another's whose interleaved copy lies elsewhere
+    tensors = [*blocks, *packed]
+    key = (*types, *(t.data_ptr() for t in tensors), *(len(t) for t in tensors))
     args = _ARGUMENTS.get(key)
     if args is None:
         interleaved = _interleaved_arguments(types, packed)

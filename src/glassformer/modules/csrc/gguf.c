@@ -422,30 +422,50 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
    For one row of x the blocks above are read one weight row at a time, and every block's
    values are turned to floats and summed across the vector: more work than reading them.
    glassformer.modules.gguf_linear.interleave lays 16 rows' blocks side by side, each block
-   of 32 columns as: the 16 rows' scales d (fp16), their mins m (Q4_1), then the values' bytes
-   (Q4: byte i holds column i and, high nibble, column i + 16; Q8_0: byte i column i), four
-   bytes of each row at a time: bytes 4j..4j+3 of rows 0..15, for each j. A 512-bit vector of
-   them holds 16 rows (one per 32-bit lane), four columns each. Then:
+   of 32 columns as: the 16 rows' scales d (fp16), their mins m (Q4_1, Q5_1), their fifth bits
+   (Q5_0, Q5_1: a 32-bit word each, bit i column i's), then the values' bytes (Q4, Q5: byte i
+   holds column i and, high nibble, column i + 16; Q8_0: byte i column i), four bytes of each
+   row at a time: bytes 4j..4j+3 of rows 0..15, for each j. A 512-bit vector of them holds 16
+   rows (one per 32-bit lane), four columns each. Then:
 
    - exact (fp32): column c of the 16 rows is one shift (and, for Q4, a 16-entry table lookup)
      away, multiplied by x's value there: 16 sums at once, no reductions;
    - rounded (llama.cpp's way, not exact): x's block of 32 rounded to 8 bits (d = max|x| / 127,
      q = round(x / d)); AVX-512 VNNI's vpdpbusd multiplies the four unsigned weight bytes of
      each lane by four signed bytes of q and adds them, 64 products in one instruction.
-     Q4_0's -8 and Q8_0's signed values (stored + 128 for the unsigned operand) come out
-     through the sum of q. */
+     Q4_0's -8, Q5_0's -16 and Q8_0's signed values (stored + 128 for the unsigned operand)
+     come out through the sum of q. */
+
+/* the bytes before an interleaved block's values: d, m, the fifth bits */
+static inline int64_t values_at(int type) {
+    return 32 + 32 * (type == Q4_1 || type == Q5_1) + 64 * (type == Q5_0 || type == Q5_1);
+}
 
 int interleaved_bytes(int type) {  /* of 16 rows' block of 32 columns; 0: not interleaved */
     switch (type) {
-        case Q4_0: return 32 + 256;
-        case Q4_1: return 64 + 256;
+        case Q4_0: case Q4_1: case Q5_0: case Q5_1: return (int)values_at(type) + 256;
         case Q8_0: return 32 + 512;
         default: return 0;
     }
 }
 
+/* what the rounded products take out, times the sum of q: the values' offset */
+static inline int32_t stored_offset(int type) {
+    return type == Q8_0 ? 128 : type == Q4_0 ? 8 : type == Q5_0 ? 16 : 0;
+}
+
 /* Byte i of row r in an interleaved block's values */
 static inline uint8_t value_byte(const uint8_t *q, int r, int i) { return q[64 * (i / 4) + 4 * r + i % 4]; }
+
+/* Column i's value of row r as stored, unsigned (Q4: 0..15, Q5: 0..31, Q8_0: the signed
+   value + 128); the weight is d (v - stored_offset) (+ m) */
+static inline int stored_value(int type, const uint8_t *q, int r, int i) {
+    if (type == Q8_0) return value_byte(q, r, i) ^ 128;
+    const int v = i < 16 ? value_byte(q, r, i) & 15 : value_byte(q, r, i - 16) >> 4;
+    if (type != Q5_0 && type != Q5_1) return v;
+    const uint8_t *h = q - 64 + 4 * r;  /* the row's fifth bits */
+    return v | (int)((word(h) >> i) & 1) << 4;
+}
 
 /* x's blocks of 32 rounded to 8 bits: q (32 n bytes), scales d (n), sums of q (n) */
 static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int32_t *sums) {
@@ -464,12 +484,15 @@ static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int3
 /* 16 rows (p: their interleaved blocks) times one row of x (sx: its 32-value sums) → y[0..15] */
 INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
-    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
-    const __m512 nibbles = table(type == Q4_0 ? -8 : 0);  /* Q4_0's offset in the table */
+    const int64_t bytes = interleaved_bytes(type), values = values_at(type);
+    const int five = type == Q5_0 || type == Q5_1, min = type == Q4_1 || type == Q5_1;
+    const __m512i low = _mm512_set1_epi32(15);
+    const __m512 nibbles = table(-stored_offset(type)), upper = table(16 - stored_offset(type));
     __m512 total = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         for (int line = 0; line < bytes; line += 64) _mm_prefetch((const char *)p + 8 * bytes + line, _MM_HINT_T0);
         const uint8_t *q = p + values;
+        const __m512i h = five ? _mm512_loadu_si512((const void *)(q - 64)) : _mm512_setzero_si512();
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * j));
@@ -478,6 +501,12 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
                 if (type == Q8_0) {
                     const __m512i w = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * c), 24);
                     acc[c] = _mm512_fmadd_ps(as_float(w), _mm512_set1_ps(x[k + i]), acc[c]);
+                } else if (five) {  /* the nibble and its fifth bit: a 32-entry table */
+                    const __m512i w = _mm512_srli_epi32(v, 8 * c);
+                    const __m512i a = _mm512_or_si512(_mm512_and_si512(w, low), fifth(h, i));
+                    const __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w, 4), low), fifth(h, i + 16));
+                    acc[c] = _mm512_fmadd_ps(five_bits(a, nibbles, upper), _mm512_set1_ps(x[k + i]), acc[c]);
+                    acc[c] = _mm512_fmadd_ps(five_bits(b, nibbles, upper), _mm512_set1_ps(x[k + i + 16]), acc[c]);
                 } else {
                     const __m512i w = _mm512_srli_epi32(v, 8 * c);
                     acc[c] = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x[k + i]), acc[c]);
@@ -488,7 +517,7 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         total = _mm512_fmadd_ps(d, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), total);
-        if (type == Q4_1)  /* + m times the sum of x */
+        if (min)  /* + m times the sum of x */
             total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(sx[k / 32]), total);
     }
     _mm512_storeu_ps(y, total);
@@ -496,48 +525,57 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
 #else
 static void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
-    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    const int64_t bytes = interleaved_bytes(type), values = values_at(type);
+    const int min = type == Q4_1 || type == Q5_1;
     for (int r = 0; r < 16; r++) y[r] = 0.0f;
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         const uint8_t *q = p + values;
         for (int r = 0; r < 16; r++) {
             float sum = 0.0f;
-            for (int i = 0; i < 16 && type != Q8_0; i++)
-                sum += (float)(value_byte(q, r, i) & 15) * x[k + i] + (float)(value_byte(q, r, i) >> 4) * x[k + i + 16];
-            for (int i = 0; i < 32 && type == Q8_0; i++) sum += (float)(int8_t)value_byte(q, r, i) * x[k + i];
+            for (int i = 0; i < 32; i++) sum += (float)(stored_value(type, q, r, i) - stored_offset(type)) * x[k + i];
             const float d = half(p + 2 * r), s = sx[k / 32];
-            y[r] += d * (sum - (type == Q4_0 ? 8.0f : 0.0f) * s) + (type == Q4_1 ? half(p + 32 + 2 * r) * s : 0.0f);
+            y[r] += d * sum + (min ? half(p + 32 + 2 * r) * s : 0.0f);
         }
     }
 }
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* The fifth bits of columns first .. first + 3 of 16 rows (h: a word a row) as bit 4 of each
+   byte: the four bits times 2^4 + 2^11 + 2^18 + 2^25 land on bits 4, 12, 20 and 28, apart. */
+static inline __m512i fifth_bytes(__m512i h, int first) {
+    const __m512i four = _mm512_and_si512(_mm512_srli_epi32(h, (unsigned)first), _mm512_set1_epi32(15));
+    return _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x02040810)), _mm512_set1_epi32(0x10101010));
+}
+
 /* 16 rows times one row of x rounded to 8 bits (xq, its scales xd and sums xs) → y[0..15] */
 INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t K, float *y) {
-    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
+    const int64_t bytes = interleaved_bytes(type), values = values_at(type);
+    const int five = type == Q5_0 || type == Q5_1, min = type == Q4_1 || type == Q5_1;
     const __m512i low = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
     __m512 total = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         for (int line = 0; line < bytes; line += 64) _mm_prefetch((const char *)p + 8 * bytes + line, _MM_HINT_T0);
         const uint8_t *q = p + values;
         const int32_t *x4 = (const int32_t *)(xq + k);  /* four bytes of q at a time */
+        const __m512i h = five ? _mm512_loadu_si512((const void *)(q - 64)) : _mm512_setzero_si512();
         __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
         for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * j));
             if (type == Q8_0) {
                 acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(v, flip), _mm512_set1_epi32(x4[j]));
             } else {
-                acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(v, low), _mm512_set1_epi32(x4[j]));
-                acc2 = _mm512_dpbusd_epi32(acc2, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_set1_epi32(x4[j + 4]));
+                __m512i a = _mm512_and_si512(v, low), b = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if (five) a = _mm512_or_si512(a, fifth_bytes(h, 4 * j)), b = _mm512_or_si512(b, fifth_bytes(h, 16 + 4 * j));
+                acc = _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi32(x4[j]));
+                acc2 = _mm512_dpbusd_epi32(acc2, b, _mm512_set1_epi32(x4[j + 4]));
             }
         }
-        const int32_t offset = type == Q8_0 ? 128 : (type == Q4_0 ? 8 : 0);  /* times the sum of q */
-        const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(offset * xs[k / 32]));
+        const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(stored_offset(type) * xs[k / 32]));
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         total = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xd[k / 32])), as_float(sum), total);
-        if (type == Q4_1)  /* + m times the sum of the rounded x */
+        if (min)  /* + m times the sum of the rounded x */
             total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(xd[k / 32] * (float)xs[k / 32]), total);
     }
     _mm512_storeu_ps(y, total);
@@ -545,18 +583,16 @@ INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
 #else
 static void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t K, float *y) {
-    const int64_t bytes = interleaved_bytes(type), values = type == Q4_1 ? 64 : 32;
-    const int32_t offset = type == Q8_0 ? 128 : (type == Q4_0 ? 8 : 0);
+    const int64_t bytes = interleaved_bytes(type), values = values_at(type);
+    const int min = type == Q4_1 || type == Q5_1;
     for (int r = 0; r < 16; r++) y[r] = 0.0f;
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         const uint8_t *q = p + values;
         for (int r = 0; r < 16; r++) {
-            int32_t sum = -offset * xs[k / 32];
-            for (int i = 0; i < 16 && type != Q8_0; i++)
-                sum += (value_byte(q, r, i) & 15) * xq[k + i] + (value_byte(q, r, i) >> 4) * xq[k + i + 16];
-            for (int i = 0; i < 32 && type == Q8_0; i++) sum += (value_byte(q, r, i) ^ 128) * xq[k + i];
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += (stored_value(type, q, r, i) - stored_offset(type)) * xq[k + i];
             const float d = half(p + 2 * r), dx = xd[k / 32];
-            y[r] += d * dx * (float)sum + (type == Q4_1 ? half(p + 32 + 2 * r) * (dx * (float)xs[k / 32]) : 0.0f);
+            y[r] += d * dx * (float)sum + (min ? half(p + 32 + 2 * r) * (dx * (float)xs[k / 32]) : 0.0f);
         }
     }
 }
@@ -594,6 +630,8 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
             switch (type) {  /* the type a constant in each copy */
                 case Q4_0: SIXTEEN(Q4_0); break;
                 case Q4_1: SIXTEEN(Q4_1); break;
+                case Q5_0: SIXTEEN(Q5_0); break;
+                case Q5_1: SIXTEEN(Q5_1); break;
                 default: SIXTEEN(Q8_0);
             }
             #undef SIXTEEN
