@@ -104,6 +104,8 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
             if isinstance(up, GGUFLinear) and module.gate_proj.bias is None and up.bias is None:
                 parts = module.gate_proj.parts() + up.parts()
                 module.gate_up = GGUFLinear(parts, up.in_features, rounded=rounded)
+                module.gate_proj.drop_interleaved()  # gate_up makes their product
+                up.drop_interleaved()
 
 
 def release_freed_memory() -> None:

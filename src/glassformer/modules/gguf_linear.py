@@ -106,6 +106,13 @@ class GGUFLinear(nn.Module):
     def parts(self) -> list[Part]:
         return [(kind, self.get_buffer(f"blocks{i}")) for i, kind in enumerate(self.types)]
 
+    def drop_interleaved(self) -> None:
+        """Free the interleaved copy (a layer whose product another layer makes: the gate and
+        up projections once fused), which then multiplies from the blocks alone."""
+        for i in range(len(self.types) if self.interleaved else 0):
+            delattr(self, f"packed{i}")
+        self.interleaved, self._arguments = False, None
+
     def packed(self) -> list[Tensor]:
         """The parts' rows interleaved 16 at a time (``interleave``), or [] where not."""
         if not self.interleaved:
