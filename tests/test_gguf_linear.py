@@ -207,3 +207,33 @@ def test_a_rounded_layer_multiplies_its_input_rounded_to_8_bits(kind):
         y = layer(x)
         assert relative(y, rounded_to_8_bits(x).double() @ weight) < 1e-5, rows
         assert relative(y, x.double() @ weight) > 1e-4, rows
+
+
+def test_rounding_keeps_nan_and_infinity_and_zeroes_blocks_too_small_to_scale():
+    """A block holding NaN or an infinity makes its row's products NaN, as the exact ones
+    are; a block whose 1 / d overflows rounds to zeros (C and PyTorch alike, every path)."""
+    layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64, rounded=True)
+    for bad in (float("nan"), float("inf")):
+        for rows in (1, 6):  # interleaved in integers; from the blocks
+            x = torch.randn(rows, 64)
+            x[0, 3] = bad
+            y = layer(x)
+            assert y[0].isnan().all() and y[1:].isfinite().all(), (bad, rows)
+    tiny = torch.full((1, 64), 1e-39)
+    assert torch.equal(rounded_to_8_bits(tiny), torch.zeros(1, 64))
+    for rows in (1, 6):
+        assert torch.equal(layer(tiny.expand(rows, 64).contiguous()), torch.zeros(rows, 32))
+
+
+def test_a_layer_after_a_call_deep_copies_and_refuses_a_wrong_interleaved_copy():
+    import copy
+
+    from glassformer.modules.gguf_linear import gguf_linear as product
+
+    layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
+    x = torch.randn(1, 64)
+    twin = copy.deepcopy(layer.eval())
+    layer(x)  # the C call's arrays are made
+    assert torch.equal(copy.deepcopy(layer)(x), twin(x))
+    with pytest.raises(ValueError, match="packed must be the parts interleaved"):
+        product(x, layer.parts(), 32, [layer.packed()[0][:1]])

@@ -52,7 +52,7 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
         help="decode in this precision: fp32, bf16 weights, or int8/int4 weight-only "
         "quantisation (some accuracy lost: see the README); gguf: a GGUF model computes from "
         "its file's own blocks (SmolLM2's Q4_1, a Q4_K_M file's K-quants), exactly; gguf-q8: "
-        "the same with every product's input rounded to 8 bits, as llama.cpp does (faster, "
+        "the same with every product's input rounded to 8 bits, much as llama.cpp does (faster, "
         "not exact); auto: bf16 where this machine measures it faster than fp32, else fp32",
     )
 

@@ -48,9 +48,9 @@ def static_cache(model: Any, batch: int, capacity: int) -> DecoderCache:
     attn = model.blocks[0].attn
     # The token table's own tensor, not its `weight`: a GGUF table decodes itself whole for
     # that (113 MB and 60 ms for SmolLM2's, at every generate call).
-    table = next(itertools.chain(model.embed.parameters(), model.embed.buffers()))
-    device = table.device
-    dtype = torch.float32 if device.type == "cpu" else table.dtype  # the activations' dtype
+    table = next(itertools.chain(model.embed.parameters(), model.embed.buffers()), None)
+    device = table.device if table is not None else torch.device("cpu")
+    dtype = torch.float32 if table is None or device.type == "cpu" else table.dtype
     return DecoderCache(
         model.num_layers,
         make=lambda: StaticKVCache(

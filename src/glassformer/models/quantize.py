@@ -11,8 +11,8 @@
 - ``"gguf"``: a model read from a GGUF file computes from the file's own blocks
   (``glassformer.modules.gguf_linear``: Q4_0 … Q6_K as stored, no second quantisation),
   everything else, and so the activations, in fp32.
-- ``"gguf-q8"``: the same, but every product rounds its input to 8 bits first, each 32
-  values to their own scale, as llama.cpp does: no longer equal to the fp32 computation of
+- ``"gguf-q8"``: the same, but every product from the blocks rounds its input to 8 bits, each 32
+  values to their own scale, much as llama.cpp does: no longer equal to the fp32 computation of
   the file's weights, and faster where a decoding step multiplies Q4_0 … Q5_1 or Q8_0 rows
   (in integers, with AVX-512 VNNI).
 - ``"auto"``: bf16 if this machine multiplies the model's decoding shapes measurably faster

@@ -113,7 +113,7 @@ def _one_query(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: f
     assert lib is not None  # the caller checked
     B, H, Dh = q.shape
     Hkv, Tk, Dv = k.size(1), k.size(2), v.size(3)
-    out = torch.empty(B, H, Dv)
+    out = torch.empty(B, H, Dv, dtype=torch.float32, device="cpu")  # C writes fp32
     mask = 0 if allowed is None else allowed.data_ptr()
     lib.one_query_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), mask, out.data_ptr(), B, H, Hkv, Tk, Dh, Dv, scale

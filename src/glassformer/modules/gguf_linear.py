@@ -13,7 +13,7 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
   cache folder and loaded with ``ctypes``. A decoding step's rows (up to ``FEW_ROWS``) are
   multiplied from a copy of the rows interleaved 16 at a time (``interleave``: Q4_0, Q4_1,
-  Q5_0, Q5_1, Q8_0), 16 rows' sums at once; a few rows (a short prompt, other types)
+  Q8_0; rounded, Q5_0 and Q5_1 too), 16 rows' sums at once; a few rows (a short prompt, other types)
   straight from the blocks, block by block, in fp32 (AVX-512 where the compiler targets it,
   OpenMP threads over the rows); many rows (a prompt) decode the weight once, in C, and use
   PyTorch's fp32 matrix product. Where no compiler is found the readable path runs, with one
@@ -64,9 +64,10 @@ class GGUFLinear(nn.Module):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
     q/k/v projection whose three tensors have different types has three parts).
 
-    Where every part is Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 of a multiple of 16 rows, the layer
-    also keeps them interleaved (``packed()``) for a decoding step's few rows. ``rounded``:
-    the input is rounded to 8 bits first (``for_inference("gguf-q8")``)."""
+    Where every part is Q4_0, Q4_1 or Q8_0 (and, ``rounded``, Q5_0 or Q5_1) of a multiple of
+    16 rows and the C library is built, the layer also keeps them interleaved (``packed()``)
+    for a decoding step's few rows. ``rounded``: the input is rounded to 8 bits first
+    (``for_inference("gguf-q8")``), whichever path computes."""
 
     blocks0: Tensor  # the first part's blocks (blocks1, ... the others')
     bias: Tensor | None
@@ -105,6 +106,11 @@ class GGUFLinear(nn.Module):
 
     def parts(self) -> list[Part]:
         return [(kind, self.get_buffer(f"blocks{i}")) for i, kind in enumerate(self.types)]
+
+    def __getstate__(self) -> dict:
+        """Without the C call's arrays (pointers: not picklable), so the layer deep-copies
+        and pickles; they are made again at the next call."""
+        return {**self.__dict__, "_arguments": None}
 
     def drop_interleaved(self) -> None:
         """Free the interleaved copy (a layer whose product another layer makes: the gate and
@@ -258,8 +264,9 @@ def rounded_to_8_bits(x: Tensor) -> Tensor:
     ``csrc/gguf.c``'s ``round_to_8_bits`` computes; llama.cpp's Q8_0 rounding of a
     product's input, whose d is then also rounded to fp16 and ties go away from zero)."""
     blocks = x.float().unflatten(-1, (-1, 32))
-    d = blocks.abs().amax(-1, keepdim=True) / 127
-    inverse = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+    d = blocks.abs().amax(-1, keepdim=True) / 127  # NaN where the block holds one
+    inverse = 1 / d  # 0 where not finite: zeros, and blocks too small for 1 / d
+    inverse = torch.where((d != 0) & inverse.isfinite(), inverse, torch.zeros_like(d))
     return (torch.round(blocks * inverse) * d).flatten(-2).to(x.dtype)
 
 
@@ -273,13 +280,13 @@ def _compute(
     lib = kernels()
     assert lib is not None  # the layer checked
     M, K = x.shape
-    y = torch.empty(M, out_features)
+    y = torch.empty(M, out_features, dtype=torch.float32, device="cpu")  # C writes fp32
     if packed is not None and M <= FEW_ROWS:  # rounded: in C, multiplied in integers
         lib.gguf_matmul_interleaved(*packed, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
         return y
     if M >= MANY_ROWS:
         x = rounded_to_8_bits(x) if rounded else x  # the same rounding, then exact sums
-        tile = torch.empty(min(TILE, out_features), K)
+        tile = torch.empty(min(TILE, out_features), K, dtype=torch.float32, device="cpu")
         for first in range(0, out_features, TILE):
             count = min(TILE, out_features - first)
             lib.gguf_dequantize(*args, tile.data_ptr(), K, first, count)
@@ -294,7 +301,7 @@ def decoded(layer: GGUFLinear) -> Tensor:
     lib = kernels()
     if lib is None:
         raise RuntimeError("the GGUF kernels are not built on this machine")
-    w = torch.empty(layer.out_features, layer.in_features)
+    w = torch.empty(layer.out_features, layer.in_features, dtype=torch.float32, device="cpu")
     args = _arguments(layer.parts())
     lib.gguf_dequantize(*args, w.data_ptr(), layer.in_features, 0, layer.out_features)
     return w
@@ -355,8 +362,14 @@ def gguf_linear(
     rounded: bool = False,
 ) -> Tensor:
     """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N);
-    ``packed``: the parts interleaved (``GGUFLinear.packed``), or none; ``rounded``: with
-    them, x rounded to 8 bits first."""
+    ``packed``: the parts interleaved (``GGUFLinear.packed``), or none; ``rounded``: x
+    rounded to 8 bits first (``rounded_to_8_bits``), whichever path computes."""
     blocks, types = [b for _, b in parts], [k for k, _ in parts]
+    if packed and not (
+        len(packed) == len(parts)
+        and all(k in INTERLEAVED for k in types)
+        and all(16 * len(p) == len(b) for p, b in zip(packed, blocks, strict=True))
+    ):
+        raise ValueError("packed must be the parts interleaved (GGUFLinear.packed()), or empty")
     op = torch.ops.glassformer.gguf_linear
     return op(x, blocks, types, out_features, list(packed), rounded)

@@ -467,15 +467,22 @@ static inline int stored_value(int type, const uint8_t *q, int r, int i) {
     return v | (int)((word(h) >> i) & 1) << 4;
 }
 
-/* x's blocks of 32 rounded to 8 bits: q (32 n bytes), scales d (n), sums of q (n) */
+/* x's blocks of 32 rounded to 8 bits: q (32 n bytes), scales d (n), sums of q (n). A block
+   holding NaN or an infinity gets d NaN or infinite and q 0 (its products NaN, as exact
+   ones would be); a block too small for 1 / d to be finite rounds to 0. */
 static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int32_t *sums) {
     for (int64_t b = 0; b < n; b++) {
         const float *v = x + 32 * b;
         float top = 0.0f;
-        for (int i = 0; i < 32; i++) top = fmaxf(top, fabsf(v[i]));
-        const float scale = top / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        int nan = 0;
+        for (int i = 0; i < 32; i++) {
+            const float a = fabsf(v[i]);
+            top = a > top ? a : top, nan |= isnan(a);
+        }
+        const float scale = nan ? NAN : top / 127.0f, inverse = 1.0f / scale;
+        const float finite = scale != 0.0f && isfinite(inverse) ? inverse : 0.0f;
         int32_t sum = 0;
-        for (int i = 0; i < 32; i++) sum += q[32 * b + i] = (int8_t)nearbyintf(v[i] * inverse);
+        for (int i = 0; i < 32; i++) sum += q[32 * b + i] = (int8_t)(finite != 0.0f ? nearbyintf(v[i] * finite) : 0.0f);
         d[b] = scale, sums[b] = sum;
     }
 }
@@ -558,7 +565,8 @@ INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         for (int line = 0; line < bytes; line += 64) _mm_prefetch((const char *)p + 8 * bytes + line, _MM_HINT_T0);
         const uint8_t *q = p + values;
-        const int32_t *x4 = (const int32_t *)(xq + k);  /* four bytes of q at a time */
+        int32_t x4[8];  /* four bytes of q at a time */
+        memcpy(x4, xq + k, sizeof x4);
         const __m512i h = five ? _mm512_loadu_si512((const void *)(q - 64)) : _mm512_setzero_si512();
         __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
         for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
