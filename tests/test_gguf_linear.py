@@ -152,7 +152,7 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
             if kind not in gguf_linear.INTERLEAVED:
                 continue
             rows16 = interleave(kind, layer.blocks0)  # kept alive while C reads it
-            packed = gguf_linear._interleaved_arguments([kind], [rows16])
+            packed = gguf_linear._arguments([(kind, rows16)], rows_each=16)
             for rounded in (0, 1):
                 size = ctypes.c_int64
                 lib.gguf_matmul_interleaved(*packed, *pointers, size(rows), size(256), rounded)

@@ -19,7 +19,7 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
   PyTorch's fp32 matrix product. Where no compiler is found the readable path runs, with one
   warning.
 
-``rounded`` (the dtype ``"gguf-q8"``) trades exactness for speed, as llama.cpp does: every
+``rounded`` (the dtype ``"gguf-q8"``) trades exactness for speed, much as llama.cpp does: every
 product's input is rounded to 8 bits, 32 values to a scale (``rounded_to_8_bits``); a
 decoding step's then multiply the interleaved rows in integers (AVX-512 VNNI).
 
@@ -39,7 +39,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glassformer.modules.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, dequantize
+from glassformer.modules.gguf_blocks import (
+    BLOCK_BYTES,
+    BLOCK_VALUES,
+    NAMES,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    dequantize,
+)
 from glassformer.modules.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
@@ -52,9 +62,9 @@ TILE = 1024
 # Up to this many input rows (a decoding step's), the weight's rows are read interleaved 16
 # at a time where its types allow (``interleave``).
 FEW_ROWS = 4
-# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the widths of the fields before a block's values (d, m, the
-# fifth bits), in bytes
-INTERLEAVED = {2: (2,), 3: (2, 2), 6: (2, 4), 7: (2, 2, 4), 8: (2,)}
+# The types whose rows interleave: the widths of the fields before a block's values (d, m,
+# the fifth bits), in bytes
+INTERLEAVED = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
@@ -94,9 +104,7 @@ class GGUFLinear(nn.Module):
         self.fast = kernels() is not None  # built now: not while a graph is being traced
         # Q5 rows pay interleaved only in integers: exact, their fifth bits cost as much as
         # the rows save (SmolLM2's Q4_K_M file, a step's products: 8.25 ms against 8.15)
-        kinds = (
-            INTERLEAVED if rounded else {k: v for k, v in INTERLEAVED.items() if k not in (6, 7)}
-        )
+        kinds = set(INTERLEAVED) - (set() if rounded else {Q5_0, Q5_1})
         self.interleaved = self.fast and all(
             kind in kinds and len(blocks) % 16 == 0 for kind, blocks in parts
         )
@@ -141,7 +149,10 @@ class GGUFLinear(nn.Module):
                 y = gguf_linear(flat, self.parts(), self.out_features, self.packed(), self.rounded)
             else:  # called straight: the operator's dispatch costs more than a small product
                 if self._arguments is None or self._arguments[0][2][0] != self.blocks0.data_ptr():
-                    self._arguments = _arguments(self.parts()), _packed_arguments(self)
+                    self._arguments = (
+                        _arguments(self.parts()),
+                        _interleaved(self.types, self.packed()),
+                    )
                 blocks, packed = self._arguments
                 y = _compute(flat, blocks, packed, self.out_features, self.rounded)
             y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -214,31 +225,21 @@ def _check_part(kind: int, blocks: Tensor, in_features: int) -> None:
         )
 
 
-def _arguments(parts: Sequence[Part]) -> tuple:
+def _arguments(parts: Sequence[Part], rows_each: int = 1) -> tuple:
+    """The C call's arrays for ``parts``: their count, types, addresses and rows (an entry of
+    an interleaved copy holds 16: ``rows_each``)."""
     n = len(parts)
     return (
         n,
         (ctypes.c_int * n)(*[kind for kind, _ in parts]),
         (ctypes.c_void_p * n)(*[blocks.data_ptr() for _, blocks in parts]),
-        (ctypes.c_int64 * n)(*[blocks.shape[0] for _, blocks in parts]),
+        (ctypes.c_int64 * n)(*[rows_each * blocks.shape[0] for _, blocks in parts]),
     )
 
 
-def _packed_arguments(layer: GGUFLinear) -> tuple | None:
-    return _interleaved_arguments(layer.types, layer.packed())
-
-
-def _interleaved_arguments(types: Sequence[int], packed: Sequence[Tensor]) -> tuple | None:
-    """The C call's arrays for interleaved parts (their rows: 16 a group), or None."""
-    if not packed:
-        return None
-    n = len(packed)
-    return (
-        n,
-        (ctypes.c_int * n)(*types),
-        (ctypes.c_void_p * n)(*[p.data_ptr() for p in packed]),
-        (ctypes.c_int64 * n)(*[16 * p.shape[0] for p in packed]),
-    )
+def _interleaved(types: Sequence[int], packed: Sequence[Tensor]) -> tuple | None:
+    """``_arguments`` of a layer's interleaved copies, or None where it has none."""
+    return _arguments(list(zip(types, packed, strict=True)), 16) if packed else None
 
 
 def interleave(kind: int, blocks: Tensor) -> Tensor:
@@ -327,7 +328,7 @@ def _operator(
     key = (*types, *(t.data_ptr() for t in tensors), *(len(t) for t in tensors))
     args = _ARGUMENTS.get(key)
     if args is None:
-        interleaved = _interleaved_arguments(types, packed)
+        interleaved = _interleaved(types, packed)
         args = _ARGUMENTS[key] = (_arguments(list(zip(types, blocks, strict=True))), interleaved)
     return _compute(x, args[0], args[1], out_features, rounded)
 

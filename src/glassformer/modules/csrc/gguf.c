@@ -5,9 +5,10 @@
    glassformer.modules.gguf_blocks documents the layouts. `decode` turns one block into its
    fp32 values with the arithmetic of the gguf package's reference decoder, operation for
    operation (so gguf_dequantize equals it bit for bit); the products sum in fp32, with
-   AVX-512 where the compiler targets it. Rows are shared among OpenMP threads.
+   AVX-512 where the compiler targets it. Rows are shared among OpenMP threads. The last
+   section multiplies rows interleaved 16 at a time, exactly or with x rounded to 8 bits.
 
-   Built by glassformer.modules.gguf_linear with the machine's C compiler (-O3 -march=native
+   Built by glassformer.modules.gguf_kernels with the machine's C compiler (-O3 -march=native
    -fopenmp -ffp-contract=off), loaded with ctypes. */
 
 #include <math.h>
@@ -44,6 +45,10 @@ static int block_bytes(int type) {
 
 static int block_values(int type) { return type >= Q4_K ? 256 : 32; }
 
+/* the 32-value types whose blocks hold a min m (x = d q + m), and a fifth bit per value */
+static inline int has_min(int type) { return type == Q4_1 || type == Q5_1; }
+static inline int has_fifth(int type) { return type == Q5_0 || type == Q5_1; }
+
 static int64_t row_bytes(int type, int64_t K) { return K / block_values(type) * block_bytes(type); }
 
 /* Q4_K's and Q5_K's six-bit scale and min of sub-block j from the 12 packed bytes. */
@@ -66,7 +71,7 @@ static void decode(int type, const uint8_t *b, float *out) {
             break;
         }
         case Q4_0: case Q4_1: case Q5_0: case Q5_1: {
-            const int min = type == Q4_1 || type == Q5_1, five = type == Q5_0 || type == Q5_1;
+            const int min = has_min(type), five = has_fifth(type);
             const float d = half(b), m = min ? half(b + 2) : 0.0f;
             const uint32_t qh = five ? word(b + 2 + 2 * min) : 0;
             const uint8_t *qs = b + 2 + 2 * min + 4 * five;
@@ -160,8 +165,8 @@ static inline __m512 table(int first) {
 
 INLINE void dot_small(int type, const uint8_t *b, const float *x, const float *sx, int64_t K,
                       const int R, float *out) {
-    const int bytes = block_bytes(type), min = type == Q4_1 || type == Q5_1;
-    const int five = type == Q5_0 || type == Q5_1, offset = min ? 0 : (five ? -16 : -8);
+    const int bytes = block_bytes(type), min = has_min(type);
+    const int five = has_fifth(type), offset = min ? 0 : (five ? -16 : -8);
     const __m512i low = _mm512_set1_epi32(15);
     const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 table_low = table(offset), table_high = table(offset + 16);
@@ -318,14 +323,32 @@ static void dot(int type, const uint8_t *row, const float *x, const float *sx, i
 /* 1 for the types computed here, 0 for any other. */
 int gguf_supported(int type) { return block_bytes(type) > 0; }
 
+/* The part of stacked parts (part p has rows[p] rows) that row *n lies in; *n becomes the
+   row's number within it. */
+static int part_of(int64_t *n, const int64_t *rows) {
+    int p = 0;
+    while (*n >= rows[p]) *n -= rows[p++];
+    return p;
+}
+
 /* Where row n of a weight of `parts` stacked row blocks lies: part p has rows[p] rows of
    type types[p] at blocks[p]. */
 static const uint8_t *row_at(int64_t n, const int *types, const uint8_t *const *blocks,
                              const int64_t *rows, int64_t K, int *type) {
-    int p = 0;
-    while (n >= rows[p]) n -= rows[p++];
+    const int p = part_of(&n, rows);
     *type = types[p];
     return blocks[p] + n * row_bytes(types[p], K);
+}
+
+/* x's n sums of 32 values (a block's offset or min multiplies them) */
+static float *block_sums(const float *x, int64_t n) {
+    float *sx = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float s = 0.0f;
+        for (int j = 0; j < 32; j++) s += x[32 * i + j];
+        sx[i] = s;
+    }
+    return sx;
 }
 
 static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int32_t *sums);
@@ -349,12 +372,7 @@ void gguf_matmul(int parts, const int *types, const uint8_t *const *blocks, cons
         x = xr;
         free(q), free(d), free(sums);
     }
-    float *sx = malloc(sizeof(float) * (size_t)(M * (K / 32)));  /* x's 32-value sums */
-    for (int64_t i = 0; i < M * (K / 32); i++) {
-        float s = 0.0f;
-        for (int j = 0; j < 32; j++) s += x[32 * i + j];
-        sx[i] = s;
-    }
+    float *sx = block_sums(x, M * (K / 32));
     #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         int type;
@@ -438,7 +456,7 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
 
 /* the bytes before an interleaved block's values: d, m, the fifth bits */
 static inline int64_t values_at(int type) {
-    return 32 + 32 * (type == Q4_1 || type == Q5_1) + 64 * (type == Q5_0 || type == Q5_1);
+    return 32 + 32 * has_min(type) + 64 * has_fifth(type);
 }
 
 int interleaved_bytes(int type) {  /* of 16 rows' block of 32 columns; 0: not interleaved */
@@ -492,7 +510,7 @@ static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int3
 INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
     const int64_t bytes = interleaved_bytes(type), values = values_at(type);
-    const int five = type == Q5_0 || type == Q5_1, min = type == Q4_1 || type == Q5_1;
+    const int five = has_fifth(type), min = has_min(type);
     const __m512i low = _mm512_set1_epi32(15);
     const __m512 nibbles = table(-stored_offset(type)), upper = table(16 - stored_offset(type));
     __m512 total = _mm512_setzero_ps();
@@ -533,7 +551,7 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
 static void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
     const int64_t bytes = interleaved_bytes(type), values = values_at(type);
-    const int min = type == Q4_1 || type == Q5_1;
+    const int min = has_min(type);
     for (int r = 0; r < 16; r++) y[r] = 0.0f;
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         const uint8_t *q = p + values;
@@ -559,7 +577,7 @@ static inline __m512i fifth_bytes(__m512i h, int first) {
 INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t K, float *y) {
     const int64_t bytes = interleaved_bytes(type), values = values_at(type);
-    const int five = type == Q5_0 || type == Q5_1, min = type == Q4_1 || type == Q5_1;
+    const int five = has_fifth(type), min = has_min(type);
     const __m512i low = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
     __m512 total = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
@@ -592,7 +610,7 @@ INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
 static void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t K, float *y) {
     const int64_t bytes = interleaved_bytes(type), values = values_at(type);
-    const int min = type == Q4_1 || type == Q5_1;
+    const int min = has_min(type);
     for (int r = 0; r < 16; r++) y[r] = 0.0f;
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
         const uint8_t *q = p + values;
@@ -614,20 +632,20 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
     int64_t N = 0;
     for (int p = 0; p < parts; p++) N += rows[p];
     const int64_t n = M * (K / 32);
-    float *sx = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);
-    int8_t *xq = malloc((size_t)(M * K));
-    int32_t *xs = malloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        float s = 0.0f;
-        for (int j = 0; j < 32; j++) s += x[32 * i + j];
-        sx[i] = s;
+    float *sx = NULL, *xd = NULL;  /* exact: x's 32-value sums; rounded: x rounded */
+    int8_t *xq = NULL;
+    int32_t *xs = NULL;
+    if (rounded) {
+        xd = malloc(sizeof(float) * (size_t)n), xs = malloc(sizeof(int32_t) * (size_t)n);
+        xq = malloc((size_t)(M * K));
+        round_to_8_bits(x, n, xq, xd, xs);
+    } else {
+        sx = block_sums(x, n);
     }
-    if (rounded) round_to_8_bits(x, n, xq, xd, xs);
     #pragma omp parallel for schedule(static)
     for (int64_t g = 0; g < N / 16; g++) {
         int64_t row = 16 * g;
-        int p = 0;
-        while (row >= rows[p]) row -= rows[p++];
+        const int p = part_of(&row, rows);
         const int type = types[p];
         const uint8_t *group = packed[p] + (row / 16) * (K / 32) * interleaved_bytes(type);
         for (int64_t m = 0; m < M; m++) {
