@@ -20,6 +20,36 @@ def pytest_configure(config):
         "markers",
         "network: needs the network (PyPI, Debian's archive) or the Hugging Face cache",
     )
+    config.addinivalue_line(
+        "markers",
+        "measured_choice: the result depends on a choice this machine measures (is bf16 faster "
+        "than fp32?); the test runs once under each verdict, forced (GLASSFORMER_FASTER)",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked ``measured_choice`` runs under each verdict of the speed measurement,
+    so that one machine's suite covers the machines whose measurement goes the other way."""
+    if metafunc.definition.get_closest_marker("measured_choice"):
+        if "faster" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("faster")
+        metafunc.parametrize("faster", ["bf16-faster", "fp32-faster"], indirect=True)
+
+
+@pytest.fixture
+def faster(request, monkeypatch):
+    """The precision the speed measurement is forced to call faster (``measured_choice``)."""
+    verdict = request.param.removesuffix("-faster")
+    monkeypatch.setenv("GLASSFORMER_FASTER", verdict)
+    return verdict
+
+
+@pytest.fixture(autouse=True)
+def _unforced(request, monkeypatch):
+    """Outside ``measured_choice`` tests, a forced verdict in the environment does not leak in:
+    those tests measure as a user's machine would."""
+    if not request.node.get_closest_marker("measured_choice"):
+        monkeypatch.delenv("GLASSFORMER_FASTER", raising=False)
 
 
 @pytest.fixture

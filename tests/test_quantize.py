@@ -11,7 +11,7 @@ from torch import nn
 
 from glassformer import GPT, GPTConfig, precision
 from glassformer.modules.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
-from glassformer.modules.quantized import Int4Linear, Int8Linear
+from glassformer.modules.quantized import BF16Linear, Int4Linear, Int8Linear
 from glassformer.precision import Measurement
 
 # The tolerances the README states: held-out perplexity within these of fp32's.
@@ -68,8 +68,14 @@ def test_held_out_perplexity_stays_within_the_stated_tolerance_of_fp32(trained, 
 def test_each_precision_changes_what_it_says(trained):
     model, _ = trained
     bf16 = copy.deepcopy(model).for_inference("bf16")
-    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
     assert bf16.inference_dtype == "bf16" and not bf16.training
+    products = [m for m in bf16.modules() if isinstance(m, BF16Linear)]
+    assert len(products) == 2 * 4 and {m.weight.dtype for m in products} == {torch.bfloat16}
+    # the vocabulary head, the embeddings and the norms stay fp32, and so the activations
+    assert bf16.lm_head.weight.dtype == bf16.embed.weight.dtype == torch.float32
+    assert bf16.blocks[0].ln1.weight.dtype == torch.float32
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    assert bf16(ids).logits.dtype == torch.float32
     with pytest.raises(ValueError, match="this model was not read from one"):
         copy.deepcopy(model).for_inference("gguf")
     int8 = copy.deepcopy(model).for_inference("int8")
@@ -96,8 +102,9 @@ def test_a_quantised_model_generates_and_keeps_most_greedy_tokens(trained):
 
 
 @pytest.mark.parametrize("bf16_faster", [True, False])
-def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
-    model, _ = trained
+def test_auto_follows_the_measurement(trained, monkeypatch, tmp_path, bf16_faster):
+    model, held_out = trained
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))
     measured = Measurement(fp32_gflops=100.0, bf16_gflops=300.0 if bf16_faster else 50.0)
     seen = []
 
@@ -107,11 +114,18 @@ def test_auto_follows_the_measurement(trained, monkeypatch, bf16_faster):
         return measured
 
     monkeypatch.setattr(precision, "bf16_measurement", stub)
-    chosen = copy.deepcopy(model).for_inference("auto")
+    calibration = (held_out[:256].view(4, 64),)
+    chosen = copy.deepcopy(model).for_inference("auto", calibration=calibration)
     assert chosen.inference_dtype == ("bf16" if bf16_faster else "fp32")
     assert chosen.precision_measurement is measured
-    assert next(chosen.parameters()).dtype == (torch.bfloat16 if bf16_faster else torch.float32)
+    bf16_layers = any(isinstance(m, BF16Linear) for m in chosen.modules())
+    assert bf16_layers == bf16_faster
     assert (1, 128, 3 * 128) in seen[0]  # the model's own decoding shapes were measured
+    if bf16_faster:  # faithful on the chain: top-1 and KL within the bound, 256 positions
+        assert chosen.precision_fidelity.within_bound
+        assert chosen.precision_fidelity.positions == 256
+    else:  # slower: its fidelity is not worth measuring
+        assert chosen.precision_fidelity is None
 
 
 def test_bad_values_and_misuse_are_refused(trained, tmp_path):

@@ -20,15 +20,12 @@ measured bf16 at 0.2 GFLOP/s against fp32's 4.2, and every later run decoded in 
 - a cached entry expires after ``EXPIRES_DAYS`` days, and ``glassformer bench precision
   --refresh`` measures every entry of this machine again.
 
-    >>> m = bf16_measurement([(4096, 384, 1536)])
-    >>> m.fp32_gflops, m.bf16_gflops, m.bf16_faster, m.trusted    # doctest: +SKIP
-    (177.0, 1000.0, True, True)
+``GLASSFORMER_FASTER=bf16`` (or ``fp32``) forces the verdict unmeasured and uncached: a test
+suite then covers the machines whose measurement goes the other way.
 
 ``resolve_bf16(setting, shapes)`` is what ``train --bf16 auto|on|off`` does with it, and
-``resolve_dtype(model, "auto")`` what ``model.for_inference("auto")`` and ``--dtype auto``
-do (bf16 where the model's decoding products run measurably faster in it, else fp32);
-``glassformer.models.quantize`` then casts or quantises the model to what was chosen.
-"""
+``resolve_dtype(model, "auto")`` the speed half of ``--dtype auto`` (bf16's fidelity is the
+other: ``glassformer.fidelity``, ``glassformer.models.quantize``)."""
 
 from __future__ import annotations
 
@@ -49,6 +46,7 @@ from torch import nn
 from glassformer.cache import cache_root
 
 CACHE_FILE = "precision.json"
+FORCE_ENV = "GLASSFORMER_FASTER"  # bf16 | fp32: the verdict, forced (tests); unset: measured
 # bf16 must be at least this much faster to be chosen: a product that is only as fast
 # in bf16 costs accuracy for nothing.
 MARGIN = 1.1
@@ -76,6 +74,7 @@ class Measurement:
     bf16_spread: float = 0.0
     measured_at: float = 0.0
     cached: bool = False
+    forced: bool = False
 
     @property
     def speedup(self) -> float:
@@ -96,6 +95,9 @@ class Measurement:
         return self.plausible and self.speedup >= MARGIN
 
     def describe(self) -> str:
+        if self.forced:
+            faster = "bf16" if self.bf16_faster else "fp32"
+            return f"{faster} taken as faster, not measured: {FORCE_ENV}={faster}"
         when = "cached from " + time.strftime("%Y-%m-%d", time.localtime(self.measured_at))
         if not self.cached:
             when = "measured here" + ("" if self.trusted else "; too noisy to cache")
@@ -129,9 +131,12 @@ def bf16_measurement(
     if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
         raise ValueError(f"shapes must be (m, k, n) triples of positive sizes, got {shapes!r}")
     device = torch.device(device)
+    forced = forced_verdict()
+    if forced is not None:
+        return forced
     key = _cache_key(shapes, device) + ("; linear" if linear else "")
     path = cache_root(cache_dir) / CACHE_FILE
-    cached = _read_cache(path)
+    cached = read_cache(path)
     entry = None if refresh else _usable(cached.get(key))
     if entry is not None:
         return entry
@@ -139,15 +144,24 @@ def bf16_measurement(
     for _ in range(ATTEMPTS):
         tries.append(_measure(shapes, device, seconds, linear))
         if tries[-1].trusted:
-            cached = _read_cache(path)  # another process may have written meanwhile
+            cached = read_cache(path)  # another process may have written meanwhile
             counts = Counter(tuple(s) for s in shapes)
             shapes_field = [[*s, n] for s, n in counts.items()]  # (m, k, n, how many)
             cached[key] = {**asdict(tries[-1]), "shapes": shapes_field}
-            del cached[key]["cached"]
-            _write_cache(path, cached)
+            del cached[key]["cached"], cached[key]["forced"]
+            write_cache(path, cached)
             return tries[-1]
     # none trusted: the plausible one of least spread, for this run only
     return min(tries, key=lambda m: (not m.plausible, max(m.fp32_spread, m.bf16_spread)))
+
+
+def forced_verdict() -> Measurement | None:
+    """The verdict ``$GLASSFORMER_FASTER`` forces, or None when it is unset."""
+    value = os.environ.get(FORCE_ENV, "")
+    if value not in ("", "bf16", "fp32"):
+        raise ValueError(f"{FORCE_ENV} must be bf16 or fp32 (or unset), got {value!r}")
+    bf16 = 2.0 if value == "bf16" else 0.5
+    return Measurement(1.0, bf16, measured_at=time.time(), forced=True) if value else None
 
 
 def refresh(
@@ -159,7 +173,7 @@ def refresh(
     path = cache_root(cache_dir) / CACHE_FILE
     here = _this_machine()
     done: list[tuple[str, Measurement | None, Measurement]] = []
-    for key, entry in _read_cache(path).items():
+    for key, entry in read_cache(path).items():
         shapes = _shapes(entry)
         if not key.startswith(here) or not shapes:
             continue  # another machine's, or no shapes to measure again
@@ -177,7 +191,7 @@ def refresh(
 def cached(cache_dir: str | Path | None = None) -> list[tuple[str, Measurement]]:
     """This machine's cached entries that are still trusted and unexpired, by key."""
     here = _this_machine()
-    entries = _read_cache(cache_root(cache_dir) / CACHE_FILE).items()
+    entries = read_cache(cache_root(cache_dir) / CACHE_FILE).items()
     usable = ((key, _usable(entry)) for key, entry in entries if key.startswith(here))
     return [(key, m) for key, m in usable if m is not None]
 
@@ -198,9 +212,10 @@ def _usable(entry: Any) -> Measurement | None:
     (written by an older glassformer that cached any answer, or edited by hand)."""
     if not isinstance(entry, dict):
         return None
-    names = {f.name for f in fields(Measurement)} - {"cached"}
+    names = {f.name for f in fields(Measurement)} - {"cached", "forced"}
+    figures: dict[str, Any] = {k: float(v) for k, v in entry.items() if k in names}
     try:
-        m = Measurement(**{k: float(v) for k, v in entry.items() if k in names}, cached=True)
+        m = Measurement(**figures, cached=True)
     except (TypeError, ValueError):
         return None
     age_days = (time.time() - m.measured_at) / 86400
@@ -343,7 +358,7 @@ def _cache_key(shapes: Sequence[Shape], device: torch.device) -> str:
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     else:
-        where = f"{_processor()}, {torch.get_num_threads()} threads"
+        where = f"{processor()}, {torch.get_num_threads()} threads"
     counts = Counter(tuple(s) for s in shapes)  # in first-seen order
     dims = " ".join("x".join(map(str, s)) + (f"*{n}" if n > 1 else "") for s, n in counts.items())
     return f"{where}; torch {torch.__version__}; {dims}"
@@ -354,7 +369,7 @@ def _this_machine() -> str:
     return _cache_key([(1, 1, 1)], torch.device("cpu")).rsplit("; ", 1)[0] + "; "
 
 
-def _processor() -> str:
+def processor() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -365,7 +380,7 @@ def _processor() -> str:
     return platform.processor() or platform.machine()
 
 
-def _read_cache(path: Path) -> dict:
+def read_cache(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):  # none yet, or unreadable: measure again
@@ -373,7 +388,7 @@ def _read_cache(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _write_cache(path: Path, data: dict) -> None:
+def write_cache(path: Path, data: dict) -> None:
     """Write the cache whole or not at all; a folder that cannot be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,9 +57,10 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def for_inference(model: Any, dtype: str) -> Any:
-    """``model.for_inference(dtype)``, saying on stderr what ``auto`` chose and why, and
-    warning when an explicit ``bf16`` is measured slower here than fp32."""
+def for_inference(model: Any, dtype: str, tokenizer: Any = None) -> Any:
+    """``model.for_inference(dtype, tokenizer=tokenizer)``, saying on stderr what ``auto``
+    chose and why (the speed figure, and bf16's fidelity where it was measured), and warning
+    when an explicit ``bf16`` is measured slower here than fp32."""
     if dtype == "bf16":
         slower = decoding_measurement(model, next(model.parameters()).device)
         if slower.speedup < 1.0:
@@ -67,8 +68,18 @@ def for_inference(model: Any, dtype: str) -> Any:
                 f"warning: --dtype bf16 is slower than fp32 here: {slower.describe()}",
                 file=sys.stderr,
             )
-    model = model.for_inference(dtype)
-    chose = getattr(model, "precision_measurement", None)
-    if dtype == "auto" and chose is not None:
-        print(f"precision: {model.inference_dtype} ({chose.describe()})", file=sys.stderr)
+    model = model.for_inference(dtype, tokenizer=tokenizer)
+    if dtype == "auto":
+        print(f"precision: {describe_choice(model)}", file=sys.stderr)
     return model
+
+
+def describe_choice(model: Any) -> str:
+    """What ``auto`` chose for ``model`` and both figures it chose by."""
+    speed, fidelity = model.precision_measurement, model.precision_fidelity
+    said = f"{model.inference_dtype} (speed: {speed.describe()}"
+    if fidelity is not None:
+        said += f"; bf16 against fp32: {fidelity.describe()}"
+    elif speed.bf16_faster:
+        said += "; bf16's fidelity not measured: no calibration text for this model"
+    return said + ")"

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             f"--max-new-tokens {args.max_new_tokens} leaves no room in the model's "
             f"{model.config.max_len}-token context"
         )
-    model = for_inference(model, args.dtype)  # once the inputs are known to be good
+    model = for_inference(model, args.dtype, tok)  # once the inputs are known to be good
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
     interactive = sys.stdin.isatty()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
     stops = [_stop_id(tok, text) for text in args.stop]
     config = replace(config, eos_id=tuple(stops) or None)  # the stop tokens need the tokenizer
-    model = for_inference(model, args.dtype)  # once the inputs are known to be good
+    model = for_inference(model, args.dtype, tok)  # once the inputs are known to be good
     prompt = torch.tensor([ids] * args.num_samples)
     stream = args.num_samples == 1 and not args.no_stream
     streamer = Printer(tok, ids) if stream else None

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     config, g = generation_config(args)  # checked here, before the model is read
     model, tok, ckpt = load_model_dir(args.model, "seq2seq")
-    model = for_inference(model, args.dtype)
+    model = for_inference(model, args.dtype, tok)
     options = dict(batch_size=args.batch_size, generation_config=config, generator=g)
     if args.bleu:
         return _report_bleu(args.bleu, model, tok, ckpt, **options)

@@ -217,22 +217,35 @@ class PretrainedModel(nn.Module):
     def load_extra_files(self, directory: Path) -> None:
         """Read what a checkpoint holds beside the weights (a tokenizer, ...); nothing here."""
 
-    def for_inference(self: M, dtype: str = "auto", *, group_size: int | None = None) -> M:
+    def for_inference(
+        self: M,
+        dtype: str = "auto",
+        *,
+        group_size: int | None = None,
+        tokenizer: Any = None,
+        calibration: tuple[Tensor, ...] | None = None,
+    ) -> M:
         """This model, in eval mode, in the precision ``dtype`` for decoding (changed in
         place and returned, like ``.to()``):
 
-        - ``"fp32"``; ``"bf16"`` (weights cast);
+        - ``"fp32"``; ``"bf16"`` (the linear layers' products in bf16, everything between
+          them, the vocabulary head and so the logits in fp32);
         - ``"int8"`` / ``"int4"``: the linear layers' weights quantised (one scale per
           output row; int4 a scale and a zero per ``group_size`` input columns, by default
           32, GGUF's Q4 blocks), everything else and so the activations in bf16, which PyTorch's
           int8/int4 CPU kernels are built for;
         - ``"auto"``: bf16 where this machine runs the model's decoding products measurably
-          faster in it (measured once, cached), else fp32. It never quantises.
+          faster in it *and* bf16 keeps the model's answers (top-1 agreement and KL against
+          fp32 within ``glassformer.fidelity``'s bound) on ``calibration`` (the model's
+          inputs) or on the bundled calibration text encoded by ``tokenizer``; else fp32
+          (also when neither is given). Both are measured once and cached. It never quantises.
 
         The precision chosen is ``model.inference_dtype``. A quantised model cannot be
         trained or saved: load the checkpoint again for that.
         """
-        return prepare_for_inference(self, dtype, group_size=group_size)
+        return prepare_for_inference(
+            self, dtype, group_size=group_size, tokenizer=tokenizer, calibration=calibration
+        )
 
     # ---- looking inside: hook points (glassformer.modules.hooks) ----------------------
 

@@ -85,6 +85,46 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+class BF16Linear(nn.Module):
+    """``nn.Linear`` with its weight in bfloat16 and its input and output in the activations'
+    dtype (fp32): the product reads half fp32's bytes and runs in bf16 (accumulated in fp32 by
+    PyTorch's CPU kernels), while everything between the products (the residual stream, norms,
+    softmax, the logits' softmax) stays fp32. Casting the whole model to bf16 instead rounds the
+    residual stream at every addition: SmolLM2 then lost its answers (``docs/performance.md``).
+    The state-dict keys are ``nn.Linear``'s (``weight``, ``bias``)."""
+
+    weight: Tensor
+    bias: Tensor | None
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        if weight.dim() != 2:
+            raise ValueError(f"weight must be (N, K), got {tuple(weight.shape)}")
+        self.out_features, self.in_features = weight.shape
+        self.weight = nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> BF16Linear:
+        return cls(linear.weight, linear.bias)
+
+    def dequantized(self) -> Tensor:
+        """The weight this layer multiplies by, (N, K) in fp32."""
+        return self.weight.float()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_rows(x, 0, self.out_features)
+
+    def forward_rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """Output features ``start:stop`` only (cross-attention's q, or its k and v)."""
+        w = self.weight[start:stop]  # (stop - start, K): bf16 unless the model was cast since
+        y = F.linear(x.to(w.dtype), w).to(x.dtype)
+        return y if self.bias is None else y + self.bias[start:stop].to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bf16"
+
+
 class Int4Linear(nn.Module):
     """``nn.Linear`` with its weight in 4 bits: for each group of G input columns of a row,
     w ≈ (q − 8) · scale + zero with q in [0, 15] (asymmetric: the group's minimum and maximum
