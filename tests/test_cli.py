@@ -109,7 +109,7 @@ def test_dtype_auto_says_what_it_measured(char_lm_run, capsys, monkeypatch, tmp_
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "3"]
     assert main([*argv, "--no-stream"]) == 0  # auto is the default
     err = capsys.readouterr().err
-    figures = r"precision: (fp32|bf16) \(bf16 [\d.,]+ ±\d+% vs fp32 [\d.,]+ ±\d+% GFLOP/s"
+    figures = r"precision: (fp32|bf16) \(speed: bf16 [\d.,]+ ±\d+% vs fp32 [\d.,]+ ±\d+% GFLOP/s"
     assert re.search(figures, err), err
     # measured, then cached: unless this moment was too noisy to be the machine's answer
     noisy = "too noisy to cache" in err

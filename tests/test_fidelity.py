@@ -135,3 +135,21 @@ def test_bf16_keeps_smollm2s_answers_on_the_held_out_text_and_the_whole_cast_did
     assert faithful.positions >= 300 and faithful.within_bound, faithful
     cast = copy.deepcopy(model).to(torch.bfloat16)
     assert not compare(reference, output_logits(cast, inputs)).within_bound
+
+
+@pytest.mark.measured_choice
+def test_bench_precision_says_what_auto_chooses_for_a_model_and_why(
+    faster, tmp_path, monkeypatch, capsys
+):
+    """What CI prints about the machine at hand: the choice, the speed figure, and (where bf16
+    is faster) its fidelity; under either verdict."""
+    from glassformer.cli import main
+
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
+    run = tiny_gpt().save_pretrained(
+        tmp_path / "run", extra_files={"tokenizer.json": TOKENIZER.to_json().encode()}
+    )
+    assert main(["bench", "precision", "--model", str(run)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith(f"  {run} decoding, --dtype auto: {faster} (speed: {faster} taken as")
+    assert ("bf16 against fp32: top-1 agreement" in line) == (faster == "bf16"), line

@@ -292,9 +292,16 @@ def _old_modules():
     }
 
 
+# The outputs were recorded on an Intel Xeon; another CPU's kernels (AVX2 forced on it)
+# moved them by at most 4.8e-7 there, while old names mapped to the wrong modules (the decoder's
+# self_attn read as its cross_attn) move them by O(1).
+OUTPUT_ATOL = 1e-5
+
+
 def test_state_dicts_under_the_old_part_names_load_and_compute_what_they_did():
     """Layers and stacks saved at 7a7e08c (self_attn, feed_forward, norm1..3, layers.N, norm)
-    load strictly into today's blocks and give the outputs that code gave, bit for bit."""
+    load strictly into today's blocks and give the outputs that code gave (bit for bit on the
+    CPU they were recorded on; within ``OUTPUT_ATOL`` on any)."""
     from safetensors.torch import load_file
 
     saved = load_file(Path(__file__).parent / "data/runs_7a7e08c/layers.safetensors")
@@ -304,7 +311,7 @@ def test_state_dicts_under_the_old_part_names_load_and_compute_what_they_did():
         assert any("self_attn." in k for k in state)  # the old names, really
         module.load_state_dict(state)  # strict: nothing missing, nothing left over
         out = module.eval()(x, memory)[0] if name.startswith("dec") else module.eval()(x)[0]
-        assert torch.equal(out, saved[f"output/{name}"]), name
+        torch.testing.assert_close(out, saved[f"output/{name}"], rtol=0, atol=OUTPUT_ATOL)
 
 
 def test_the_old_part_names_still_read_the_parts():

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from glassformer.cache import cache_root
+from glassformer.modules.quantized import VOCABULARY_HEADS
 
 CACHE_FILE = "precision.json"
 FORCE_ENV = "GLASSFORMER_FASTER"  # bf16 | fp32: the verdict, forced (tests); unset: measured
@@ -213,8 +214,8 @@ def _usable(entry: Any) -> Measurement | None:
     if not isinstance(entry, dict):
         return None
     names = {f.name for f in fields(Measurement)} - {"cached", "forced"}
-    figures: dict[str, Any] = {k: float(v) for k, v in entry.items() if k in names}
     try:
+        figures: dict[str, Any] = {k: float(v) for k, v in entry.items() if k in names}
         m = Measurement(**figures, cached=True)
     except (TypeError, ValueError):
         return None
@@ -261,14 +262,13 @@ def check_dtype(dtype: str) -> str:
 
 
 def decoding_shapes(model: nn.Module, batch: int = 1) -> list[tuple[int, int, int]]:
-    """The (m, k, n) products of one decoding step at ``batch``: one per linear layer, in
-    the model's order, repeats kept. Measured as they come (each with its own weights), the
-    products read as many bytes as a step does, so they meet the memory limits a step meets
-    (a model larger than the cache reads its weights from memory: there bf16's half the
-    bytes counts; a few small products that stay in the cache would not show it)."""
-    return [
-        (batch, m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)
-    ]
+    """The (m, k, n) products of one decoding step at ``batch`` that ``bf16`` runs in bf16:
+    one per linear layer but the vocabulary head (fp32 in both), in the model's order, repeats
+    kept. Measured as they come (each with its own weights), they read as many bytes as a step
+    does, so they meet the memory limits a step meets (a model larger than the cache reads its
+    weights from memory: there bf16's half the bytes counts)."""
+    linears = (m for name, m in model.named_modules() if name not in VOCABULARY_HEADS)
+    return [(batch, m.in_features, m.out_features) for m in linears if isinstance(m, nn.Linear)]
 
 
 def decoding_measurement(

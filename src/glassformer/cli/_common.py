@@ -49,11 +49,13 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=DTYPES,
         default="auto",
-        help="decode in this precision: fp32, bf16 weights, or int8/int4 weight-only "
+        help="decode in this precision: fp32; bf16 products (the residual stream, norms and "
+        "logits stay fp32); int8/int4 weight-only "
         "quantisation (some accuracy lost: see the README); gguf: a GGUF model computes from "
         "its file's own blocks (SmolLM2's Q4_1, a Q4_K_M file's K-quants), exactly; gguf-q8: "
         "the same with every product's input rounded to 8 bits, much as llama.cpp does (faster, "
-        "not exact); auto: bf16 where this machine measures it faster than fp32, else fp32",
+        "not exact); auto: bf16 where this machine measures it faster than fp32 and its "
+        "next-token distributions agree with fp32's on a calibration text, else fp32",
     )
 
 

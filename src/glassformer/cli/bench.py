@@ -103,7 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--refresh", action="store_true", help="precision: measure every cached entry again"
     )
-    p.add_argument("--model", help="precision: also measure this model's decoding products")
+    p.add_argument(
+        "--model", help="precision: also what --dtype auto chooses for this model, and why"
+    )
     p.add_argument(
         "--benchmarks",
         default=None,
@@ -174,11 +176,14 @@ def precision_report(refresh: bool, model_name: str | None) -> int:
         for key, m in precision.cached():
             print(f"  {_label(key)}: {_choice(m)} ({m.describe()})")
     if model_name:
+        from glassformer.cli._common import describe_choice
         from glassformer.inference import load_run
 
-        model, _ = load_run(model_name)
-        m = precision.decoding_measurement(model, refresh=refresh)
-        print(f"  {model_name} decoding: {_choice(m)} ({m.describe()})")
+        model, tokenizer = load_run(model_name)
+        if refresh:
+            precision.decoding_measurement(model, refresh=True)
+        model = model.for_inference("auto", tokenizer=tokenizer)  # speed, then fidelity
+        print(f"  {model_name} decoding, --dtype auto: {describe_choice(model)}")
     return 0
 
 

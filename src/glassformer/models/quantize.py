@@ -43,6 +43,7 @@ from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear
 from glassformer.modules.position import TokenEmbedding
 from glassformer.modules.quantized import (
     QUANTISED,
+    VOCABULARY_HEADS,
     BF16Linear,
     Int4Linear,
     Int8Linear,
@@ -125,7 +126,7 @@ def undo(replaced: list[tuple[nn.Module, str, nn.Module]]) -> None:
 def bf16_fidelity(model: nn.Module, calibration: tuple[torch.Tensor, ...]) -> Fidelity:
     """The ``bf16`` precision's next-token distributions on ``calibration`` against the fp32
     model's (cached per machine, model and inputs); ``model`` is left as it was."""
-    key = "bf16 products; " + fingerprint(model, calibration)
+    key = "bf16 products, head fp32; " + fingerprint(model, calibration)  # what was measured
     known = cached_fidelity(key)
     if known is not None:
         return known
@@ -185,12 +186,6 @@ def release_freed_memory() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to do
         pass
-
-
-# The vocabulary heads stay int8 under int4: SmolLM2's (its tied token table, 28 M of its
-# 135 M weights) in 4 bits raised its perplexity on IMDb reviews by 6.8%, in 8 bits by 0.14%
-# (llama.cpp's 4-bit files keep the output tensor at higher precision too).
-VOCABULARY_HEADS = ("lm_head", "output_proj")
 
 
 def _quantize_linears(model: nn.Module, dtype: str, group_size: int | None) -> None:

@@ -23,6 +23,11 @@ from torch import Tensor, nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
 QUANTISED = ("int8", "int4", "gguf", "gguf-q8")  # inference precisions whose weights are not fp
+# The vocabulary heads (top-level names) stay int8 under int4 and fp32 under bf16: SmolLM2's (its
+# tied token table, 28 M of its 135 M weights) in 4 bits raised its perplexity on IMDb reviews
+# by 6.8%, in 8 bits by 0.14% (llama.cpp's 4-bit files keep the output tensor at higher
+# precision too); in bf16 its top-1 agreement with fp32 fell from 99.4% to 96.7%.
+VOCABULARY_HEADS = ("lm_head", "output_proj")
 
 # PyTorch's CPU kernels for the products: ATen operators, reached through torch.ops, whose
 # names start with an underscore (the private-member rule would take them for ours).
