@@ -163,8 +163,9 @@ def test_chat_with_smollm2_answers_under_auto_whichever_is_faster(
         assert chose.startswith("precision: fp32 (speed: fp32 taken as faster"), chose
 
 
+@pytest.mark.measured_choice
 def test_generate_attention_and_trace_take_smollm2_by_name(
-    smollm2_by_name, monkeypatch, capsys, tmp_path
+    smollm2_by_name, monkeypatch, capsys, tmp_path, faster
 ):
     argv = ["--model", SMOLLM2_NAME]
     prompt = "The capital of France is"

@@ -2,7 +2,7 @@
 
 A page's commands run in order, in a fresh folder, as a reader types them, with two changes
 that keep the run short: a training budget (`--minutes N`, `--max-steps N`) becomes 2 steps,
-and the bundled corpora are small stand-ins in the cache's own layout (sixty reviews, six
+`generate` and `chat` write at most 8 new tokens, and the bundled corpora are small stand-ins in the cache's own layout (sixty reviews, six
 short novels, a few hundred verse pairs; `digits` is the real one), so `--corpus imdb` reads
 its rows through the real loader without the network. A run that a page uses but does not
 train (the generation guide's `--model runs/lm`) is trained first the same way; the
@@ -32,6 +32,7 @@ ELSEWHERE = {
 MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in
 SHORT = ["--max-steps", "2"]  # the budget every training command runs with here
+FEW = ["--max-new-tokens", "8"]  # and every generate or chat command's
 CHAT = "What is the capital of France?\n"  # what `glassformer chat` is told on stdin
 WORDS = {
     "positive": ["wonderful", "moving", "brilliant", "funny", "superb", "charming", "fine", "warm"],
@@ -57,16 +58,19 @@ def elsewhere(command: str) -> str | None:
 
 
 def shortened(argv: list[str]) -> list[str]:
-    """The command with its training budget cut to two steps and placeholders filled."""
+    """The command with its training budget cut to two steps, its decoding to eight new
+    tokens, and placeholders filled."""
     out, i = [], 0
     while i < len(argv):
-        if argv[i] in ("--minutes", "--max-steps"):
+        if argv[i] in ("--minutes", "--max-steps", "--max-new-tokens"):
             i += 2
             continue
         out.append(PLACEHOLDERS.get(argv[i], argv[i]))
         i += 1
     if out[0] == "train" and "--help" not in out:
         out += SHORT
+    if out[0] in ("generate", "chat") and "--help" not in out:
+        out += FEW
     return out
 
 
