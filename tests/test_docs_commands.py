@@ -1,12 +1,13 @@
 """Every `glassformer` command the README and the docs show runs (doc_pages.py finds them).
 
-A page's commands run in order, in a fresh folder, as a reader types them, with two changes
-that keep the run short: a training budget (`--minutes N`, `--max-steps N`) becomes 2 steps,
-`generate` and `chat` write at most 8 new tokens, and the bundled corpora are small stand-ins in the cache's own layout (sixty reviews, six
-short novels, a few hundred verse pairs; `digits` is the real one), so `--corpus imdb` reads
-its rows through the real loader without the network. A run that a page uses but does not
-train (the generation guide's `--model runs/lm`) is trained first the same way; the
-pretrained names (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) are the packaged models.
+A page's commands run in order, in a fresh folder, as a reader types them, with changes that
+keep the run short: a training budget (`--minutes N`, `--max-steps N`) becomes 2 steps,
+`generate` and `chat` write at most 8 new tokens, and the bundled corpora are small stand-ins
+in the cache's own layout (sixty reviews, six short novels, a few hundred verse pairs;
+`digits` is the real one), so `--corpus imdb` reads its rows through the real loader without
+the network. A run that a page uses but does not train (the generation guide's `--model
+runs/lm`) is trained first the same way; the pretrained names (SmolLM2-135M-Instruct,
+all-MiniLM-L6-v2) are the packaged models.
 
 What is not run here says where it is instead: a benchmark is a measurement, whose machine
 and date stand beside it on its page; a command that compiles is run by the test it names.
