@@ -164,13 +164,15 @@ def test_chat_with_smollm2_answers_under_auto_whichever_is_faster(
 
 
 @pytest.mark.measured_choice
-def test_generate_attention_and_trace_take_smollm2_by_name(
-    smollm2_by_name, monkeypatch, capsys, tmp_path, faster
-):
-    argv = ["--model", SMOLLM2_NAME]
+def test_generate_takes_smollm2_by_name_and_says_paris(smollm2_by_name, capsys, faster):
     prompt = "The capital of France is"
-    assert main(["generate", *argv, "--prompt", prompt, "--greedy", "--max-new-tokens", "3"]) == 0
+    argv = ["generate", "--model", SMOLLM2_NAME, "--prompt", prompt, "--greedy"]
+    assert main([*argv, "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.startswith(prompt + " Paris")
+
+
+def test_attention_and_trace_take_smollm2_by_name(smollm2_by_name, capsys, tmp_path):
+    argv = ["--model", SMOLLM2_NAME]
     out = tmp_path / "att.png"
     assert main(["attention", "Hello there", *argv, "--layer", "2", "--out", str(out)]) == 0
     assert out.stat().st_size > 0 and "30 layers × 9 heads, 2 × 2 tokens" in capsys.readouterr().out

@@ -29,6 +29,8 @@ ELSEWHERE = {
     "glassformer bench": "a measurement: its figures, machine and date stand beside it",
     "--compile": "tests/test_cli_train.py::test_a_compiled_run_saves_the_plain_models_keys",
     "path/to/": "tests/test_support.py::test_a_family_directory_runs_from_the_command_line",
+    # the real activation patching beside the estimates: 33 s on SmolLM2, a tiny model there
+    "--check": "tests/test_cli_inspect.py::test_attribute_prints_the_estimates_and_draws_them",
 }
 MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in
