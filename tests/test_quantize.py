@@ -4,6 +4,7 @@ perplexity stays within the stated tolerance of fp32's, ``auto`` follows the mea
 both ways, and bad values, a second quantisation and saving a quantised model are refused."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -304,3 +305,25 @@ def test_gguf_decodes_the_same_tokens_compiled(kquant_file, legacy_file, dtype):
         eager = model.generate(prompt, 10, do_sample=False, eos_id=None)
         compiled = model.generate(prompt, 10, do_sample=False, eos_id=None, compile=True)
     assert torch.equal(eager, compiled)
+
+
+def test_bf16_decodes_alike_on_the_plain_and_the_static_path_and_keeps_greedy_tokens(trained):
+    """The bf16 layers take fp32 activations in and give fp32 out, so the static cache (fp32
+    buffers) and the plain cache decode the same tokens, and those of fp32 on the chain."""
+    model, held_out = trained
+    prompt = held_out[:8][None]
+    bf16 = copy.deepcopy(model).for_inference("bf16")
+    static = bf16.generate(prompt, 40)
+    assert torch.equal(static, bf16.generate(prompt, 40, static_cache=False))
+    assert (static == model.generate(prompt, 40)).float().mean() > 0.9
+
+
+def test_under_bf16_every_activation_stays_fp32_without_biases_to_promote_it():
+    """Only the products run in bf16: every hook point sees fp32 (q, k, v and the MLP's inner
+    values included, which a layer without a bias would otherwise hand on in bf16)."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=40, d_model=32, num_heads=2, num_layers=2, max_len=16)
+    model = GPT(dataclasses.replace(config, bias=False, qkv_bias=False)).for_inference("bf16")
+    _, cache = model.run_with_cache(torch.randint(0, 40, (1, 8)))
+    dtypes = {name: cache[name].dtype for name in cache}
+    assert dtypes and set(dtypes.values()) == {torch.float32}, dtypes
