@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -103,22 +104,36 @@ def prepare_for_inference(
     return model
 
 
-def use_bf16_products(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    """Make every linear layer of ``model`` but the vocabulary head a ``BF16Linear``, and
-    everything else fp32; returns what was replaced, ``(parent, name, old layer)``, so that
-    ``undo`` can put it back."""
-    model.float()
-    replaced: list[tuple[nn.Module, str, nn.Module]] = []
+Replaced = list[tuple[nn.Module, str, nn.Module]]  # (parent, name, the layer it held)
+
+
+def replace_linears(
+    model: nn.Module, twin: Callable[[nn.Linear, bool], nn.Module | None]
+) -> Replaced:
+    """Put ``twin(layer, is_vocabulary_head)`` in place of every ``nn.Linear`` under ``model``
+    (None keeps the layer); returns what was replaced, so that ``undo`` can put it back."""
+    replaced: Replaced = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            head = parent is model and name in VOCABULARY_HEADS
-            if isinstance(child, nn.Linear) and not head:
-                setattr(parent, name, BF16Linear.from_linear(child))
+            if not isinstance(child, nn.Linear):
+                continue
+            new = twin(child, parent is model and name in VOCABULARY_HEADS)
+            if new is not None:
+                setattr(parent, name, new)
                 replaced.append((parent, name, child))
     return replaced
 
 
-def undo(replaced: list[tuple[nn.Module, str, nn.Module]]) -> None:
+def use_bf16_products(model: nn.Module) -> Replaced:
+    """Make every linear layer of ``model`` but the vocabulary head a ``BF16Linear``, and
+    everything else fp32; returns what was replaced (``undo`` puts it back)."""
+    model.float()
+    return replace_linears(
+        model, lambda layer, head: None if head else BF16Linear.from_linear(layer)
+    )
+
+
+def undo(replaced: Replaced) -> None:
     for parent, name, old in replaced:
         setattr(parent, name, old)
 
@@ -190,16 +205,16 @@ def release_freed_memory() -> None:
 
 def _quantize_linears(model: nn.Module, dtype: str, group_size: int | None) -> None:
     """Replace every ``nn.Linear`` under ``model`` by its quantised twin."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if not isinstance(child, nn.Linear):
-                continue
-            head = parent is model and name in VOCABULARY_HEADS
-            if dtype == "int4" and int4_fits(child) and not head:
-                size = group_size or int4_group_size(child.in_features)
-                setattr(parent, name, Int4Linear.from_linear(child, size, torch.bfloat16))
-            else:  # int8, a vocabulary head, or a shape the int4 kernel does not take
-                setattr(parent, name, Int8Linear.from_linear(child, torch.bfloat16))
+
+    def twin(layer: nn.Linear, head: bool) -> nn.Module:
+        if dtype == "int4" and int4_fits(layer) and not head:
+            size = group_size or int4_group_size(layer.in_features)
+            return Int4Linear.from_linear(layer, size, torch.bfloat16)
+        return Int8Linear.from_linear(
+            layer, torch.bfloat16
+        )  # int8, a head, or a shape int4 refuses
+
+    replace_linears(model, twin)
 
 
 def int4_fits(linear: nn.Linear) -> bool:
