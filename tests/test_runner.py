@@ -184,6 +184,29 @@ def test_a_missing_optional_library_is_named_before_any_work(
 # ---- run directories written by the train command before RunConfig and fit ----------------
 
 
+# Recorded on one CPU, checked on any: another CPU's kernels sum in another order. Forcing
+# AVX2 kernels on the Intel Xeon the fixtures were made on (ATEN_CPU_CAPABILITY=avx2
+# ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) moved the resumed losses by at most
+# 1.8e-7 (relative) and any weight by at most 4.7e-6 (a key bias, whose gradient is rounding
+# noise about zero). The faults guarded against move them orders of magnitude more: a resumed
+# run that skips a step moves the last loss by >= 1.3e-4 (relative; classify, the least, against
+# lm's 2e-3), and old names mapped to the wrong modules move outputs by O(1) (test_layers).
+# Both faults, made on purpose, failed this test (and that one).
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-4
+
+
+def assert_logged_as_recorded(got: list[dict], expected: list[dict], ignore: set[str]) -> None:
+    """Each metrics row as recorded: floats (losses, accuracies) within ``LOSS_RTOL``, the
+    rest (the event, the step, the tokens seen) exactly; the keys in ``ignore`` (timings) not."""
+    for old, new in zip(expected, got, strict=True):
+        for key in old.keys() - ignore:
+            if isinstance(old[key], float):
+                assert new[key] == pytest.approx(old[key], rel=LOSS_RTOL), (key, new, old)
+            else:
+                assert new[key] == old[key], (key, new, old)
+
+
 @pytest.fixture
 def legacy(tmp_path, monkeypatch):
     """A private copy of the old runs, in a working directory where their data files are
@@ -218,11 +241,7 @@ def test_old_runs_resume_exactly_as_the_old_code_did(legacy, task, how, capsys):
     ]
     got = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in got] == [3, 6, 9]
-    for old, new in zip(expected, got, strict=True):
-        for key in old.keys() - {"elapsed_s"}:  # recorded on another CPU: see LOSS_RTOL
-            assert new[key] == (
-                pytest.approx(old[key], rel=LOSS_RTOL) if isinstance(old[key], float) else old[key]
-            ), (key, new, old)
+    assert_logged_as_recorded(got, expected, ignore={"elapsed_s"})
     assert json.loads((run / "run.json").read_text())["max_steps"] == 9
 
 
@@ -279,18 +298,6 @@ def test_runs_from_before_the_anatomy_load(before_anatomy, run):
     assert tokenizer is not None  # a tokenizer, or the vision run's image processor
 
 
-# Recorded on one CPU, checked on any: another CPU's kernels sum in another order. Forcing
-# AVX2 kernels on the Intel Xeon the fixtures were made on (ATEN_CPU_CAPABILITY=avx2
-# ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) moved the resumed losses by at most
-# 1.8e-7 (relative) and any weight by at most 4.7e-6 (a key bias, whose gradient is rounding
-# noise about zero). The faults guarded against move them orders of magnitude more: a resumed
-# run that skips a step moves the last loss by >= 1.3e-4 (relative; classify, the least, against
-# lm's 2e-3), and old names mapped to the wrong modules move outputs by O(1) (test_layers).
-# Both faults, made on purpose, failed this test (and that one).
-LOSS_RTOL = 1e-5
-WEIGHT_ATOL = 1e-4
-
-
 @pytest.mark.parametrize("run", sorted(ANATOMY_RUNS))
 def test_runs_from_before_the_anatomy_resume_as_that_code_resumed_them(before_anatomy, run):
     """Resumed for three more steps, a 7a7e08c run logs the losses and saves the weights that
@@ -303,12 +310,10 @@ def test_runs_from_before_the_anatomy_resume_as_that_code_resumed_them(before_an
     assert main(["train", task, "--resume", str(path), "--max-steps", "9", "--threads", "1"]) == 0
     expected = (before_anatomy / "expected" / f"{run}.resumed.metrics.jsonl").read_text()
     got = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-    for old, new in zip(map(json.loads, expected.splitlines()), got, strict=True):
-        for key in old.keys() - {"elapsed_s", "tokens_per_s", "examples_per_s"}:
-            if isinstance(old[key], float):
-                assert new[key] == pytest.approx(old[key], rel=LOSS_RTOL), (key, new, old)
-            else:  # the event, the step and the tokens seen: exactly
-                assert new[key] == old[key], (key, new, old)
+    expected_rows = list(map(json.loads, expected.splitlines()))
+    assert_logged_as_recorded(
+        got, expected_rows, ignore={"elapsed_s", "tokens_per_s", "examples_per_s"}
+    )
     weights = load_file(str(path / "checkpoint" / "model.safetensors"))
     recorded = load_file(str(before_anatomy / "expected" / f"{run}.resumed.safetensors"))
     assert weights.keys() == recorded.keys()
