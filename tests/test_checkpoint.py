@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import time
 
 import pytest
 import torch
@@ -365,7 +366,7 @@ def test_a_crash_between_the_two_renames_keeps_the_previous_checkpoint(tmp_path)
     save_checkpoint(first, run / "checkpoint", training_state={"step": torch.tensor(1)})
     save_checkpoint(second, tmp_path / "staged")
     os.replace(run / "checkpoint", run / ".checkpoint.old")  # the first rename...
-    os.replace(tmp_path / "staged", run / ".checkpoint.k1ll3d")  # ...a complete temporary
+    os.replace(tmp_path / "staged", run / ".checkpoint.partial-k1ll3d_0")  # ...a temporary
     for path in (run / "checkpoint", run):
         assert torch.equal(load_checkpoint(path)(IDS).logits, first(IDS).logits)
     assert load_training_state(run)["step"].item() == 1
@@ -426,3 +427,130 @@ def test_the_malicious_file_would_run_code_without_weights_only(tmp_path):
     torch.save({"evil": _Toucher(marker)}, tmp_path / "state.pt")
     torch.load(tmp_path / "state.pt", weights_only=False)
     assert marker.exists()
+
+
+# ---- hostile files (issue 49) -------------------------------------------------------------
+
+
+def test_a_save_named_like_a_pattern_deletes_nothing_beside_it(tmp_path):
+    """`--out 'runs/*'` once deleted an unrelated hidden folder beside it: the save's own
+    name was used as a glob pattern to find its leftovers."""
+    runs = tmp_path / "runs"
+    for name in (".cache.d", ".git.x", ".*.settings"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "keep.txt").write_text("mine")
+    for _ in range(2):  # the second save looks for leftovers of the first
+        save_checkpoint(make("gpt"), runs / "*")
+    assert sorted(os.listdir(runs)) == ["*", ".*.settings", ".cache.d", ".git.x"]
+    for name in (".cache.d", ".git.x", ".*.settings"):
+        assert (runs / name / "keep.txt").read_text() == "mine"
+
+
+def test_a_checkpoint_follows_the_umask(tmp_path):
+    before = os.umask(0o022)
+    try:
+        make("gpt").save_pretrained(tmp_path / "ckpt")
+    finally:
+        os.umask(before)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "ckpt").iterdir()}
+    assert modes == {"config.json": 0o644, "model.safetensors": 0o644}
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o755
+
+
+def _with_config(path, **changes):
+    """A small sinusoidal GPT's checkpoint whose config.json then says ``changes``."""
+    GPT(
+        GPTConfig.preset("tiny", vocab_size=30, num_layers=2, positional="sinusoidal")
+    ).save_pretrained(path)
+    meta = json.loads((path / "config.json").read_text())
+    meta["config"].update(changes)
+    (path / "config.json").write_text(json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_layers", 5_000),  # under the configs' own ceiling; a list of 5000 blocks
+        ("vocab_size", 10**12),  # an embedding of 10^12 rows
+        ("d_ff", 10**12),
+        ("d_model", 2**40),
+        ("max_len", 10**12),  # the sinusoidal table is not stored: it is computed
+    ],
+)
+def test_a_config_bigger_than_its_weights_is_refused_before_anything_is_built(
+    field, value, tmp_path
+):
+    path = _with_config(tmp_path / "g", **{field: value})
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    message = str(e.value)
+    assert "\n" not in message and "config.json" in message, message
+    assert f"{field} {value}" in message or f"{field} is {value}" in message, message
+    assert time.perf_counter() - started < 5  # nothing was built (5000 blocks take far longer)
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path):
+    path = gpt_checkpoint(tmp_path / "g")
+    (path / "config.json").write_text(
+        '{"kind": "gpt", "config": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    )
+    with pytest.raises(CheckpointError, match=r"config\.json is not a glassformer config: nested"):
+        load_checkpoint(path)
+
+
+LONG = "x" * 100_000  # a value no message should echo whole
+
+
+def _long_safetensors_header(path):
+    """model.safetensors whose header names a 100,000-character dtype (safetensors' own
+    error quotes it whole)."""
+    import struct
+
+    header = json.dumps({"w": {"dtype": LONG, "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+
+
+@pytest.mark.parametrize(
+    "meta, config, weights, says",
+    [
+        ({"kind": LONG, "config": {}}, None, None, ("kind 'xxx", "xxx' (100,000 characters);")),
+        ({"model_type": LONG}, None, None, ("Face 'xxx", "xxx' (100,000 characters) checkpoint")),
+        (
+            {"model_type": [LONG]},
+            None,
+            None,
+            ("Face ['xxx", "xxx'] (100,004 characters) checkpoint"),
+        ),
+        (
+            None,
+            {"num_layers": LONG},
+            None,
+            ("num_layers must be a positive integer, got 'xxx", "xxx' (100,000 characters)"),
+        ),
+        (
+            None,
+            {"vocab_size": 10**4000},
+            None,
+            ("vocab_size is 1000", "000 (4,001 characters), but"),
+        ),
+        (None, {LONG: 1}, None, ("has no field(s) ['xxx", "xxx'] (100,004 characters)")),
+        (None, None, _long_safetensors_header, ("unknown variant `xxx",)),
+    ],
+    ids=["kind", "model-type", "model-type-list", "num-layers", "vocab-size", "field", "header"],
+)
+def test_a_long_value_is_cut_in_the_one_line_naming_the_file(meta, config, weights, says, tmp_path):
+    """A 100,000-character value in config.json (``meta`` in place of it, or ``config``
+    changed in it) or in the safetensors header was echoed whole (found by the fuzzer:
+    tests/data/fuzz/corpus/directory/model-type-echoed-whole)."""
+    path = _with_config(tmp_path / "g", **(config or {}))
+    if meta is not None:
+        (path / "config.json").write_text(json.dumps(meta))
+    if weights is not None:
+        weights(path)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 1000, message[:2000]
+    assert str(path) in message and all(needle in message for needle in says), message

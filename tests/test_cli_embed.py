@@ -92,7 +92,7 @@ def test_similarity_reads_candidates_from_a_file_and_keeps_the_top_k(small_model
         (["similarity", "q", "a", "--top-k", "0"], "--top-k must be a positive integer, got 0"),
         (["similarity", "q", "a", "--file", "f.txt"], "not both"),
         (["similarity", "q", "--file", "missing.txt"], "missing.txt: no such file"),
-        (["embed", "x", "--model", "no/such/dir"], "no/such/dir is not a directory"),
+        (["embed", "x", "--model", "no/such/dir"], "no/such/dir does not exist"),
     ],
 )
 def test_user_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import glassformer.training.runner as runner
-from glassformer import GPT, load_checkpoint, load_run
+from glassformer import GPT, RunConfig, load_checkpoint, load_run
 from glassformer.cli import main
 from glassformer.inference import fill_mask
 from glassformer.precision import MARGIN
@@ -520,3 +520,48 @@ def test_classify_arch_gpt_trains_a_gpt_shaped_classifier_from_random_weights(
     assert json.loads((run / "results.json").read_text())["val_accuracy"] == 1.0
     assert main(["classify", "--model", str(run), "great fun", "boring mess"]) == 0
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["pos", "neg"]
+
+
+def test_out_creates_the_run_folder_and_at_most_its_parent(files, tmp_path, capsys, monkeypatch):
+    """A typo deep in --out once grew a tree of folders silently; now the run folder and
+    at most its parent are created, and a deeper path is refused before any work."""
+    monkeypatch.setattr(runner, "build_task", lambda *a, **kw: pytest.fail("did work first"))
+    deep = tmp_path / "exp" / "2024" / "run1"
+    assert train("lm", files / "story.txt", deep, "--max-steps", "2") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"glassformer train: error: cannot write {deep}: {tmp_path / 'exp'} does not exist "
+        f"(glassformer creates the output folder and at most 1 folder(s) above it; create "
+        f"{tmp_path / 'exp'} first)"
+    )
+    assert not (tmp_path / "exp").exists()
+    monkeypatch.undo()
+    ok = tmp_path / "runs" / "demo"
+    small = ("--max-steps", "2", "--block-size", "16", "--d-model", "32", "--num-layers", "1")
+    assert train("lm", files / "story.txt", ok, *small, "--no-test") == 0
+    assert (ok / "run.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "field, text, says",
+    [
+        ("processes", "Infinity", "processes is inf, not"),  # once an OverflowError traceback
+        ("processes", "NaN", "processes is nan, not"),
+        ("processes", '"two"', "processes is 'two', not"),
+        ("processes", "0", "processes is 0, not"),
+        ("lr", "Infinity", "lr is inf, not finite"),
+        ("lr", "NaN", "lr is nan, not finite"),
+        ("lr", "1e999", "lr is inf, not finite"),
+        ("max_steps", "9" * 5000, "is not valid JSON"),  # past int()'s 4300 digits
+        ("corpus", "[" * 100_000 + "]" * 100_000, "nested too deeply"),  # a RecursionError
+    ],
+)
+def test_a_hostile_run_json_is_one_line_naming_it(field, text, says, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    values = {**RunConfig(task="lm", data="story.txt").to_dict(), "processes": 1}
+    saved = f'"{field}": {json.dumps(values[field])}'
+    (run / "run.json").write_text(json.dumps(values).replace(saved, f'"{field}": {text}'))
+    assert main(["train", "lm", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(run / "run.json") in err and says in err, err

@@ -131,6 +131,7 @@ def setting(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("docs-commands")
     write_corpora(root / "cache")
+    (root / "trained").mkdir()  # --out creates a run's folder and its parent, no more
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GLASSFORMER_CACHE", str(root / "cache"))
         mp.setattr(bible, "BIBLE_HELD_OUT", 20)  # 1,000 test verses would be most of them

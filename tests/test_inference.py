@@ -28,6 +28,16 @@ def test_load_run_gives_the_model_and_its_tokenizer(run):
     assert read_labels(run) == ["neg", "pos"]
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[" + "9" * 5000 + "]"])
+def test_a_hostile_labels_json_is_one_line(text, run):
+    """Nested past Python's recursion limit (a RecursionError once), or a number past
+    int()'s 4300 digits."""
+    (run / "checkpoint" / "labels.json").write_text(text)
+    with pytest.raises(ValueError, match=r"labels\.json is not a JSON list of labels") as e:
+        read_labels(run)
+    assert "\n" not in str(e.value)
+
+
 def test_load_run_errors_name_the_problem(run):
     with pytest.raises(ValueError, match="holds a 'classifier' model, expected 'gpt'"):
         load_run(run, kind="gpt")

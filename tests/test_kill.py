@@ -1,5 +1,6 @@
 """kill -9, for real: mid-save (the checkpoint stays loadable and whole) and mid-training
-(`--resume` continues with exactly the losses of an uninterrupted run)."""
+(`--resume` continues with exactly the losses of an uninterrupted run); in the slow suite,
+50 kills at random points of whole runs, each resumed to the uninterrupted losses."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import pytest
 import torch
@@ -154,3 +156,145 @@ def test_kill_9_during_training_then_resume_gives_the_uninterrupted_losses(tmp_p
 def _posix_only():
     if not hasattr(os, "fork"):
         pytest.skip("needs fork and SIGKILL")
+
+
+# ---- kill -9 at random points of a whole run, then --resume, many times -------------------
+
+# A fork server: it imports glassformer, matplotlib and torch's optimizers once, with one
+# thread, then for each line [kill_after, argv, log] on stdin forks a child that runs
+# `glassformer ARGV` (its output into LOG), kills it with SIGKILL after KILL_AFTER seconds
+# (null: waits for it) and prints [exit code, seconds]. A run then starts in a few
+# milliseconds instead of the seconds an interpreter takes to import torch.
+SERVER = textwrap.dedent(
+    """
+    import json, os, signal, sys, time, traceback
+    import torch
+    torch.set_num_threads(1)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    from glassformer.cli import main
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])  # imports torch._dynamo here
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kill_after, argv, log = json.loads(line)
+        started = time.monotonic()
+        child = os.fork()
+        if child == 0:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            try:
+                code = main(argv)
+            except BaseException:
+                traceback.print_exc()
+                code = 99
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        status = None
+        while kill_after is not None and status is None:
+            pid, found = os.waitpid(child, os.WNOHANG)
+            if pid:
+                status = found
+            elif time.monotonic() - started >= kill_after:
+                os.kill(child, signal.SIGKILL)
+                break
+            else:
+                time.sleep(0.001)
+        if status is None:
+            status = os.waitpid(child, 0)[1]
+        print(json.dumps([os.waitstatus_to_exitcode(status), time.monotonic() - started]))
+        sys.stdout.flush()
+    """
+)
+
+
+class ForkServer:
+    """``run(argv, log, kill_after=None)``: (exit code, seconds) of `glassformer ARGV`."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout.readline().strip() == "ready"
+
+    def run(self, argv, log, kill_after=None):
+        self.process.stdin.write(json.dumps([kill_after, argv, str(log)]) + "\n")
+        self.process.stdin.flush()
+        code, seconds = json.loads(self.process.stdout.readline())
+        return code, seconds
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _trial_args(data, out):
+    """A run of about a second: 20 steps of a one-layer GPT, a checkpoint every 2 (so that
+    saving takes half of its training time), every step logged, an evaluation every 10."""
+    return ["train", "lm", "--data", str(data), "--out", str(out), "--preset", "tiny"] + [
+        *("--d-model", "32", "--num-layers", "1", "--block-size", "16", "--batch-size", "16"),
+        *("--max-steps", "20", "--checkpoint-every", "2", "--eval-every", "10"),
+        *("--log-every", "1", "--threads", "1", "--no-test", "--bf16", "off"),
+    ]
+
+
+def _where_the_kill_landed(run):
+    """What the run directory says about the moment of the kill."""
+    if not (run / "run.json").exists():
+        return "starting"
+    if any(p.name.startswith(".checkpoint.") for p in run.iterdir()):
+        return "saving"  # a temporary, or the previous checkpoint moved aside
+    if not (run / "checkpoint").exists():
+        return "before the first checkpoint"
+    return "finishing" if (run / "loss.png").exists() else "training"
+
+
+def _weights(run):
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "checkpoint" / "model.safetensors"))
+
+
+def _kill_trials(tmp_path, kill_points):
+    """Kill a run at each of ``kill_points`` (fractions of an uninterrupted run's time),
+    resume it (or, killed before it wrote run.json, start it again) and compare it with
+    the uninterrupted run: every logged figure and every final weight. Returns where the
+    kills landed."""
+    data = tmp_path / "story.txt"
+    data.write_text("the cat sat on the mat. the dog sat on the log. " * 200)
+    server = ForkServer()
+    landed = []
+    try:
+        code, whole = server.run(
+            _trial_args(data, tmp_path / "straight"), tmp_path / "straight.log"
+        )
+        assert code == 0, (tmp_path / "straight.log").read_text()[-2000:]
+        expected, weights = _rows(tmp_path / "straight"), _weights(tmp_path / "straight")
+        for i, point in enumerate(kill_points):
+            run, log = tmp_path / f"trial{i}", tmp_path / f"trial{i}.log"
+            code, _ = server.run(_trial_args(data, run), log, kill_after=point * whole)
+            where = "finished" if code == 0 else _where_the_kill_landed(run)
+            assert code in (0, -signal.SIGKILL), log.read_text()[-2000:]
+            landed.append(where)
+            again = _trial_args(data, run) if where == "starting" else ["train", "lm", "--resume"]
+            code, _ = server.run(again if where == "starting" else [*again, str(run)], log)
+            assert code == 0, f"trial {i} (killed {where}): {log.read_text()[-2000:]}"
+            assert _rows(run) == expected, f"trial {i} (killed {where})"
+            assert all(torch.equal(weights[k], v) for k, v in _weights(run).items()), i
+            left = {p.name for p in run.iterdir()} - {"run.json", "metrics.jsonl", "loss.png"}
+            assert left == {"checkpoint", "samples.txt"}, f"trial {i} (killed {where}): {left}"
+    finally:
+        server.close()
+    return landed
+
+
+@pytest.mark.slow
+def test_fifty_kills_at_random_points_each_resume_to_the_uninterrupted_losses(tmp_path):
+    """Issue 49: 50 SIGKILLs anywhere from the start to the end of a run (startup, steps,
+    saves, the loss plot and samples); every run resumes to the uninterrupted losses."""
+    rng = random.Random(49)
+    landed = _kill_trials(tmp_path, [rng.uniform(0.0, 1.0) for _ in range(50)])
+    print("where the kills landed:", dict(Counter(landed)))  # shown with -s
+    assert {"saving", "training"} <= set(landed), landed

@@ -210,3 +210,35 @@ def test_a_translate_run_from_before_its_dropout_default_reads_the_dropout_it_tr
     model_config = json.loads((old / "checkpoint" / "config.json").read_text())
     assert RunConfig.from_run(old).dropout == model_config["config"]["dropout"] == 0.1
     assert RunConfig(task="translate").dropout == 0.0
+
+
+LONG = "x" * 100_000  # a value no message should echo whole
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"schedule": LONG}, "schedule must be one of"),
+        ({"positional": [LONG]}, "positional must be one of"),
+        ({"bf16": LONG}, "bf16 must be True, False or 'auto'"),
+        ({"compile": LONG}, "compile must be True or False"),
+        ({"batch_size": LONG}, "batch_size must be a positive integer"),
+        ({"task": LONG}, "task must be one of"),
+        ({"task": "classify", "arch": "gpt", "init": LONG}, "arch comes from --init xxx"),
+        ({"fuzz": 1}, "RunConfig has no field(s) ['fuzz']"),
+        ({LONG: 1}, "RunConfig has no field(s)"),
+        ({LONG: float("inf")}, "not finite"),
+        ({"processes": LONG}, "processes is"),
+        ({"corpus": "austen", "data": "x.txt"}, "give --corpus or --data"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_hostile_run_json_is_one_short_line_naming_the_file_and_field(tmp_path, fields, said):
+    """run.json with a 100,000-character value (or key) was refused with the value whole;
+    a key no field has, or options that do not go together, named no file."""
+    (tmp_path / "run.json").write_text(json.dumps({"task": "lm", **fields}, allow_nan=True))
+    with pytest.raises(ValueError) as e:
+        RunConfig.from_run(tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 1000, message[:2000]
+    assert said in message and str(tmp_path / "run.json") in message, message

@@ -2,7 +2,10 @@
 runs written before RunConfig existed still load and resume."""
 
 import json
+import os
+import re
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import torch
 
 import glassformer
 from glassformer import GPT, RunConfig, Seq2SeqTransformer, TransformerClassifier, fit, load_run
+from glassformer.checkpoint import load_training_state
 from glassformer.cli import main
 
 LEGACY = Path(__file__).parent / "data" / "legacy_runs"
@@ -319,3 +323,133 @@ def test_runs_from_before_the_anatomy_resume_as_that_code_resumed_them(before_an
     assert weights.keys() == recorded.keys()
     for name, tensor in recorded.items():
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=WEIGHT_ATOL, msg=name)
+
+
+# ---- hostile run files, kills and file modes (issue 49) ------------------------------------
+
+
+def _lm(story, out, **changes):
+    values = dict(task="lm", data=str(story), block_size=16, log_every=1, no_test=True, **SMALL)
+    return RunConfig(**{**values, "max_steps": 6, "checkpoint_every": 3, **changes}, out=str(out))
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"step": 2, "loss": 1.0}', r"line 7: event None is none of"),  # no event
+        ('{"event": "step", "loss": 1.0}', r"line 7: step None is not a step number"),
+        ('{"event": "step", "step": "2", "loss": 1.0}', r"line 7: step '2' is not a step"),
+        ('{"event": "step", "step": 2, "loss": "low"}', r"line 7: loss 'low' is not a number"),
+        ("[" * 100_000 + "]" * 100_000, r"line 7 is not JSON"),  # not the last line: not a cut
+    ],
+)
+def test_a_metrics_row_no_run_writes_is_refused_before_the_resumed_run_trains(
+    line, problem, story, tmp_path, capsys
+):
+    """Such a row, at the end of a resumed run, once ended it in a traceback (drawing the
+    loss); it is refused in one line when the run is resumed, before any training."""
+    run = tmp_path / "r"
+    fit(_lm(story, run))
+    metrics = run / "metrics.jsonl"
+    rows = metrics.read_text().splitlines()  # 6 steps and 2 evaluations
+    metrics.write_text("\n".join([*rows[:6], line, *rows[6:]]) + "\n")
+    before = metrics.read_text()
+    assert main(["train", "lm", "--resume", str(run), "--max-steps", "9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"glassformer train: error: {metrics} line 7"), err
+    assert re.search(problem, err), err
+    assert metrics.read_text() == before  # nothing of it deleted
+    assert load_training_state(run)["train_state"]["step"] == 6  # nothing trained
+
+
+def _interrupted(config, step):
+    """``fit(config)`` stopped after ``step`` as Ctrl-C stops it (the end saves a checkpoint)."""
+
+    def interrupt(event, state, metrics):
+        if event == "step" and state.step == step:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(config, hooks=(interrupt,))
+
+
+def test_a_last_metrics_line_cut_by_a_kill_is_dropped_on_resume(story, tmp_path, capsys):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(_lm(story, whole))
+    _interrupted(_lm(story, cut), 5)
+    with open(cut / "metrics.jsonl", "a") as f:
+        f.write('{"event": "step", "step": 6, "lo')  # the kill came mid-append
+    fit(RunConfig.from_run(cut), resume=cut)
+    assert losses(cut) == losses(whole)
+
+
+def test_a_run_stopped_between_a_step_and_its_evaluation_loses_neither(story, tmp_path, capsys):
+    """Step 4 is both checkpointed and evaluated. A checkpoint saved before the evaluation,
+    by a run then stopped, would lose it: a resumed run never evaluates that step again.
+    The checkpoint waits for the evaluation; a run stopped between the two saves nothing at
+    its end and resumes from the checkpoint before (step 2)."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(_lm(story, whole, checkpoint_every=2))
+    _interrupted(_lm(story, cut, checkpoint_every=2), 4)
+    assert load_training_state(cut)["train_state"]["step"] == 2
+    fit(RunConfig.from_run(cut), resume=cut)
+    assert losses(cut) == losses(whole)
+
+
+def test_a_run_killed_after_its_last_evaluation_resumes_without_a_second(story, tmp_path, capsys):
+    """Killed after its last checkpoint and evaluation (drawing the loss, say), a run
+    resumed evaluates its last step again: the row is not logged twice. What the kill left
+    of its writes goes: the previous checkpoint moved aside, a temporary of run.json."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(_lm(story, whole))
+    shutil.copytree(whole, cut)
+    (cut / "samples.txt").unlink()
+    shutil.copytree(cut / "checkpoint", cut / ".checkpoint.old")  # before its removal
+    (cut / ".run.json.k1ll3d_0.partial").write_text("{")
+    fit(RunConfig.from_run(cut).replace(out=str(cut)), resume=cut)
+    assert losses(cut) == losses(whole)
+    assert sorted(p.name for p in cut.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(story, tmp_path, capsys):
+    """run.json and a few metrics rows, no checkpoint: the run is trained again from step 0
+    (the same seed, the same losses) instead of refusing to resume."""
+    whole, early = tmp_path / "whole", tmp_path / "early"
+    fit(_lm(story, whole))
+    early.mkdir()
+    (early / "run.json").write_text((whole / "run.json").read_text())
+    (early / "metrics.jsonl").write_text(
+        "".join((whole / "metrics.jsonl").read_text().splitlines(True)[:2]) + '{"eve'
+    )
+    fit(RunConfig.from_run(early).replace(out=str(early)), resume=early)
+    assert losses(early) == losses(whole)
+    assert "stopped before its first checkpoint" in capsys.readouterr().err
+
+
+def test_a_run_killed_between_the_checkpoints_two_renames_resumes(story, tmp_path, capsys):
+    """The new checkpoint was not yet in place, the previous one was in .checkpoint.old:
+    its tokenizer, weights and state are read from there."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    fit(_lm(story, whole))
+    _interrupted(_lm(story, cut), 5)
+    (cut / "checkpoint").rename(cut / ".checkpoint.old")
+    fit(RunConfig.from_run(cut), resume=cut)
+    assert losses(cut) == losses(whole)
+    assert sorted(p.name for p in cut.iterdir() if p.name.startswith((".", "checkpoint"))) == [
+        "checkpoint"
+    ]
+
+
+@pytest.mark.parametrize("mask, files, folders", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_a_runs_files_follow_the_umask(mask, files, folders, story, tmp_path, capsys):
+    before = os.umask(mask)
+    try:
+        fit(_lm(story, tmp_path / "r", max_steps=3, no_test=False))
+    finally:
+        os.umask(before)
+    written = [p for p in (tmp_path / "r").rglob("*")]
+    assert {p.name for p in written} >= {"run.json", "metrics.jsonl", "loss.png", "samples.txt"}
+    assert {p.name for p in written} >= {"results.json", "model.safetensors", "tokenizer.json"}
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in written}
+    expected = {name: folders if (tmp_path / name).is_dir() else files for name in modes}
+    assert modes == expected

@@ -5,38 +5,38 @@
       model.safetensors  the weights (tied weights stored once)
 
 A checkpoint is written into a temporary directory beside the target and renamed into
-place, so a crash mid-save (even ``kill -9``) never leaves a half-written checkpoint under
-the real name: the name holds the previous checkpoint or the new one, whole. Replacing an
-existing one takes two renames (old → ``.NAME.old``, new → NAME); a crash between them is
-repaired by the next load or save, which find the previous checkpoint in ``.NAME.old``.
-Temporaries a killed save left behind are removed by the next save (one writer per
-checkpoint directory). A full disk or another write error raises ``CheckpointSaveError``
-and leaves the previous checkpoint as it was.
+place (``glassformer.atomic``), so a crash mid-save (even ``kill -9``) never leaves a
+half-written checkpoint under the real name: the name holds the previous checkpoint or the
+new one, whole. A crash between the two renames that replace one is repaired by the next
+save, and loading finds the previous checkpoint in ``.NAME.old`` meanwhile. A full disk or
+another write error raises ``CheckpointSaveError`` and leaves the previous checkpoint as it was.
 
-Loading reads only JSON and safetensors: no pickle, no code execution. The training state
-(``training_state.pt``) is unpickled with ``weights_only=True``: plain data only.
+Loading reads only JSON and safetensors: no pickle, no code execution. The config's sizes
+are checked against the tensors the safetensors header lists before any memory is taken
+(``_build_to_fit``). The training state (``training_state.pt``) is unpickled with
+``weights_only=True``: plain data only.
 """
 
 from __future__ import annotations
 
-import errno
+import dataclasses
 import io
 import json
 import os
 import pickle
 import re
-import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_model
 
 from glassformer._version import __version__
-from glassformer.errors import CheckpointError, CheckpointSaveError
+from glassformer.atomic import previous_name, write_directory_atomically
+from glassformer.errors import CheckpointError, CheckpointSaveError, one_line, shown
 from glassformer.modules.quantized import QUANTISED
 
 CONFIG_NAME = "config.json"
@@ -121,7 +121,11 @@ def save_checkpoint(
             f"this model's weights are quantised to {quantised} for inference; save the "
             "model before for_inference(), or load its checkpoint again"
         )
-    meta = {"kind": model.kind, "config": model.config.to_dict(), "glassformer_version": _version()}
+    meta = {
+        "kind": model.kind,
+        "config": model.config.to_dict(),
+        "glassformer_version": __version__,
+    }
 
     def write(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
@@ -151,94 +155,6 @@ def _save_weights(model: Any, file: Path) -> None:
             raise
         code = int(found.group(1))
         raise OSError(code, os.strerror(code), str(file)) from None
-
-
-def write_directory_atomically(path: Path, write: Callable[[Path], None]) -> Path:
-    """Fill a temporary directory beside ``path`` with ``write(tmp)``, flush it to disk,
-    then rename it into place: ``path`` is either the old directory or the complete new one.
-
-    Raises:
-        CheckpointSaveError: writing failed with an ``OSError`` (a full disk, ...).
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _recover(path)
-        _remove_leftovers(path)  # a killed save's temporaries: free their space first
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as e:
-        raise _save_error(path, e) from None
-    try:
-        write(tmp)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        _swap_into_place(tmp, path)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise _save_error(path, e) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
-
-
-def _old_name(path: Path) -> Path:
-    """Where the previous checkpoint waits while the new one is renamed into place."""
-    return path.with_name(f".{path.name}.old")
-
-
-def _recover(path: Path) -> None:
-    """Put the previous checkpoint back if a save was killed between its two renames."""
-    old = _old_name(path)
-    if not path.exists() and old.is_dir():
-        os.replace(old, path)
-
-
-def _remove_leftovers(path: Path) -> None:
-    for leftover in path.parent.glob(f".{path.name}.*"):
-        if leftover.is_dir():
-            shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _save_error(path: Path, e: OSError) -> CheckpointSaveError:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        reason = "no space left on device" if e.errno == errno.ENOSPC else "disk quota exceeded"
-        message = f"{reason} while saving checkpoint to {path}"
-    else:
-        message = f"cannot save checkpoint to {path}: {e.strerror or e}"
-    if path.exists():
-        message += "; the previous checkpoint there is intact"
-    error = CheckpointSaveError(message)
-    error.errno = e.errno
-    return error
-
-
-def _swap_into_place(tmp: Path, path: Path) -> None:
-    """Rename ``tmp`` to ``path``; an existing ``path`` is moved aside, then removed."""
-    if not path.exists():
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        return
-    old = _old_name(path)
-    shutil.rmtree(old, ignore_errors=True)
-    os.replace(path, old)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the renames durable (POSIX; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(
@@ -275,58 +191,145 @@ def load_checkpoint(
             return _load_foreign(path, model_type, kind)
     if not config_file.is_file():
         raise CheckpointError(f"{path} is not a glassformer checkpoint: no {CONFIG_NAME} in it")
-    try:
-        meta = json.loads(config_file.read_text())
-        if isinstance(meta, dict) and "kind" not in meta and "model_type" in meta:
-            return _load_foreign(path, meta["model_type"], kind)
-        saved_kind, values = meta["kind"], meta["config"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{config_file} is not a glassformer config: {e}") from None
+    meta = _read_meta(config_file)
+    if "kind" not in meta and "model_type" in meta:
+        return _load_foreign(path, meta["model_type"], kind)
+    saved_kind, values = meta.get("kind"), meta.get("config")
     if not isinstance(saved_kind, str) or not isinstance(values, dict):
         raise CheckpointError(f"{config_file} is not a glassformer config: bad 'kind' or 'config'")
     if saved_kind not in MODEL_KINDS:
         raise CheckpointError(
-            f"{path} holds unknown model kind {saved_kind!r}; known: {sorted(MODEL_KINDS)}"
+            f"{path} holds unknown model kind {shown(saved_kind)}; known: {sorted(MODEL_KINDS)}"
         )
     if kind is not None and saved_kind != kind:
         raise CheckpointError(f"{path} holds a {saved_kind!r} model, expected {kind!r}")
-    cls = MODEL_KINDS[saved_kind]
-    try:
-        model = cls(cls.config_class.from_dict(values))
-    except (TypeError, ValueError) as e:  # valid JSON, but not a config this kind can take
-        raise CheckpointError(f"{config_file} holds a bad {saved_kind!r} config: {e}") from None
     weights = path / WEIGHTS_NAME
     if not weights.is_file():
         raise CheckpointError(f"{path} has no {WEIGHTS_NAME}")
-    _load_weights(model, weights, saved_kind, map_location)
+    model = _build_to_fit(MODEL_KINDS[saved_kind], values, config_file, weights)
+    _load_weights(model, weights, map_location)
     model.load_extra_files(path)
-    model.eval()
-    return model
+    return model.eval()
 
 
-def _load_weights(model: Any, weights: Path, kind: str, map_location: Any) -> None:
-    """The safetensors file's weights into ``model``, under today's names (a model class may
-    rename what older versions saved: ``upgrade_state_dict``). Every weight must fit; one
-    tied to another (stored once) is loaded through it."""
+def _read_meta(config_file: Path) -> dict[str, Any]:
+    """config.json as a dict; anything else (not text, not JSON, nested too deeply, an int of
+    thousands of digits) is one ``CheckpointError`` naming the file."""
     try:
-        state = load_file(str(weights), device=str(map_location))
-    except Exception as e:  # safetensors raises its own types for corrupt files
-        raise CheckpointError(f"cannot load {weights}: {e}") from None
-    upgrade = getattr(model, "upgrade_state_dict", None)
-    if upgrade is not None:
-        state = upgrade(state)
+        meta = json.loads(config_file.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError too
+        problem = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise CheckpointError(f"{config_file} is not a glassformer config: {problem}") from None
+    return meta
+
+
+def _build_to_fit(cls: Any, values: dict[str, Any], config_file: Path, weights: Path) -> Any:
+    """The model config.json describes, built only once ``weights`` is known to hold it: a
+    config's numbers (a billion layers, a vocabulary of 10^12) would take all memory before
+    a weight is read. Its sizes are checked against the safetensors header, it is built on
+    the meta device (no memory) and compared with the header's shapes, then built for real."""
+    stored = _stored_shapes(weights, cls)
     try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as e:  # a shape that does not fit
-        raise CheckpointError(f"cannot load {weights}: {e}") from None
-    current = model.state_dict()
-    loaded = {current[k].data_ptr() for k in state if k in current}
-    missing = [k for k in missing if current[k].data_ptr() not in loaded]  # tied ones are
+        config = cls.config_class.from_dict(values)
+        _check_sizes(config, stored, config_file, weights)
+        with torch.device("meta"):
+            skeleton = cls(config)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError, RuntimeError) as e:  # not a config this kind can take
+        raise CheckpointError(f"{config_file} is a bad {cls.kind} config: {one_line(e)}") from None
+    _check_fit(skeleton, stored, config, config_file, weights)
+    return cls(config)
+
+
+LAYER_COUNTS = ("num_layers", "num_encoder_layers", "num_decoder_layers")
+WIDTHS = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "num_classes", "d_model", "d_ff")
+
+
+def _check_sizes(config: Any, stored: dict, config_file: Path, weights: Path) -> None:
+    """Each layer holds a tensor of its own, and each width is some stored tensor's length
+    along an axis: a config asking for more cannot fit the file, and building it (even on
+    the meta device) could take all memory and time."""
+    longest = max((max(shape, default=1) for shape in stored.values()), default=0)
+    for name in (*LAYER_COUNTS, *WIDTHS):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > (len(stored) if name in LAYER_COUNTS else longest):
+            raise CheckpointError(
+                f"{config_file}: {name} is {shown(value)}, but {weights.name} holds {len(stored)} "
+                f"tensors, none longer than {longest}"
+            )
+
+
+def _stored_shapes(weights: Path, cls: Any) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape from the safetensors header (no tensor is read), today's names."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # safetensors raises its own types for corrupt headers
+        raise CheckpointError(f"cannot load {weights}: {one_line(e)}") from None
+    return cls.upgrade_state_dict(shapes)
+
+
+def _check_fit(
+    skeleton: Any, stored: dict[str, tuple[int, ...]], config: Any, config_file: Path, weights: Path
+) -> None:
+    """The meta-device model ``skeleton`` takes exactly the stored tensors, in their shapes
+    (one tied to another may be missing; its modules' own renames of older names apply),
+    and its buffers that are not stored (the sinusoidal table) take no more memory than the
+    weights file or 64 MiB."""
+    expected = skeleton.state_dict(keep_vars=True)
+    for name, have in stored.items():
+        want = tuple(expected[name].shape) if name in expected else have
+        if have != want:
+            raise CheckpointError(
+                f"cannot load {weights}: {config_file.name} says {_field(config, want, have)}, "
+                f"but its {name} is {have} (the config makes it {want})"
+            )
+    fake = {name: torch.empty(shape, device="meta") for name, shape in stored.items()}
+    try:
+        missing, unexpected = skeleton.load_state_dict(fake, strict=False)
+    except RuntimeError as e:  # a shape that does not fit, under an older name
+        raise CheckpointError(f"cannot load {weights}: {one_line(e)}") from None
+    loaded = {id(t) for name, t in expected.items() if name not in missing}
+    missing = [name for name in missing if id(expected[name]) not in loaded]  # tied ones are
     if missing or unexpected:
         raise CheckpointError(
-            f"{weights} does not match the {kind!r} config: missing {sorted(missing)}, "
-            f"unexpected {sorted(unexpected)}"
+            f"{weights} does not match the config in {config_file.name}: missing "
+            f"{sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}"
         )
+    budget = max(weights.stat().st_size, 64 << 20)
+    for name, buffer in skeleton.named_buffers():
+        if name not in expected and buffer.numel() * buffer.element_size() > budget:
+            raise CheckpointError(
+                f"{config_file}: {_field(config, tuple(buffer.shape), ())} makes the "
+                f"{name} table {tuple(buffer.shape)}, more memory than {weights.name} holds"
+            )
+
+
+def _field(config: Any, want: tuple[int, ...], have: tuple[int, ...]) -> str:
+    """The config field (name and value) behind the first dimension where ``want`` differs
+    from ``have``: the one to blame in an error."""
+    for i, size in enumerate(want):
+        if i < len(have) and have[i] == size:
+            continue
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            if value == size and isinstance(value, int) and not isinstance(value, bool):
+                return f"{f.name} {value}"
+    return f"the shape {want}"
+
+
+def _load_weights(model: Any, weights: Path, map_location: Any) -> None:
+    """The safetensors file's weights into ``model``, under today's names (a model class may
+    rename what older versions saved: ``upgrade_state_dict``); ``_check_fit`` has made sure
+    that they fit, and one tied to another (stored once) is loaded through it."""
+    try:
+        state = model.upgrade_state_dict(load_file(str(weights), device=str(map_location)))
+        model.load_state_dict(state, strict=False)
+    except Exception as e:  # safetensors raises its own types for corrupt files
+        raise CheckpointError(f"cannot load {weights}: {one_line(e)}") from None
 
 
 def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
@@ -334,7 +337,7 @@ def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
     readers = FOREIGN_FORMATS.get(model_type) if isinstance(model_type, str) else None
     if not readers:
         raise CheckpointError(
-            f"{path} is a Hugging Face {model_type!r} checkpoint; glassformer reads "
+            f"{path} is a Hugging Face {shown(model_type)} checkpoint; glassformer reads "
             f"{sorted(FOREIGN_FORMATS)} directories"
         )
     if kind is None:
@@ -351,16 +354,16 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
     ``.NAME.old`` (see the module notes).
     """
     path = Path(path)
-    if not path.exists() and (_old_name(path) / CONFIG_NAME).is_file():
-        return _old_name(path)
+    if not path.exists() and (previous_name(path) / CONFIG_NAME).is_file():
+        return previous_name(path)
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
     if not (path / CONFIG_NAME).is_file():
         inner = path / CHECKPOINT_SUBDIR
         if (inner / CONFIG_NAME).is_file():
             return inner
-        if not inner.exists() and (_old_name(inner) / CONFIG_NAME).is_file():
-            return _old_name(inner)
+        if not inner.exists() and (previous_name(inner) / CONFIG_NAME).is_file():
+            return previous_name(inner)
     return path
 
 
@@ -393,8 +396,4 @@ def unpickling_problem(error: Exception) -> str:
             "dicts from a pickle; never load this file with weights_only=False)"
         )
     first = text.splitlines()[0] if text else type(error).__name__
-    return first.split(". This is an internal")[0]  # PyTorch's boilerplate on corrupt zips
-
-
-def _version() -> str:
-    return __version__
+    return one_line(first.split(". This is an internal")[0])  # PyTorch's words on bad zips

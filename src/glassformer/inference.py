@@ -97,7 +97,7 @@ def read_labels(path: str | Path) -> list[str]:
         raise ValueError(f"{ckpt} has no {LABELS_FILE}; it is not a classifier run")
     try:
         labels = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not text, nested too deeply
         labels = None
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
         raise ValueError(f"{file} is not a JSON list of labels (strings)")

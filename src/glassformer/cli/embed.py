@@ -12,13 +12,13 @@ once into glassformer's cache unless it is installed).
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from torch import Tensor
 
+from glassformer.atomic import make_folder, write_atomic
 from glassformer.cli._common import inputs
 
 HELP = "embed sentences (all-MiniLM-L6-v2 or another sentence encoder)"
@@ -76,24 +76,20 @@ def json_lines(texts: list[str], vectors: Tensor, digits: int) -> list[str]:
 
 
 def write_embeddings(path: Path, texts: list[str], vectors: Tensor, digits: int) -> None:
-    """Write ``vectors`` (N, D) in the format of ``path``'s suffix, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import save_file
+    """Write ``vectors`` (N, D) in the format of ``path``'s suffix, atomically (its folder
+    and at most the one above it are created)."""
+    make_folder(path.parent)
+    data: bytes | memoryview
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save
 
-            metadata = {"texts": json.dumps(texts)}
-            save_file({"embeddings": vectors.contiguous()}, tmp, metadata=metadata)
-        elif path.suffix == ".npy":
-            import numpy as np
+        data = save({"embeddings": vectors.contiguous()}, metadata={"texts": json.dumps(texts)})
+    elif path.suffix == ".npy":
+        import numpy as np
 
-            with open(tmp, "wb") as f:
-                np.save(f, vectors.numpy())
-        else:
-            Path(tmp).write_text("\n".join(json_lines(texts, vectors, digits)) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        buffer = io.BytesIO()
+        np.save(buffer, vectors.numpy())
+        data = buffer.getbuffer()
+    else:
+        data = ("\n".join(json_lines(texts, vectors, digits)) + "\n").encode()
+    write_atomic(path, data)

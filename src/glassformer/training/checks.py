@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from glassformer.errors import RunConfigError
+from glassformer.errors import RunConfigError, one_line, shown
 
 if TYPE_CHECKING:
     from glassformer.training.config import RunConfig
@@ -24,7 +24,7 @@ def on_off_auto(text: str) -> bool | str:
     words: dict[str, bool | str] = {"on": True, "true": True, "yes": True, "1": True}
     words |= {"off": False, "false": False, "no": False, "0": False, "auto": "auto"}
     if text.lower() not in words:
-        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {shown(text)}")
     return words[text.lower()]
 
 
@@ -52,7 +52,7 @@ def check_values(c: RunConfig) -> None:
             continue
         number = (int,) if "integer" in rule.expected else (int, float)
         if isinstance(value, bool) or not isinstance(value, number):
-            raise RunConfigError(f.name, f"must be {rule.expected}, got {value!r}")
+            raise RunConfigError(f.name, f"must be {rule.expected}, got {shown(value)}")
         if isinstance(value, float) and not math.isfinite(value) or not rule.ok(value):
             raise RunConfigError(f.name, f"must be {rule.expected}, got {value}")
 
@@ -79,11 +79,11 @@ def check_choices(c: RunConfig) -> None:
             continue
         if literals and boolean:
             words = ", ".join(repr(v) for v in literals)
-            raise RunConfigError(name, f"must be True, False or {words}, got {value!r}")
+            raise RunConfigError(name, f"must be True, False or {words}, got {shown(value)}")
         if literals:
-            raise RunConfigError(name, f"must be one of {literals}, got {value!r}")
+            raise RunConfigError(name, f"must be one of {literals}, got {shown(value)}")
         if boolean:
-            raise RunConfigError(name, f"must be True or False, got {value!r}")
+            raise RunConfigError(name, f"must be True or False, got {shown(value)}")
 
 
 def _is_union(hint: Any) -> bool:
@@ -151,7 +151,7 @@ def check_arch(c: RunConfig) -> None:
     if c.task != "classify":
         raise RunConfigError("arch", f"chooses a classifier's shape (classify), not {c.task!r}")
     if c.init is not None:
-        raise RunConfigError("arch", f"comes from --init {c.init}: leave out --arch")
+        raise RunConfigError("arch", f"comes from --init {one_line(c.init, 80)}: leave out --arch")
     if c.framework == "keras":
         raise RunConfigError("arch", "gpt is not in the Keras twin (--framework keras)")
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from glassformer.errors import RunConfigError
+from glassformer.errors import RunConfigError, one_line, shown
 from glassformer.training.checks import (
     EVERY,
     FRACTION,
@@ -286,7 +287,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise RunConfigError("task", f"must be one of {list(TASKS)}, got {self.task!r}")
+            raise RunConfigError("task", f"must be one of {list(TASKS)}, got {shown(self.task)}")
         self._fill_defaults()
         check_run(self)
 
@@ -319,7 +320,6 @@ class RunConfig:
     def from_dict(cls, values: dict[str, Any]) -> RunConfig:
         """A config from a dict of fields (run.json's keys; bookkeeping keys are left out)."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        known = set(fields)
         # What an older run.json's None meant: the value the field had before it took a
         # task default (translate's dropout: the preset's 0.1), or, for a field that now
         # has a default of its own, that default (on_nonfinite: null meant "stop").
@@ -334,9 +334,9 @@ class RunConfig:
                 continue  # the field's own default
             kept[k] = v
         values = kept
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise ValueError(f"RunConfig has no field(s) {unknown}")
+            raise ValueError(f"RunConfig has no field(s) {shown(unknown)}")
         return cls(**values)
 
     @classmethod
@@ -360,21 +360,34 @@ def read_run(run_dir: str | Path) -> tuple[RunConfig, int]:
     file = Path(run_dir) / RUN_FILE
     if not file.is_file():
         raise ValueError(f"{run_dir} is not a training run: no {RUN_FILE} in it")
+    values = _run_values(file.read_bytes(), str(file))  # bytes not UTF-8: not valid JSON
+    processes = values.get(PROCESSES_KEY, 1)
+    if type(processes) is not int or processes < 1:  # bool is an int: not one here
+        raise ValueError(f"{file}: {PROCESSES_KEY} is {shown(processes)}, not a whole number >= 1")
     try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file} is not valid JSON ({e}); it cannot be resumed") from None
-    values = _run_values(text, str(file))
-    return RunConfig.from_dict(values), int(values.get(PROCESSES_KEY, 1))
+        return RunConfig.from_dict(values), processes
+    except RunConfigError as e:  # a field no run can use: named with its file
+        raise RunConfigError(e.field, f"{e.problem} (in {file}: it cannot be resumed)") from None
+    except ValueError as e:  # a key no field has, options that do not go together
+        raise ValueError(f"{file}: {one_line(e)}; it cannot be resumed") from None
 
 
-def _run_values(text: str, source: str) -> dict[str, Any]:
+def _run_values(text: str | bytes, source: str) -> dict[str, Any]:
+    """run.json's fields: a JSON object with a task, each number finite (JSON has no
+    Infinity or NaN; Python's reader takes them, and 1e999, as floats)."""
     try:
         values = json.loads(text)
-    except json.JSONDecodeError as e:
+    except RecursionError:
+        raise ValueError(f"{source} is nested too deeply for a run; it cannot be resumed") from None
+    except ValueError as e:  # JSONDecodeError, or an integer of thousands of digits
         raise ValueError(f"{source} is not valid JSON ({e}); it cannot be resumed") from None
     if not isinstance(values, dict) or "task" not in values:
         raise ValueError(f"{source} does not describe a training run; it cannot be resumed")
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(  # the key as it is (lr), or cut short (one_line) if long
+                f"{source}: {one_line(name, 80)} is {value}, not finite; it cannot be resumed"
+            )
     return values
 
 

@@ -13,10 +13,9 @@ position, so the resumed run continues with the same losses as an uninterrupted 
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from glassformer.atomic import make_folder, remove_partial_files, tidy_directory, write_atomic
 from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_training_state, save_checkpoint
+from glassformer.errors import shown
 from glassformer.models.legacy import legacy_parameter_order
 from glassformer.training.config import PROCESSES_KEY, RUN_FILE, RunConfig
 from glassformer.training.distributed import (
@@ -37,20 +38,7 @@ from glassformer.training.loop import TrainConfig, TrainState
 from glassformer.training.tasks import Task
 
 RUN_FILES = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+OWN_FILES = ("metrics.jsonl", "loss.png", "samples.txt", "results.json")
 
 
 class ProgressBar:
@@ -102,8 +90,12 @@ class MetricsLog:
         if every <= 0:
             raise ValueError(f"log every must be a positive number of steps, got {every}")
         self.path, self.every = path, every
+        self.evaluated_at: int | None = None  # a resumed run's step whose evaluation is logged
 
     def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
+        if event == "eval" and state.step == self.evaluated_at:
+            self.evaluated_at = None  # a finished run, resumed, evaluates its last step again
+            return
         if event == "step" and state.step % self.every == 0 or event in ("eval", "skip"):
             row = {
                 "event": event,
@@ -120,27 +112,58 @@ class MetricsLog:
         from the checkpoint of ``step`` logs those steps again."""
         if not self.path.is_file():
             return
-        kept = []
-        for line in self.path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line the killed process was still writing
-            if isinstance(row, dict) and row.get("step", 0) <= step:
-                kept.append(json.dumps(row) + "\n")
-        write_atomic(self.path, "".join(kept).encode())
+        kept = [row for row in read_metrics(self.path) if row["step"] <= step]
+        if any(row["event"] == "eval" and row["step"] == step for row in kept):
+            self.evaluated_at = step
+        write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept).encode())
+
+
+EVENTS = ("step", "eval", "skip")  # the rows MetricsLog writes
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl, each checked to be one ``MetricsLog`` writes. A last line
+    that is not JSON is what a kill mid-append leaves: it is dropped. Anything else no run
+    writes (a row without ``event``, a bad line before the last) is refused in one line
+    naming the file, the line and the field: nothing a run did not write is deleted."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            if number == len(lines):
+                break  # the line the killed process was still writing
+            message = f"{path} line {number} is not JSON; a run writes one object a line"
+            raise ValueError(message) from None
+        rows.append(_checked_row(row, path, number))
+    return rows
+
+
+def _checked_row(row: Any, path: Path, number: int) -> dict[str, Any]:
+    where = f"{path} line {number}"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where} is not a JSON object; a run writes one object a line")
+    if row.get("event") not in EVENTS:
+        raise ValueError(f"{where}: event {shown(row.get('event'))} is none of {list(EVENTS)}")
+    step = row.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"{where}: step {shown(step)} is not a step number (a whole number >= 0)")
+    for name in ("loss", "val_loss"):
+        value = row.get(name, 0.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{where}: {name} {shown(value)} is not a number")
+    return row
 
 
 def plot_loss(metrics_path: Path, png_path: Path, title: str = "") -> Path | None:
     """Draw training and validation loss from metrics.jsonl; None if nothing to draw."""
     rows = read_metrics(metrics_path)
-    train = [(r["step"], r["loss"]) for r in rows if r["event"] == "step"]
+    train = [(r["step"], r["loss"]) for r in rows if r["event"] == "step" and "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in rows if r["event"] == "eval" and "val_loss" in r]
     if not train and not val:
         return None
@@ -160,11 +183,10 @@ def plot_loss(metrics_path: Path, png_path: Path, title: str = "") -> Path | Non
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=".loss.", suffix=".png", dir=png_path.parent)
-    os.close(fd)
-    fig.savefig(tmp)
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
     plt.close(fig)
-    os.replace(tmp, png_path)
+    write_atomic(png_path, image.getbuffer())
     return png_path
 
 
@@ -176,6 +198,12 @@ class Checkpointer:
 
     At the end of a run stopped by a non-finite loss, or after a save failed, it saves
     nothing more: the checkpoint on disk stays the last good one.
+
+    Given the ``loop_config`` of a loop that evaluates, a checkpoint due at a step the loop
+    evaluates after is saved after that evaluation (the last step's at the end): a run
+    killed between the two finds both or neither on resuming, never a checkpoint whose
+    evaluation is lost; a run interrupted between the two saves nothing at its end. (Not for
+    a sharded model: its other ranks see no evaluations.)
     """
 
     def __init__(
@@ -187,18 +215,34 @@ class Checkpointer:
         *,
         every: int,
         extra_files: dict[str, bytes],
+        loop_config: TrainConfig | None = None,
     ) -> None:
         self.dir = run_dir / CHECKPOINT_SUBDIR
         self.model, self.optimizer, self.batches = model, optimizer, batches
         self.every, self.extra_files = every, extra_files
+        self.loop_config = None if is_sharded(model) else loop_config
         self.saved_step: int | None = None  # the step of the checkpoint on disk
+        self.evaluated_step: int | None = None
         self.failed = False
 
     def __call__(self, event: str, state: TrainState, metrics: dict[str, float]) -> None:
-        due = event == "step" and self.every and state.step % self.every == 0
-        final = event == "end" and not metrics.get("nonfinite") and not self.failed
-        if (due or final) and state.step != self.saved_step and state.step > 0:
+        due = bool(self.every) and state.step % self.every == 0
+        if event == "step":
+            save = due and not self._evaluates_after(state)
+        elif event == "eval":
+            self.evaluated_step, save = state.step, due  # (without a loop_config: saved)
+        else:  # not when interrupted before the evaluation that follows this step
+            reached = not self._evaluates_after(state) or self.evaluated_step == state.step
+            save = event == "end" and not metrics.get("nonfinite") and not self.failed and reached
+        if save and state.step != self.saved_step and state.step > 0:
             self.save(state)
+
+    def _evaluates_after(self, state: TrainState) -> bool:
+        """Whether the loop evaluates the model after this step (``train``'s cadence)."""
+        c = self.loop_config
+        return c is not None and (
+            bool(c.eval_every and state.step % c.eval_every == 0) or state.done(c)
+        )
 
     def last_good(self) -> str:
         """Where the last good checkpoint is, in words, for an error message."""
@@ -313,8 +357,13 @@ def _names(group: dict, model) -> list[str]:
 
 
 def start_run_dir(config: RunConfig, out: Path, processes: int, *, fresh: bool) -> None:
-    """Create the run directory and write run.json; a fresh run starts a new metrics.jsonl."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Create the run directory (and at most its parent: ``make_folder``) and write run.json;
+    a fresh run starts a new metrics.jsonl. What a kill left of the run's own writes (one
+    writer: this run) is tidied: temporaries, a checkpoint moved aside."""
+    make_folder(out)
+    tidy_directory(out / CHECKPOINT_SUBDIR)
+    for name in (RUN_FILE, *OWN_FILES):
+        remove_partial_files(out / name)
     if fresh:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     values = {**config.to_dict(), PROCESSES_KEY: processes}

@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from glassformer.checkpoint import load_checkpoint
+from glassformer.atomic import make_folder, previous_name
+from glassformer.checkpoint import CHECKPOINT_SUBDIR, load_checkpoint, resolve_checkpoint_dir
 from glassformer.data.images import IMAGE_PROCESSOR_FILE, ImageProcessor, load_image_processor
 from glassformer.data.tokenizers import Tokenizer, load_tokenizer
 from glassformer.inference import LABELS_FILE, read_labels
@@ -111,8 +112,9 @@ def _fit(
     processes = world.world_size
     if resume_dir is not None:
         config = _resumed_config(config, resume_dir, world)
+        resume_dir = _saved_or_none(resume_dir, world)
     _check_requirements(config, world)
-    out = Path(config.out or f"runs/{config.task}")
+    out = make_folder(config.out or f"runs/{config.task}", create=False)
     if config.threads:  # the run's own on resume: sums in another order differ in the last bit
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -220,6 +222,17 @@ def _resumed_config(config: RunConfig, resume_dir: Path, world: Distributed) -> 
     return _rescale_batch(config, processes, world)
 
 
+def _saved_or_none(resume_dir: Path, world: Distributed) -> Path | None:
+    """``resume_dir``, or None where the run was stopped before its first checkpoint: it is
+    then trained again from the start (the same seed: the same losses), into the same
+    directory."""
+    ckpt = resume_dir / CHECKPOINT_SUBDIR
+    if ckpt.exists() or previous_name(ckpt).exists():
+        return resume_dir
+    _say(world, f"{resume_dir} stopped before its first checkpoint: training it from the start")
+    return None
+
+
 def _rescale_batch(config: RunConfig, saved: int, world: Distributed) -> RunConfig:
     """Resuming with another number of processes keeps the global batch: each process
     takes global / processes examples (or windows) per micro-batch."""
@@ -256,7 +269,7 @@ def _resumed_inputs(
     resume_dir: Path,
 ) -> tuple[Tokenizer | ImageProcessor | None, list[str] | None]:
     """A resumed run's tokenizer (or image processor) and labels, from its checkpoint."""
-    ckpt = resume_dir / "checkpoint"
+    ckpt = resolve_checkpoint_dir(resume_dir)  # .checkpoint.old: killed between two renames
     tokenizer: Tokenizer | ImageProcessor
     if (ckpt / IMAGE_PROCESSOR_FILE).is_file():
         tokenizer = load_image_processor(ckpt)

@@ -102,6 +102,7 @@ def train_torch(
         task.batches,
         every=config.checkpoint_every,
         extra_files=task.extra_files,
+        loop_config=loop_config,
     )
     checkpointer.saved_step = state.step if state is not None else None
     sharded = distributed.is_sharded(model)

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.atomic import make_folder, write_atomic
+
 TITLES = {
     "encoder": "encoder self-attention",
     "decoder": "decoder self-attention (causal)",
@@ -253,8 +255,7 @@ def _ticks(set_ticks, set_labels, labels: list[str], font: float, rotation: int 
 
 def save_figure(fig, path) -> None:
     """Save as PNG, SVG or PDF (by suffix), atomically; close the figure."""
-    import os
-    import tempfile
+    import io
     from pathlib import Path
 
     import matplotlib.pyplot as plt
@@ -262,14 +263,10 @@ def save_figure(fig, path) -> None:
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise ValueError(f"{path}: expected a .png, .svg or .pdf file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
+    make_folder(path.parent)
+    image = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=150, format=path.suffix[1:].lower())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fig.savefig(image, dpi=150, format=path.suffix[1:].lower())
     finally:
         plt.close(fig)
+    write_atomic(path, image.getbuffer())

@@ -30,7 +30,6 @@ import html
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.atomic import make_folder, write_atomic
 from glassformer.inspect import logit_lens
 from glassformer.inspect.lens import readout
 from glassformer.viz.attention import (
@@ -66,15 +66,8 @@ class AttentionView:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the page to ``path`` (atomically) and return the path."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".html", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.html)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        make_folder(path.parent)
+        write_atomic(path, self.html.encode("utf-8"))
         return path
 
     def _repr_html_(self) -> str:

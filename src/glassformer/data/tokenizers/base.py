@@ -5,12 +5,12 @@ the tokenizers trained here fix: pad = 0, bos = 1, eos = 2, unk = 3.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from glassformer.atomic import make_folder, write_atomic
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 DEFAULT_VOCAB_SIZE = 8000
@@ -133,14 +133,14 @@ class Tokenizer(ABC):
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path = path / "tokenizer.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         config = self.special_config()
         beside = path.with_name(TOKENIZER_CONFIG)
         if config:  # first, so that no tokenizer.json is ever read without it
-            _write_atomically(beside, json.dumps(config, indent=2))
+            write_atomic(beside, json.dumps(config, indent=2).encode("utf-8"))
         else:  # one left by an earlier tokenizer would be read with this one
             beside.unlink(missing_ok=True)
-        _write_atomically(path, self.to_json())
+        write_atomic(path, self.to_json().encode("utf-8"))
         return path
 
     def _frame(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
@@ -148,14 +148,3 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
