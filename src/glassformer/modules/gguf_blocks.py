@@ -76,8 +76,8 @@ def dequantize(
     """The fp32 values of one tensor.
 
     Args:
-        raw: its bytes as ``gguf.GGUFReader`` gives them, or as a uint8 tensor (any shape;
-            read, never written).
+        raw: its bytes, a uint8 tensor (any shape; read, never written) or a numpy array
+            (copied first: it may be a read-only memory map).
         ggml_type: how they are encoded.
         shape: the tensor's shape, outermost first (the reverse of ggml's ``ne``).
         type_name: the type's name, for the error.
@@ -88,12 +88,12 @@ def dequantize(
     Raises:
         CheckpointError: a type this does not decode.
     """
-    if isinstance(raw, Tensor):
-        data = raw.contiguous().view(torch.uint8).reshape(-1).clone()
-    else:
+    if isinstance(raw, Tensor):  # read, not copied: every decoder below makes a new tensor
+        data = raw.contiguous().view(torch.uint8).reshape(-1)
+    else:  # (a read-only memory map, say)
         data = torch.from_numpy(np.ascontiguousarray(raw).view(np.uint8).reshape(-1).copy())
     if ggml_type == F32:
-        values = data.view(torch.float32)
+        values = data.view(torch.float32).clone()
     elif ggml_type == F16:
         values = data.view(torch.float16).float()
     elif ggml_type == BF16:
@@ -122,21 +122,21 @@ def _q8_0(data: Tensor) -> Tensor:
     blocks = data.view(-1, 2 + BLOCK)  # (N, 34)
     d = _fp16(blocks, 0)
     q = blocks[:, 2:].contiguous().view(torch.int8).float()  # (N, 32)
-    return (d * q).reshape(-1)
+    return q.mul_(d).reshape(-1)  # in place: a table's decoding peaks at twice its size
 
 
 def _q4_0(data: Tensor) -> Tensor:
     blocks = data.view(-1, 2 + BLOCK // 2)  # (N, 18)
     d = _fp16(blocks, 0)
     q = _nibbles(blocks[:, 2:])  # (N, 32)
-    return (d * (q - 8)).reshape(-1)
+    return q.sub_(8).mul_(d).reshape(-1)
 
 
 def _q4_1(data: Tensor) -> Tensor:
     blocks = data.view(-1, 4 + BLOCK // 2)  # (N, 20)
     d, m = _fp16(blocks, 0), _fp16(blocks, 2)
     q = _nibbles(blocks[:, 4:])  # (N, 32)
-    return (d * q + m).reshape(-1)
+    return q.mul_(d).add_(m).reshape(-1)
 
 
 def _fifth_bits(blocks: Tensor, start: int) -> Tensor:

@@ -7,29 +7,35 @@ BPE files), rebuilt from the file's metadata.
     config["num_key_value_heads"], state["model.layers.0.self_attn.q_proj.weight"].shape
     tokenizer.encode("Hello"), tokenizer.chat_template
 
-The file is untrusted: ``header.check_header`` walks its header before ``gguf.GGUFReader``
-sees it. ``dequant`` decodes F32, F16, BF16, Q4_0, Q4_1 and Q8_0; ``layout`` maps names and
-the config and undoes llama.cpp's rotary row order; ``tokenizer`` builds the BPE tokenizer.
-Every problem with a file is one ``CheckpointError`` line that starts with its path.
+The file is untrusted. ``header`` walks its header once (kept for the rest of the command)
+and checks every count, size and offset against the file; ``metadata`` reads a value when
+asked and checks the numbers that size a model; ``shapes`` checks that the metadata and the
+tensors agree and names the tensors the model reads, the only ones ``tensors`` then reads
+(into the process's memory, never a memory map). ``dequant`` decodes F32, F16, BF16 and the
+block types; ``layout`` and ``families`` map names and the config and undo llama.cpp's row
+orders; ``tokenizer`` builds the BPE tokenizer. Every problem with a file is one
+``CheckpointError`` line that starts with its path.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-import warnings
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from glassformer.errors import CheckpointError, MissingDependencyError
-from glassformer.interop.gguf.dequant import NAMES, dequantize
+from glassformer.errors import CheckpointError, MissingDependencyError, one_line, shown
+from glassformer.interop.gguf.dequant import NAMES
 from glassformer.interop.gguf.families import family_config, family_name, family_tensor
-from glassformer.interop.gguf.header import check_header
+from glassformer.interop.gguf.header import Header, read_header
 from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
+from glassformer.interop.gguf.metadata import Metadata
+from glassformer.interop.gguf.shapes import needed_shapes
+from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_tensor
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
-from glassformer.modules.gguf_linear import COMPUTED
 
 FAMILIES = ("gemma3", "gptneox")  # laid out unlike Llama (``families``)
 
@@ -123,7 +129,7 @@ def _checked_read(
     try:
         return _read(gguf, path, dtype, with_tokenizer, blocks)
     except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
 
 
 def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizer:
@@ -137,22 +143,21 @@ def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizer:
         _, meta = _open(_require_gguf(), path)
         return build_tokenizer(meta)
     except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
 
 
-def _open(gguf: Any, path: Path) -> tuple[Any, Any]:
-    """(reader, meta) of a llama GGUF file whose header has been checked."""
-    check_header(path, {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()})
-    try:
-        reader = gguf.GGUFReader(path)
-    except (ValueError, KeyError, IndexError, TypeError, OverflowError) as e:
-        raise CheckpointError(f"not a readable GGUF file: {e}") from None
-    meta = _metadata(reader)
+def _open(gguf: Any, path: Path) -> tuple[Header, Metadata]:
+    """(header, metadata) of a GGUF file of an architecture read here, its header checked
+    (walked once per command: ``read_header`` keeps it)."""
+    header = read_header(path, {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()})
+    meta = Metadata(path, header)
     arch = meta("general.architecture", str, ...)
     if arch not in ARCHITECTURES + FAMILIES:
         known = ", ".join(ARCHITECTURES + FAMILIES)
-        raise CheckpointError(f"architecture {arch!r}; glassformer reads GGUF files of {known}")
-    return reader, meta
+        raise CheckpointError(
+            f"architecture {shown(arch)}; glassformer reads GGUF files of {known}"
+        )
+    return header, meta
 
 
 def _read(
@@ -162,99 +167,56 @@ def _read(
     with_tokenizer: bool,
     blocks: list[tuple[int, Tensor]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
-    reader, meta = _open(gguf, path)
-    for t in reader.tensors:
-        if int(t.tensor_type) not in NAMES:
+    """The config, the tensors a model of it reads (no other is read) and the tokenizer."""
+    header, meta = _open(gguf, path)
+    for t in header.tensors:
+        if t.ggml_type not in NAMES:
+            kind = gguf.GGMLQuantizationType(t.ggml_type).name
             raise CheckpointError(
-                f"tensor {t.name} has type {t.tensor_type.name}; glassformer reads "
+                f"tensor {shown(t.name)} has type {kind}; glassformer reads "
                 f"{', '.join(NAMES.values())}"
             )
     arch = meta("general.architecture", str, ...)
-    names = {t.name for t in reader.tensors}
     family = arch in FAMILIES  # laid out unlike Llama
-    config = family_config(arch, meta, names) if family else hf_config(meta, names, arch)
-    rope_heads = {  # only llama files reorder the rotated rows
-        "q_proj": config["num_attention_heads"],
-        "k_proj": config["num_key_value_heads"],
-    } if arch == "llama" else {}  # fmt: skip
+    shapes = {t.name: tuple(reversed(t.dims)) for t in header.tensors}
+    config = family_config(arch, meta, shapes) if family else hf_config(meta, shapes, arch)
+    to_hf = functools.partial(family_name, arch) if family else hf_name
+    names = {t.name: to_hf(t.name) for t in header.tensors}  # refuses a name with no place
+    needed = needed_shapes(arch, config, shapes, to_hf)
+    tensors = [t for t in header.tensors if t.name in needed]
+    as_blocks = kept_as_blocks(tensors) if blocks is not None else set()
     state: dict[str, Tensor] = {}
-    for t in reader.tensors:
-        name = family_name(arch, t.name) if family else hf_name(t.name)
-        shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the innermost first
-        if blocks is not None and len(shape) == 2 and int(t.tensor_type) in COMPUTED:
-            value = _row_numbers(blocks, int(t.tensor_type), t.data, shape[0])
-        else:
-            value = dequantize(t.data, int(t.tensor_type), shape, t.tensor_type.name)
-        if family:
-            value = family_tensor(arch, name, value, config["num_attention_heads"])
-        elif (projection := name.split(".")[-2]) in rope_heads:
-            value = unpermute_rope_rows(value, rope_heads[projection])
-        state[name] = value if value.dtype == torch.float64 else value.to(dtype)
-    if not family:  # (a family's loader names a missing tensor itself)
-        _check_complete(state, config)
+    try:
+        with open(path, "rb") as f:
+            for t in tensors:
+                value = _row_numbers(blocks, t.ggml_type, read_rows(f, t)) if (
+                    blocks is not None and t.name in as_blocks
+                ) else read_tensor(f, t)  # fmt: skip
+                value = _as_hugging_face(arch, names[t.name], value, config)
+                state[names[t.name]] = value if value.dtype == torch.float64 else value.to(dtype)
+    except OSError as e:
+        raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
     return config, state, build_tokenizer(meta) if with_tokenizer else None
 
 
-def _row_numbers(blocks: list[tuple[int, Tensor]], kind: int, data: Any, rows: int) -> Tensor:
-    """Keep a tensor's blocks (``read_gguf_rows``); its row numbers, (rows, 1) float64."""
+def _as_hugging_face(arch: str, name: str, value: Tensor, config: dict[str, Any]) -> Tensor:
+    """A tensor (or its row numbers) as Hugging Face holds it: a family's own changes
+    (``family_tensor``); a Llama file's q and k rows back in rotary order."""
+    if arch in FAMILIES:
+        return family_tensor(arch, name, value, config["num_attention_heads"])
+    if arch == "llama" and (projection := name.split(".")[-2]) in ("q_proj", "k_proj"):
+        heads = config["num_attention_heads" if projection == "q_proj" else "num_key_value_heads"]
+        return unpermute_rope_rows(value, heads)
+    return value
+
+
+def _row_numbers(blocks: list[tuple[int, Tensor]] | None, kind: int, rows: Tensor) -> Tensor:
+    """Keep a tensor's rows of blocks (``read_gguf_rows``); its row numbers, (rows, 1)
+    float64, counting on from the tensors kept before it."""
+    assert blocks is not None
     first = sum(len(b) for _, b in blocks)
-    with warnings.catch_warnings():  # the memory map is read-only, and is only ever read
-        warnings.simplefilter("ignore", UserWarning)
-        raw = torch.from_numpy(data.reshape(rows, -1))
-    blocks.append((kind, raw))
-    return torch.arange(first, first + rows, dtype=torch.float64)[:, None]
-
-
-def _check_complete(state: dict[str, Tensor], config: dict[str, Any]) -> None:
-    """Every tensor a Llama of this config needs is there."""
-    per_layer = [
-        "input_layernorm",
-        "self_attn.q_proj",
-        "self_attn.k_proj",
-        "self_attn.v_proj",
-        "self_attn.o_proj",
-        "post_attention_layernorm",
-        "mlp.gate_proj",
-        "mlp.up_proj",
-        "mlp.down_proj",
-    ]
-    layers = config["num_hidden_layers"]
-    present = {int(n.split(".")[2]) for n in state if n.startswith("model.layers.")}
-    if not 1 <= layers <= len(present):  # a corrupt count is not looped over
-        raise CheckpointError(
-            f"{config['model_type']}.block_count is {layers}; the file holds tensors for "
-            f"{len(present)} blocks"
-        )
-    needed = ["model.embed_tokens.weight", "model.norm.weight"]
-    needed += [f"model.layers.{i}.{part}.weight" for i in range(layers) for part in per_layer]
-    missing = [n for n in needed if n not in state]
-    if missing:
-        raise CheckpointError(f"the tensor for {missing[0]} is missing ({len(missing)} in all)")
-
-
-def _metadata(reader: Any) -> Any:
-    """``meta(key, type, default)``: a metadata value, checked to be of ``type``; a missing
-    key gives ``default``, or a ``CheckpointError`` when ``default`` is ``...``."""
-
-    def meta(key: str, kind: type, default: Any) -> Any:
-        field = reader.fields.get(key)
-        if field is None:
-            if default is ...:
-                raise CheckpointError(f"the metadata key {key!r} is missing")
-            return default
-        try:
-            value = field.contents()
-        except (ValueError, IndexError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"the metadata {key!r} is unreadable: {e}") from None
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise CheckpointError(
-                f"the metadata {key!r} is a {type(value).__name__}, expected a {kind.__name__}"
-            )
-        return value
-
-    return meta
+    blocks.append((kind, rows))
+    return torch.arange(first, first + len(rows), dtype=torch.float64)[:, None]
 
 
 def _require_gguf() -> Any:

@@ -15,13 +15,14 @@ What differs from the Llama-shaped files (``layout``):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from glassformer.errors import CheckpointError
+from glassformer.errors import CheckpointError, shown
+from glassformer.interop.gguf.metadata import Metadata
+from glassformer.interop.gguf.shapes import Shape, kv_head_count, vocab
 
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _NAMES: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
@@ -55,7 +56,7 @@ def family_name(arch: str, name: str) -> str:
     head, _, kind = name.rpartition(".")
     if head in top:
         return f"{top[head]}.{kind}"
-    raise CheckpointError(f"the GGUF tensor {name!r} has no place in a {arch} model")
+    raise CheckpointError(f"the GGUF tensor {shown(name)} has no place in a {arch} model")
 
 
 def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor:
@@ -69,44 +70,53 @@ def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor
     return value
 
 
-def family_config(
-    arch: str, meta: Callable[[str, type, Any], Any], tensor_names: set[str]
-) -> dict[str, Any]:
-    """The Hugging Face config fields of a ``gemma3`` or ``gptneox`` file's metadata."""
+def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[str, Any]:
+    """The Hugging Face config fields of a ``gemma3`` or ``gptneox`` file's metadata, each
+    number checked to be in range (``meta``, ``shapes``: as ``layout.hf_config`` takes)."""
 
-    def key(name: str, kind: type, default: Any) -> Any:
-        return meta(f"{arch}.{name}", kind, default)
+    def key(name: str) -> str:
+        return f"{arch}.{name}"
 
-    hidden, heads = key("embedding_length", int, ...), key("attention.head_count", int, ...)
-    if hidden < 1 or heads < 1:
-        raise CheckpointError(f"embedding_length {hidden} and {heads} heads are not a model")
+    hidden = meta.count(key("embedding_length"), ...)
+    heads = meta.count(key("attention.head_count"), ..., high=hidden)
+    layers = meta.count(key("block_count"), ...)
     common = {
-        "vocab_size": key("vocab_size", int, None) or len(meta("tokenizer.ggml.tokens", list, ...)),
+        "vocab_size": vocab(meta, key("vocab_size"), shapes),
         "hidden_size": hidden,
-        "num_hidden_layers": key("block_count", int, ...),
+        "num_hidden_layers": layers,
         "num_attention_heads": heads,
-        "intermediate_size": key("feed_forward_length", int, ...),
-        "max_position_embeddings": key("context_length", int, 2048),
-        "tie_word_embeddings": "output.weight" not in tensor_names,
+        "intermediate_size": meta.count(key("feed_forward_length"), ...),
+        "max_position_embeddings": meta.count(key("context_length"), 2048),
+        "tie_word_embeddings": "output.weight" not in shapes,
     }
     if arch == "gptneox":
         if hidden % heads:
-            raise CheckpointError(f"embedding_length {hidden} does not split into {heads} heads")
-        rotary = key("rope.dimension_count", int, hidden // heads)
+            raise CheckpointError(
+                f"the metadata {key('attention.head_count')!r} is {heads}; expected a divisor "
+                f"of the embedding_length {hidden}"
+            )
+        rotary = meta.count(key("rope.dimension_count"), hidden // heads, high=hidden // heads)
+        if rotary % 2:  # rotated in pairs
+            raise CheckpointError(
+                f"the metadata {key('rope.dimension_count')!r} is {rotary}; expected an even number"
+            )
         return {**common, "model_type": "gpt_neox", "hidden_act": "gelu",
                 "rotary_pct": rotary / (hidden // heads),
-                "rotary_emb_base": float(key("rope.freq_base", float, 10000.0)),
-                "use_parallel_residual": bool(key("use_parallel_residual", bool, True)),
-                "layer_norm_eps": float(key("attention.layer_norm_epsilon", float, 1e-5)),
+                "rotary_emb_base": float(meta.positive(key("rope.freq_base"), 10000.0)),
+                "use_parallel_residual": bool(meta(key("use_parallel_residual"), bool, True)),
+                "layer_norm_eps": float(
+                    meta.positive(key("attention.layer_norm_epsilon"), 1e-5, high=1)),
                 }  # fmt: skip
-    head_dim = key("attention.key_length", int, 256)
+    head_dim = meta.count(key("attention.key_length"), 256, low=2)
+    softcap = meta.positive(key("final_logit_softcapping"), None)
     return {**common, "model_type": "gemma3_text",
-            "num_key_value_heads": key("attention.head_count_kv", int, heads),
+            "num_key_value_heads": kv_head_count(meta, key("attention.head_count_kv"), heads),
             "head_dim": head_dim,
-            "query_pre_attn_scalar": key("attention.query_pre_attn_scalar", int, head_dim),
-            "sliding_window": key("attention.sliding_window", int, 4096),
-            "sliding_window_pattern": key("attention.sliding_window_pattern", int, 6),
-            "rope_theta": float(key("rope.freq_base", float, 1e6)),
-            "rope_local_base_freq": float(key("rope.local.freq_base", float, 1e4)),
-            "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", float, 1e-6)),
-            "final_logit_softcapping": key("final_logit_softcapping", float, None)}  # fmt: skip
+            "query_pre_attn_scalar": meta.count(key("attention.query_pre_attn_scalar"), head_dim),
+            "sliding_window": meta.count(key("attention.sliding_window"), 4096, low=2),
+            "sliding_window_pattern": meta.count(key("attention.sliding_window_pattern"), 6),
+            "rope_theta": float(meta.positive(key("rope.freq_base"), 1e6)),
+            "rope_local_base_freq": float(meta.positive(key("rope.local.freq_base"), 1e4)),
+            "rms_norm_eps": float(meta.positive(key("attention.layer_norm_rms_epsilon"), 1e-6,
+                                                high=1)),
+            "final_logit_softcapping": None if softcap is None else float(softcap)}  # fmt: skip

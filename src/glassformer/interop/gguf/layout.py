@@ -14,12 +14,13 @@ HF row ``h·Dh + Dh/2 + i``. ``unpermute_rope_rows`` puts them back.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 
-from glassformer.errors import CheckpointError
+from glassformer.errors import CheckpointError, shown
+from glassformer.interop.gguf.metadata import Metadata
+from glassformer.interop.gguf.shapes import Shape, kv_head_count, vocab
 
 # llama.cpp's name inside block N → Hugging Face's, under "model.layers.N.".
 _BLOCK_NAMES = {
@@ -55,7 +56,7 @@ def hf_name(name: str) -> str:
         return f"model.layers.{int(m[1])}.{_BLOCK_NAMES[m[2]]}.{m[3]}"
     if (m := _TOP.fullmatch(name)) and m[1] in _TOP_NAMES:
         return f"{_TOP_NAMES[m[1]]}.{m[2]}"
-    raise CheckpointError(f"the GGUF tensor {name!r} has no place in a Llama model")
+    raise CheckpointError(f"the GGUF tensor {shown(name)} has no place in a Llama model")
 
 
 def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
@@ -73,60 +74,58 @@ def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
     return heads.transpose(1, 2).reshape(weight.shape)  # (H, 2, Dh/2, ...) → (H·Dh, ...)
 
 
-def hf_config(
-    meta: Callable[[str, type, Any], Any], tensor_names: set[str], arch: str = "llama"
-) -> dict[str, Any]:
+def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> dict[str, Any]:
     """The Hugging Face config fields (``LlamaConfig``'s, ``Qwen2Config``'s or
-    ``Qwen3Config``'s) a GGUF file's metadata gives.
+    ``Qwen3Config``'s) a GGUF file's metadata gives, each number checked to be in range.
 
     Args:
-        meta: ``meta(key, type, default)`` → the metadata value (``CheckpointError`` when it
-            is missing and ``default`` is ``...``, or of another type).
-        tensor_names: the file's tensor names (an ``output.weight`` means an untied head).
+        meta: the file's metadata (``CheckpointError`` for a key missing, of another type,
+            or out of range).
+        shapes: the file's tensors' shapes, by name (an ``output.weight`` means an untied
+            head; the token table's rows are the vocabulary where the metadata omits it).
         arch: its ``general.architecture``, the prefix of its keys.
     """
 
-    def key(name: str, kind: type, default: Any) -> Any:
-        return meta(f"{arch}.{name}", kind, default)
+    def key(name: str) -> str:
+        return f"{arch}.{name}"
 
-    hidden = key("embedding_length", int, ...)
-    heads = key("attention.head_count", int, ...)
-    if hidden < 1 or heads < 1 or (hidden % heads and arch != "qwen3"):
-        raise CheckpointError(f"embedding_length {hidden} does not split into {heads} heads")
-    kv_heads = key("attention.head_count_kv", int, heads)
-    if kv_heads < 1 or heads % kv_heads:
-        raise CheckpointError(f"{heads} attention heads do not share {kv_heads} key/value heads")
-    head_dim = key("attention.key_length", int, hidden // heads)
-    rope_dims = key("rope.dimension_count", int, head_dim)
+    hidden = meta.count(key("embedding_length"), ...)
+    heads = meta.count(key("attention.head_count"), ..., high=hidden)
+    if hidden % heads and arch != "qwen3":
+        raise CheckpointError(
+            f"the metadata {key('attention.head_count')!r} is {heads}; expected a divisor of "
+            f"the embedding_length {hidden}"
+        )
+    kv_heads = kv_head_count(meta, key("attention.head_count_kv"), heads)
+    head_dim = meta.count(key("attention.key_length"), hidden // heads, low=2)
+    rope_dims = meta.count(key("rope.dimension_count"), head_dim)
     if rope_dims != head_dim:
         raise CheckpointError(
             f"rotary embedding on {rope_dims} of {head_dim} head dimensions; "
             "a Llama config rotates all of them"
         )
-    scaling = key("rope.scaling.type", str, "none")
+    scaling = meta(key("rope.scaling.type"), str, "none")
     if scaling != "none":
-        raise CheckpointError(f"rope scaling {scaling!r} is not supported")
-    vocab_size = key("vocab_size", int, None)
-    if vocab_size is None:  # older files: the vocabulary is the token list
-        vocab_size = len(meta("tokenizer.ggml.tokens", list, ...))
+        raise CheckpointError(f"rope scaling {shown(scaling)} is not supported")
+    vocab_size = vocab(meta, key("vocab_size"), shapes)
     config: dict[str, Any] = {
         "model_type": arch,
         "vocab_size": vocab_size,
         "hidden_size": hidden,
-        "intermediate_size": key("feed_forward_length", int, ...),
-        "num_hidden_layers": key("block_count", int, ...),
+        "intermediate_size": meta.count(key("feed_forward_length"), ...),
+        "num_hidden_layers": meta.count(key("block_count"), ...),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "hidden_act": "silu",
-        "rope_theta": float(key("rope.freq_base", float, 10000.0)),
-        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", float, ...)),
-        "max_position_embeddings": key("context_length", int, 2048),
-        "tie_word_embeddings": "output.weight" not in tensor_names,
-        "attention_bias": "blk.0.attn_q.bias" in tensor_names,
+        "rope_theta": float(meta.positive(key("rope.freq_base"), 10000.0)),
+        "rms_norm_eps": float(meta.positive(key("attention.layer_norm_rms_epsilon"), ..., high=1)),
+        "max_position_embeddings": meta.count(key("context_length"), 2048),
+        "tie_word_embeddings": "output.weight" not in shapes,
+        "attention_bias": "blk.0.attn_q.bias" in shapes,
         "mlp_bias": False,
-        "bos_token_id": meta("tokenizer.ggml.bos_token_id", int, None),
-        "eos_token_id": meta("tokenizer.ggml.eos_token_id", int, None),
-        "pad_token_id": meta("tokenizer.ggml.padding_token_id", int, None),
     }
+    for name in ("bos", "eos", "padding"):  # ids in the vocabulary
+        token_id = meta.count(f"tokenizer.ggml.{name}_token_id", None, 0, vocab_size - 1)
+        config[f"{'pad' if name == 'padding' else name}_token_id"] = token_id
     return config

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from glassformer.checkpoint import FOREIGN_TOKENIZERS, register_format
 from glassformer.errors import CheckpointError
-from glassformer.interop._hf import build_config, model_holding
+from glassformer.interop._hf import build_config, converted, model_holding, naming
 from glassformer.interop.gemma import from_gemma_state, gemma_config
 from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state, gpt_neox_config
@@ -42,16 +42,18 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> GPT:
     """A ``GPT`` with the weights of the GGUF file ``path`` (architecture llama, qwen2,
     qwen3, gemma3 or gptneox), dequantised to ``dtype``, in eval mode."""
     path = Path(path)
-    hf, state = read_gguf_weights(path, dtype=dtype)
-    config, weights = _mapped(hf, state, path)
-    return remembering_blocks(model_holding(GPT, config, weights), path)
+    # the file's tensors are dropped once mapped: q, k and v are not kept beside their stack
+    config, weights = _mapped(*read_gguf_weights(path, dtype=dtype), path)
+    with naming(path):
+        return remembering_blocks(model_holding(GPT, config, weights), path)
 
 
 def _mapped(hf: dict[str, Any], state: dict[str, Tensor], path: Path) -> tuple[Any, dict]:
     """(the config, the weights under glassformer's names) of the family ``hf`` names."""
     make, convert = CONFIGS[hf["model_type"]]
     config = build_config(make, hf, path)
-    return config, convert(state, config)
+    with naming(path):  # weights that do not fit the config: one line naming the file
+        return config, converted(convert, state, config)
 
 
 def remembering_blocks(model: GPT, path: Path) -> GPT:

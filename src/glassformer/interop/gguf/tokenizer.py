@@ -10,7 +10,8 @@ from typing import Any
 
 from glassformer.data.tokenizers import BPETokenizer
 from glassformer.data.tokenizers.subword import require_tokenizers
-from glassformer.errors import CheckpointError
+from glassformer.errors import CheckpointError, one_line, shown
+from glassformer.interop.gguf.metadata import Metadata
 
 # llama.cpp's token types (llama_token_type): control tokens such as <|im_start|> are
 # matched whole and are special; user-defined ones are matched whole but are text.
@@ -57,8 +58,9 @@ PRE_TOKENIZERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def build_tokenizer(meta: Callable[[str, type, Any], Any]) -> GGUFTokenizer:
-    """The tokenizer from a GGUF file's ``tokenizer.*`` metadata (``meta`` as in layout).
+def build_tokenizer(meta: Metadata) -> GGUFTokenizer:
+    """The tokenizer from a GGUF file's ``tokenizer.*`` metadata. Its lists hold no more
+    items than their bytes in the file allow (``read_header`` checked each length).
 
     Raises:
         CheckpointError: a tokenizer model or pre-tokenizer this does not rebuild, or
@@ -67,27 +69,35 @@ def build_tokenizer(meta: Callable[[str, type, Any], Any]) -> GGUFTokenizer:
     model = meta("tokenizer.ggml.model", str, ...)
     if model != "gpt2":
         raise CheckpointError(
-            f"tokenizer model {model!r} is not supported; glassformer reads byte-level BPE ('gpt2')"
+            f"tokenizer model {shown(model)} is not supported; glassformer reads byte-level BPE "
+            "('gpt2')"
         )
     pre = meta("tokenizer.ggml.pre", str, "default")
     if pre not in PRE_TOKENIZERS:
         raise CheckpointError(
-            f"pre-tokenizer {pre!r} is not supported; glassformer knows {sorted(PRE_TOKENIZERS)}"
+            f"pre-tokenizer {shown(pre)} is not supported; glassformer knows "
+            f"{sorted(PRE_TOKENIZERS)}"
         )
-    tokens: list[str] = meta("tokenizer.ggml.tokens", list, ...)
-    merges: list[str] = meta("tokenizer.ggml.merges", list, [])
+    tokens: list[str] = meta.strings("tokenizer.ggml.tokens", ...)
+    if not tokens:
+        raise CheckpointError("tokenizer.ggml.tokens is empty")
+    merges: list[str] = meta.strings("tokenizer.ggml.merges", [])
     types: list[int] = meta("tokenizer.ggml.token_type", list, [])
+    if not all(isinstance(t, int) for t in types):
+        raise CheckpointError("tokenizer.ggml.token_type is not an array of integers")
     vocab: dict[str, int] = {}
     for i, token in enumerate(tokens):
-        vocab.setdefault(str(token), i)
-    pairs = [tuple(str(m).split(" ")) for m in merges]
+        vocab.setdefault(token, i)
+    pairs = [tuple(m.split(" ")) for m in merges]
     if any(len(p) != 2 for p in pairs):
         raise CheckpointError("tokenizer.ggml.merges holds an entry that is not two tokens")
     tk = require_tokenizers()
     try:
         bpe = tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
     except Exception as e:  # the library raises a bare Exception
-        raise CheckpointError(f"the GGUF tokens and merges are not a BPE vocabulary: {e}") from None
+        raise CheckpointError(  # the library's message may be lines long and quote a token
+            f"the GGUF tokens and merges are not a BPE vocabulary: {one_line(e, 300)}"
+        ) from None
     backend = tk.Tokenizer(bpe)
     backend.pre_tokenizer = PRE_TOKENIZERS[pre](tk)
     backend.decoder = tk.decoders.ByteLevel()
