@@ -4,7 +4,9 @@ per machine (cached), and what `train --bf16 auto|on|off` does with the answer."
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import time
 
 import pytest
@@ -70,7 +72,8 @@ def test_the_measurement_is_cached_per_machine_and_shapes(measured, tmp_path):
 
 def test_an_unreadable_cache_is_measured_again(measured, tmp_path):
     (tmp_path / "precision.json").write_text("{not json")
-    assert bf16_measurement(SHAPES) == FASTER and measured.calls == 1
+    with pytest.warns(UserWarning, match="precision.json cannot be used \\(not JSON"):
+        assert bf16_measurement(SHAPES) == FASTER and measured.calls == 1
 
 
 def test_bad_settings_and_shapes_are_one_line():
@@ -182,9 +185,8 @@ def write_entry(tmp_path, **fields):
         dict(fp32_gflops=4.2, bf16_gflops=0.2, measured_at=NOW),  # implausible
         dict(fp32_gflops=177.0, bf16_gflops=1000.0, fp32_spread=0.6, measured_at=NOW),  # noisy
         dict(fp32_gflops=177.0, bf16_gflops=1000.0, measured_at=NOW + 86400),  # from the future
-        dict(fp32_gflops="fast", bf16_gflops=1000.0, measured_at=NOW),  # edited by hand
     ],
-    ids=["old-format", "expired", "implausible", "noisy", "future", "garbled"],
+    ids=["old-format", "expired", "implausible", "noisy", "future"],  # garbled: further down
 )
 def test_an_expired_implausible_or_noisy_entry_is_measured_again(measured, tmp_path, entry):
     key = write_entry(tmp_path, **entry)
@@ -235,4 +237,127 @@ def test_bench_precision_prints_each_entry_and_the_choice(measured, tmp_path, ca
 def test_refresh_skips_an_entry_whose_shapes_cannot_be_read(measured, tmp_path):
     key = write_entry(tmp_path, fp32_gflops=1.0, bf16_gflops=1.0, shapes=[[64, 32, 96]])
     assert precision.refresh() == [] and measured.calls == 0
+    assert key in json.loads((tmp_path / "precision.json").read_text())
+
+
+# ---- a garbled cache is measured again, never a crash ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (0, "fp32_gflops is 0, expected a finite number > 0"),
+        (-3.0, "fp32_gflops is -3.0"),
+        (float("nan"), "fp32_gflops is nan"),
+        (float("inf"), "fp32_gflops is inf"),
+        (10**400, "fp32_gflops is 1000000000000000000000000000000000000..."),
+        (True, "fp32_gflops is True"),
+        ([177.0], "fp32_gflops is a JSON array"),
+        ({"a": {"b": 1}}, "fp32_gflops is a JSON object"),
+        ("fast", "fp32_gflops is 'fast'"),
+    ],
+    ids=["zero", "negative", "nan", "infinity", "huge", "bool", "list", "nested", "string"],
+)
+def test_a_garbled_entry_is_one_warning_then_measured_again_and_overwritten(
+    measured, tmp_path, value, shown
+):
+    """``fp32_gflops: 0`` once divided by zero in every default run until the file was
+    deleted; now each garbled field is named (with its value) in one warning."""
+    key = write_entry(tmp_path, fp32_gflops=value, bf16_gflops=1000.0, measured_at=NOW)
+    with pytest.warns(UserWarning) as caught:
+        assert bf16_measurement(SHAPES) == FASTER and measured.calls == 1
+    assert len(caught) == 1 and shown in str(caught[0].message)
+    assert str(tmp_path / "precision.json") in str(caught[0].message)
+    saved = json.loads((tmp_path / "precision.json").read_text())[key]
+    assert saved["fp32_gflops"] == 177.0 and saved["measured_at"] == NOW
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ('{"k": ' + "[" * 500 + "]" * 500 + "}", "JSON nested more than 8 deep"),
+        ("[1, 2]", "a JSON list, expected an object"),
+        ('"fp32_gflops"', "a JSON str, expected an object"),
+        ("\udcff{}", "not JSON"),
+        ("{not json", "not JSON"),
+        ('{"k": "' + "x" * (4 << 20) + '"}', "larger than 4,194,304 bytes"),
+    ],
+    ids=["nested-arrays", "nested-objects", "nested-entry", "list", "string", "not-utf8"]
+    + ["not-json", "too-large"],
+)
+def test_a_garbled_file_is_one_warning_then_measured_again_and_overwritten(
+    measured, tmp_path, text, why
+):
+    """Deeply nested JSON once ended every default run in a RecursionError."""
+    (tmp_path / "precision.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.warns(UserWarning) as caught:
+        assert bf16_measurement(SHAPES) == FASTER and measured.calls == 1
+    assert len(caught) == 1 and why in str(caught[0].message)
+    assert list(json.loads((tmp_path / "precision.json").read_text())) == [
+        precision._cache_key(SHAPES, torch.device("cpu"))
+    ]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_cache_that_is_not_a_regular_file_is_one_warning(measured, tmp_path, kind):
+    """A directory in the cache's place once ended the run in IsADirectoryError (os.fdopen
+    refused it before the regular-file check); a FIFO must not hang the run."""
+    cache = tmp_path / "precision.json"
+    cache.mkdir() if kind == "directory" else os.mkfifo(cache)
+    with pytest.warns(UserWarning) as caught:
+        assert bf16_measurement(SHAPES) == FASTER and measured.calls == 1
+    assert len(caught) == 1 and "not a regular file" in str(caught[0].message)
+    assert str(cache) in str(caught[0].message)
+
+
+def test_bench_precision_lists_what_it_can_and_names_what_it_skipped(measured, tmp_path, capsys):
+    from glassformer.cli import main
+
+    here = precision._this_machine()
+    good = dict(fp32_gflops=177.0, bf16_gflops=1000.0, measured_at=NOW, shapes=[[1, 2, 3, 1]])
+    entries = {
+        here + "1x2x3; linear": good,
+        here + "4x5x6": {**good, "fp32_gflops": 0},
+        here + "7x8x9": {**good, "measured_at": NOW - 40 * 86400},
+        here: [[[]]],  # a key with no shapes in it, an entry not an object
+        here + "10x11x12": {**good, "shapes": [[10**5, 10**5, 10**5, 1]]},
+    }
+    (tmp_path / "precision.json").write_text(json.dumps(entries))
+    assert main(["bench", "precision"]) == 0
+    out = capsys.readouterr().out
+    assert "  1x2x3 as linear layers: bf16 (bf16 1,000" in out
+    assert "  skipped 4x5x6: fp32_gflops is 0, expected a finite number > 0" in out
+    assert "  skipped 7x8x9: measured 40 days ago, expected 0 to 30" in out
+    assert f"  skipped {here[:60]!r}: an entry is a JSON array, expected an object" in out
+    assert "  skipped 10x11x12: cannot be measured again: shapes need" in out
+    assert main(["bench", "precision", "--refresh"]) == 0  # the three it can measure
+    assert measured.calls == 3 and "an entry is a JSON array" in capsys.readouterr().out
+    (tmp_path / "precision.json").write_text("[" * 100_000)
+    assert main(["bench", "precision"]) == 0
+    assert "  skipped the whole file: JSON nested too deeply" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "rows, why",
+    [
+        ([[64, 32, 96, 10**6]], "more than 65536 products"),
+        ([[10**5, 10**5, 10**5, 1]], "GiB of operands, more than half"),
+        ([[64, 32, 96, 0]], "expected 4 integers 1..1048576"),
+        ([[64, 32, 2**21, 1]], "expected 4 integers 1..1048576"),
+        ([[64, 32, 96.5, 1]], "expected 4 integers"),
+        ([], "expected a list of (m, k, n, count) rows"),
+    ],
+    ids=["too-many", "too-much-memory", "zero", "too-wide", "float", "empty"],
+)
+def test_refresh_skips_shapes_past_sane_limits_before_allocating(measured, tmp_path, rows, why):
+    """A --refresh measures an entry's products again, allocating their operands: a count,
+    side or total that no measurement here could have had is refused first."""
+    key = write_entry(tmp_path, fp32_gflops=1.0, bf16_gflops=1.0, shapes=rows)
+    assert precision.refresh() == [] and measured.calls == 0
+    from glassformer import precision_cache
+
+    with pytest.raises(ValueError, match=re.escape(why)):
+        precision_cache.shapes({"shapes": rows})
     assert key in json.loads((tmp_path / "precision.json").read_text())

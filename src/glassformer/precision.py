@@ -29,14 +29,12 @@ other: ``glassformer.fidelity``, ``glassformer.models.quantize``)."""
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import tempfile
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,8 @@ from torch import nn
 
 from glassformer.cache import cache_root
 from glassformer.modules.quantized import VOCABULARY_HEADS
+from glassformer.precision_cache import Shape, figures, load, processor, read_cache, write_cache
+from glassformer.precision_cache import shapes as entry_shapes
 
 CACHE_FILE = "precision.json"
 FORCE_ENV = "GLASSFORMER_FASTER"  # bf16 | fp32: the verdict, forced (tests); unset: measured
@@ -60,7 +60,6 @@ PLAUSIBLE = 12.0
 ATTEMPTS = 3  # measurements tried before an untrusted one is used, uncached
 MIN_ROUNDS = 15  # rounds of each dtype in one measurement, at least
 EXPIRES_DAYS = 30.0
-Shape = tuple[int, int, int]  # (m, k, n): an (m, k) by (k, n) product
 
 
 @dataclass(frozen=True)
@@ -138,14 +137,14 @@ def bf16_measurement(
     key = _cache_key(shapes, device) + ("; linear" if linear else "")
     path = cache_root(cache_dir) / CACHE_FILE
     cached = read_cache(path)
-    entry = None if refresh else _usable(cached.get(key))
+    entry = None if refresh else _cached_entry(cached, key, path)
     if entry is not None:
         return entry
     tries = []
     for _ in range(ATTEMPTS):
         tries.append(_measure(shapes, device, seconds, linear))
         if tries[-1].trusted:
-            cached = read_cache(path)  # another process may have written meanwhile
+            cached = read_cache(path, warn=False)  # another process may have written meanwhile
             counts = Counter(tuple(s) for s in shapes)
             shapes_field = [[*s, n] for s, n in counts.items()]  # (m, k, n, how many)
             cached[key] = {**asdict(tries[-1]), "shapes": shapes_field}
@@ -174,10 +173,13 @@ def refresh(
     path = cache_root(cache_dir) / CACHE_FILE
     here = _this_machine()
     done: list[tuple[str, Measurement | None, Measurement]] = []
-    for key, entry in read_cache(path).items():
-        shapes = _shapes(entry)
-        if not key.startswith(here) or not shapes:
-            continue  # another machine's, or no shapes to measure again
+    for key, entry in read_cache(path, warn=False).items():
+        if not key.startswith(here):
+            continue  # another machine's
+        try:
+            shapes = entry_shapes(entry)
+        except ValueError:
+            continue  # no shapes to measure again: ``skipped`` names it
         new = bf16_measurement(
             shapes,
             seconds=seconds,
@@ -192,37 +194,64 @@ def refresh(
 def cached(cache_dir: str | Path | None = None) -> list[tuple[str, Measurement]]:
     """This machine's cached entries that are still trusted and unexpired, by key."""
     here = _this_machine()
-    entries = read_cache(cache_root(cache_dir) / CACHE_FILE).items()
+    entries = read_cache(cache_root(cache_dir) / CACHE_FILE, warn=False).items()
     usable = ((key, _usable(entry)) for key, entry in entries if key.startswith(here))
     return [(key, m) for key, m in usable if m is not None]
 
 
-def _shapes(entry: Any) -> list[Shape]:
-    """The shapes an entry was measured on, from its (m, k, n, how many) rows; [] where
-    they cannot be read."""
-    try:
-        rows = entry["shapes"]
-        shapes = [(int(m), int(k), int(n)) for m, k, n, count in rows for _ in range(int(count))]
-    except (KeyError, TypeError, ValueError):
-        return []
-    return shapes if all(min(s) > 0 for s in shapes) else []
+def skipped(cache_dir: str | Path | None = None) -> list[tuple[str, str]]:
+    """What ``cached`` and ``refresh`` leave out, and why: ``("", why)`` for a file that
+    cannot be used, else each of this machine's entries that is garbled, expired, untrusted
+    or (once measured) cannot be measured again."""
+    data, problem = load(cache_root(cache_dir) / CACHE_FILE)
+    if problem:
+        return [("", problem)]
+    found, here = [], _this_machine()
+    for key, entry in data.items():
+        if not key.startswith(here):
+            continue
+        read = _read(entry)
+        if isinstance(read, str):
+            found.append((key, read))
+            continue
+        try:
+            entry_shapes(entry)
+        except ValueError as why:
+            found.append((key, f"cannot be measured again: {why}"))
+    return found
 
 
 def _usable(entry: Any) -> Measurement | None:
-    """A cached entry as a Measurement, or None when it is unreadable, expired or untrusted
-    (written by an older glassformer that cached any answer, or edited by hand)."""
-    if not isinstance(entry, dict):
-        return None
-    names = {f.name for f in fields(Measurement)} - {"cached", "forced"}
+    """A cached entry as a Measurement, or None when it is unusable (``_read``)."""
+    read = _read(entry)
+    return read if isinstance(read, Measurement) else None
+
+
+def _read(entry: Any) -> Measurement | str:
+    """A cached entry as a Measurement, or why it is not used: garbled (a field of the wrong
+    type or out of range: ``precision_cache.figures``), expired or untrusted (written by an
+    older glassformer that cached any answer, or edited by hand)."""
     try:
-        figures: dict[str, Any] = {k: float(v) for k, v in entry.items() if k in names}
-        m = Measurement(**figures, cached=True)
-    except (TypeError, ValueError):
-        return None
+        m = Measurement(**figures(entry), cached=True)
+    except ValueError as why:
+        return str(why)
     age_days = (time.time() - m.measured_at) / 86400
-    if not m.trusted or m.fp32_gflops <= 0 or not 0 <= age_days <= EXPIRES_DAYS:
+    if not 0 <= age_days <= EXPIRES_DAYS:
+        return f"measured {age_days:.0f} days ago, expected 0 to {EXPIRES_DAYS:g}"
+    return m if m.trusted else f"untrusted ({m.describe()})"
+
+
+def _cached_entry(cached: dict[str, Any], key: str, path: Path) -> Measurement | None:
+    """The usable entry under ``key``; a garbled one is named in one warning (then measured
+    again and overwritten), an expired or untrusted one is just measured again."""
+    if key not in cached:
         return None
-    return m
+    try:
+        figures(cached[key])
+    except ValueError as why:
+        warnings.warn(f"the precision cache {path}: {why}; measuring again", stacklevel=3)
+        return None
+    return _usable(cached[key])
 
 
 def resolve_bf16(
@@ -367,34 +396,3 @@ def _cache_key(shapes: Sequence[Shape], device: torch.device) -> str:
 def _this_machine() -> str:
     """The start of this machine's CPU cache keys: processor, threads, torch version."""
     return _cache_key([(1, 1, 1)], torch.device("cpu")).rsplit("; ", 1)[0] + "; "
-
-
-def processor() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def read_cache(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):  # none yet, or unreadable: measure again
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_cache(path: Path, data: dict) -> None:
-    """Write the cache whole or not at all; a folder that cannot be written is skipped."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass

@@ -175,6 +175,8 @@ def precision_report(refresh: bool, model_name: str | None) -> int:
     else:
         for key, m in precision.cached():
             print(f"  {_label(key)}: {_choice(m)} ({m.describe()})")
+    for key, why in precision.skipped():  # what could not be listed (or measured again)
+        print(f"  skipped {_label(key) if key else 'the whole file'}: {why}")
     if model_name:
         from glassformer.cli._common import describe_choice
         from glassformer.inference import load_run
@@ -188,8 +190,12 @@ def precision_report(refresh: bool, model_name: str | None) -> int:
 
 
 def _label(key: str) -> str:
-    """A cache key's shapes, shortened: the count of products and the first of them."""
-    dims = key.split("; ")[2].split()
+    """A cache key's shapes, shortened: the count of products and the first of them (a
+    key not of that form, as written, cut at 60 characters)."""
+    parts = key.split("; ")
+    dims = parts[2].split() if len(parts) > 2 else []
+    if not dims:
+        return repr(key[:60])
     more = f" and {len(dims) - 1} other shapes" if len(dims) > 1 else ""
     return f"{dims[0]}{more}{' as linear layers' if key.endswith('; linear') else ''}"
 
