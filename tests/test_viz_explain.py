@@ -290,6 +290,34 @@ def test_model_explain_is_the_page_and_a_classifier_names_its_classes(tmp_path, 
     torch.testing.assert_close(shown, logits, atol=1e-6, rtol=0)
 
 
+def test_labels_that_do_not_fit_the_classifier_are_refused_as_classify_refuses_them(
+    tmp_path, capsys
+):
+    """Three labels for two classes: the page would name one output "undefined" and leave
+    it so; ``explain`` refuses the run in the line ``classify`` prints, and the page's
+    maker refuses the labels from Python too."""
+    from glassformer import ClassifierConfig, TransformerClassifier
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    config = ClassifierConfig(vocab_size=tok.vocab_size, num_classes=2, max_len=32, d_model=16,
+                              num_heads=2, num_layers=1, d_ff=32, dropout=0.0)  # fmt: skip
+    model = TransformerClassifier(config).eval()
+    run = tmp_path / "clf"
+    files = {"tokenizer.json": tok.to_json().encode(), "labels.json": b'["neg", "pos", "meh"]'}
+    model.save_pretrained(run, extra_files=files)
+    lines = []
+    for command in ("classify", "explain"):
+        argv = [command, "--model", str(run), TEXT]
+        assert (
+            main(argv + (["--out", str(tmp_path / "c.html")] if command == "explain" else [])) == 2
+        )
+        lines.append(capsys.readouterr().err.strip().splitlines()[-1].split("error: ", 1)[1])
+    assert lines[0] == lines[1] == f"{run}/labels.json has 3 labels, the model 2"
+    assert not (tmp_path / "c.html").exists()
+    with pytest.raises(ValueError, match="3 labels were given for a model of 2 classes"):
+        explain_html(model, tok, TEXT, labels=["neg", "pos", "meh"])
+
+
 # ---- SmolLM2-135M: 30 layers, 40 tokens, one page under 5 MB ------------------------------
 
 FORTY = ("The Transformer reads a whole sentence at once: every word looks at every other word, "

@@ -18,6 +18,7 @@ float16 values and fewer features a step; SmolLM2-135M's page holds up to 50 tok
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = "one forward pass as an offline page: every step, its numbers and its source line"
 EXAMPLE = 'glassformer explain --model SmolLM2-135M-Instruct "The capital of France is"'
@@ -31,14 +32,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassformer.inference import load_run, read_labels
+    from glassformer.inference import load_run
     from glassformer.viz.explain import explain_html
 
     if not args.out.endswith(".html"):
         raise ValueError(f"--out must name an .html file, got {args.out!r}")
     model, tokenizer = load_run(args.model)
-    labels = read_labels(args.model) if "classifier" in model.kind else None
+    labels = _labels(args.model, model)
     page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)
     print(f"{path}: {len(page.html.encode()) / 1e6:.2f} MB, open it in a browser (offline)")
     return 0
+
+
+def _labels(path: str, model: Any) -> list[str] | None:
+    """A classifier's class names, from its run's labels.json, refused where their number is
+    not the model's, as ``classify`` refuses them (None for a model without classes)."""
+    from glassformer.checkpoint import resolve_checkpoint_dir
+    from glassformer.cli.classify import CLASSIFIER_KINDS
+    from glassformer.inference import read_labels
+
+    if model.kind not in CLASSIFIER_KINDS:
+        return None
+    ckpt = resolve_checkpoint_dir(path)
+    labels, classes = read_labels(ckpt), model.config.num_classes
+    if len(labels) != classes:
+        raise ValueError(f"{ckpt}/labels.json has {len(labels)} labels, the model {classes}")
+    return labels

@@ -27,7 +27,15 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.errors import shown
+from glassformer.interop._hf import (
+    build_config,
+    converted,
+    load_weights,
+    naming,
+    read_config,
+    read_weights,
+)
 from glassformer.models.base import Activation
 from glassformer.models.bert import BertConfig, BertEncoder
 
@@ -55,10 +63,10 @@ _TOP = (
 def bert_config(hf: dict[str, Any], *, pooler: bool = True) -> BertConfig:
     act = hf.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
-        raise CheckpointError(f"BERT hidden_act {act!r} has no glassformer equivalent")
+        raise CheckpointError(f"BERT hidden_act {shown(act)} has no glassformer equivalent")
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(
-            f"BERT position_embedding_type {hf['position_embedding_type']!r} is not supported"
+            f"BERT position_embedding_type {shown(hf['position_embedding_type'])} is not supported"
         )
     return BertConfig(
         vocab_size=hf["vocab_size"],
@@ -119,10 +127,12 @@ def load_bert(path: str | Path) -> BertEncoder:
     """
     path = Path(path)
     hf = read_config(path, "bert")
-    state = read_weights(path)
+    with naming(path):
+        state = read_weights(path)
     pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
     config = build_config(lambda values: bert_config(values, pooler=pooler), hf, path)
-    return load_weights(BertEncoder(config), from_bert_state(state, config))
+    with naming(path):
+        return load_weights(BertEncoder, config, converted(from_bert_state, state, config))
 
 
 register_format("bert", "bert", load_bert)

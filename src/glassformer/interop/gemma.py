@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.errors import shown
 from glassformer.interop._hf import load_directory, taker
 from glassformer.interop.llama import layer_windows, rope_theta
 from glassformer.models.gpt import GPT, GPTConfig
@@ -73,10 +74,12 @@ def gemma_config(hf: dict[str, Any], family: str) -> GPTConfig:
     """A ``GPTConfig`` equal to a Gemma 3 text or Gemma 2 ``config.json``."""
     act = hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in ACTIVATIONS:
-        raise CheckpointError(f"{family} hidden_activation={act!r} is not supported {ACTIVATIONS}")
+        raise CheckpointError(
+            f"{family} hidden_activation={shown(act)} is not supported {ACTIVATIONS}"
+        )
     for option in ("attention_bias", "use_bidirectional_attention"):
         if hf.get(option):
-            raise CheckpointError(f"{family} {option}={hf[option]!r} is not supported")
+            raise CheckpointError(f"{family} {option}={shown(hf[option])} is not supported")
     gemma3 = family == "Gemma 3"
     windows = _windows(hf, family)
     sliding = windows["attention_window"] is not None
@@ -90,7 +93,7 @@ def gemma_config(hf: dict[str, Any], family: str) -> GPTConfig:
     else:
         theta, local = _theta(family, rope, hf.get("rope_theta", 1e4)), None
     if hf.get("rope_scaling"):
-        raise CheckpointError(f"{family} rope_scaling={hf['rope_scaling']!r} is not supported")
+        raise CheckpointError(f"{family} rope_scaling={shown(hf['rope_scaling'])} is not supported")
     return GPTConfig(
         vocab_size=hf["vocab_size"],
         max_len=hf.get("max_position_embeddings", 8192),

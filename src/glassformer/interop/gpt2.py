@@ -27,7 +27,15 @@ from typing import Any
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.errors import shown
+from glassformer.interop._hf import (
+    build_config,
+    converted,
+    load_weights,
+    naming,
+    read_config,
+    read_weights,
+)
 from glassformer.models.base import Activation
 from glassformer.models.gpt import GPT, GPTConfig
 
@@ -68,7 +76,7 @@ def gpt2_config(hf: dict[str, Any]) -> GPTConfig:
     activation = hf.get("activation_function", "gelu_new")
     if activation not in _ACTIVATIONS:
         raise CheckpointError(
-            f"GPT-2 activation_function {activation!r} has no glassformer equivalent "
+            f"GPT-2 activation_function {shown(activation)} has no glassformer equivalent "
             f"(supported: {sorted(_ACTIVATIONS)})"
         )
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
@@ -136,9 +144,9 @@ def to_gpt2_state(model: GPT) -> dict[str, Tensor]:
 def load_gpt2(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face GPT-2 directory ``path``, in eval mode."""
     path = Path(path)
-    hf = read_config(path, "gpt2")
-    config = build_config(gpt2_config, hf, path)
-    return load_weights(GPT(config), from_gpt2_state(read_weights(path), config))
+    config = build_config(gpt2_config, read_config(path, "gpt2"), path)
+    with naming(path):
+        return load_weights(GPT, config, converted(from_gpt2_state, read_weights(path), config))
 
 
 def save_gpt2(model: GPT, path: str | Path) -> Path:

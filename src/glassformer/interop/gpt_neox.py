@@ -27,6 +27,7 @@ from typing import Any
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.errors import shown
 from glassformer.interop._hf import load_directory, taker
 from glassformer.interop.llama import rope_theta
 from glassformer.models.gpt import GPT, GPTConfig
@@ -48,7 +49,7 @@ def gpt_neox_config(hf: dict[str, Any]) -> GPTConfig:
     act = hf.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:
         raise CheckpointError(
-            f"GPT-NeoX hidden_act={act!r} is not supported ({sorted(ACTIVATIONS)})"
+            f"GPT-NeoX hidden_act={shown(act)} is not supported ({sorted(ACTIVATIONS)})"
         )
     if not hf.get("attention_bias", True):
         raise CheckpointError(

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.errors import shown
 from glassformer.interop._hf import load_directory, taker
 from glassformer.models.gpt import GPT, GPTConfig
 
@@ -59,9 +60,13 @@ def rope_theta(hf: dict[str, Any], family: str) -> float:
     scaling = hf.get("rope_scaling")
     rope_type = params.get("rope_type", "default")
     if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
-        raise CheckpointError(f"{family} rope_scaling={scaling!r} is not supported (only None)")
+        raise CheckpointError(
+            f"{family} rope_scaling={shown(scaling)} is not supported (only None)"
+        )
     if rope_type != "default":
-        raise CheckpointError(f"{family} rope_parameters rope_type={rope_type!r} is not supported")
+        raise CheckpointError(
+            f"{family} rope_parameters rope_type={shown(rope_type)} is not supported"
+        )
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
@@ -71,7 +76,9 @@ def window_from_sliding(family: str, sliding_window: Any) -> int | None:
     if sliding_window is None:
         return None
     if not isinstance(sliding_window, int) or sliding_window < 2:
-        raise CheckpointError(f"{family} sliding_window={sliding_window!r} is not supported (>= 2)")
+        raise CheckpointError(
+            f"{family} sliding_window={shown(sliding_window)} is not supported (>= 2)"
+        )
     return sliding_window - 1
 
 
@@ -85,7 +92,7 @@ def layer_windows(family: str, hf: dict[str, Any], default_types: list[str]) -> 
         "sliding_attention",
         "full_attention",
     }:
-        raise CheckpointError(f"{family} layer_types={types!r} is not supported")
+        raise CheckpointError(f"{family} layer_types={shown(types)} is not supported")
     if "sliding_attention" not in types:
         return {"attention_window": None, "full_attention_layers": []}
     return {
@@ -97,7 +104,7 @@ def layer_windows(family: str, hf: dict[str, Any], default_types: list[str]) -> 
 def mistral_config(hf: dict[str, Any]) -> GPTConfig:
     """A ``GPTConfig`` equal to a Mistral ``config.json``: Llama's, with its sliding window."""
     if hf.get("layer_types") is not None:
-        raise CheckpointError(f"Mistral layer_types={hf['layer_types']!r} is not supported")
+        raise CheckpointError(f"Mistral layer_types={shown(hf['layer_types'])} is not supported")
     window = window_from_sliding("Mistral", hf.get("sliding_window"))
     return replace(llama_config(hf, family="Mistral"), attention_window=window)
 
@@ -106,7 +113,9 @@ def llama_config(hf: dict[str, Any], family: str = "Llama") -> GPTConfig:
     """A ``GPTConfig`` equal to a Llama ``config.json``; refuses what GPT cannot express,
     naming the ``family`` whose config it reads."""
     if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"{family} hidden_act={hf['hidden_act']!r} is not supported (silu)")
+        raise CheckpointError(
+            f"{family} hidden_act={shown(hf['hidden_act'])} is not supported (silu)"
+        )
     attention_bias, mlp_bias = hf.get("attention_bias", False), hf.get("mlp_bias", False)
     if attention_bias != mlp_bias:
         raise CheckpointError(

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.errors import shown
 from glassformer.interop._hf import load_directory, taker
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
@@ -49,7 +50,7 @@ def marian_config(hf: dict[str, Any]) -> Seq2SeqConfig:
     """A ``Seq2SeqConfig`` equal to a Marian ``config.json``; refuses what it cannot express."""
     act = hf.get("activation_function", "gelu")
     if act not in ACTIVATIONS:
-        raise CheckpointError(f"Marian activation_function={act!r} is not supported")
+        raise CheckpointError(f"Marian activation_function={shown(act)} is not supported")
     shapes = {(hf[f"{side}_attention_heads"], hf[f"{side}_ffn_dim"])
               for side in ("encoder", "decoder")}  # fmt: skip
     if len(shapes) != 1:

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
+from glassformer.errors import shown
 from glassformer.interop._hf import load_directory, taker
 from glassformer.models.gpt import GPT, GPTConfig
 
@@ -53,10 +54,10 @@ def opt_config(hf: dict[str, Any]) -> GPTConfig:
     }
     for option, unsupported in refused.items():
         if unsupported:
-            raise CheckpointError(f"OPT {option}={hf.get(option)!r} is not supported")
+            raise CheckpointError(f"OPT {option}={shown(hf.get(option))} is not supported")
     act = hf.get("activation_function", "relu")
     if act not in ("relu", "gelu"):
-        raise CheckpointError(f"OPT activation_function={act!r} is not supported (relu, gelu)")
+        raise CheckpointError(f"OPT activation_function={shown(act)} is not supported (relu, gelu)")
     return GPTConfig(
         vocab_size=hf["vocab_size"],
         max_len=hf.get("max_position_embeddings", 2048),

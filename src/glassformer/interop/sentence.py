@@ -15,7 +15,6 @@ is refused with a ``CheckpointError`` naming them.
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -28,7 +27,18 @@ from glassformer.checkpoint import (
     register_named,
 )
 from glassformer.data.tokenizers import WordPieceTokenizer, load_tokenizer
-from glassformer.interop._hf import build_config, load_weights, read_config, read_weights
+from glassformer.errors import one_line, shown
+from glassformer.interop._hf import (
+    build_config,
+    check_directory,
+    converted,
+    inside,
+    load_weights,
+    naming,
+    read_config,
+    read_json,
+    read_weights,
+)
 from glassformer.interop.bert import bert_config, from_bert_state
 from glassformer.models.base import Pooling
 from glassformer.models.sentence import MINILM_NAME, SentenceConfig, SentenceEncoder
@@ -51,14 +61,14 @@ def load_sentence_encoder(
     if path is None or str(path) == MINILM_NAME:
         path = minilm_dir(cache_dir)
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(
-            f"{path} is not a directory; expected a sentence-transformers, BERT or "
-            f"glassformer sentence checkpoint directory (or {MINILM_NAME!r})"
-        )
+    check_directory(
+        path,
+        "a sentence-transformers, BERT or glassformer sentence checkpoint directory "
+        f"(or {MINILM_NAME!r})",
+    )
     if (path / "modules.json").is_file():
         return from_sentence_transformers(path)
-    config = _read_json(path / "config.json")
+    config = read_json(path / "config.json", "config") if (path / "config.json").is_file() else {}
     if isinstance(config, dict) and config.get("model_type") == "bert":
         return _from_foreign_dir(path)
     model = load_checkpoint(path, kind="sentence")
@@ -77,29 +87,42 @@ def _from_foreign_dir(path: Path) -> SentenceEncoder:
 def from_sentence_transformers(path: str | Path) -> SentenceEncoder:
     """A ``SentenceEncoder`` from a sentence-transformers model directory."""
     path = Path(path)
-    modules = _read_json(path / "modules.json")
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-        raise CheckpointError(f"{path / 'modules.json'} is not a list of modules")
+    modules = read_json(path / "modules.json", "module list")
+    if not isinstance(modules, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("path", ""), str) for m in modules
+    ):
+        raise CheckpointError(f"{path / 'modules.json'} is not a list of modules with paths")
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     unknown = [k for k in kinds if k not in _MODULE_TYPES]
     if unknown or kinds[:2] != ["Transformer", "Pooling"] or len(kinds) > 3:
         raise CheckpointError(
-            f"{path} is a sentence-transformers pipeline {kinds}; glassformer expresses "
-            "Transformer → Pooling, optionally → Normalize"
+            f"{path} is a sentence-transformers pipeline {shown(kinds, 300)}; glassformer "
+            "expresses Transformer → Pooling, optionally → Normalize"
         )
-    transformer = path / modules[0].get("path", "")
-    pooling = _pooling(path / modules[1].get("path", "1_Pooling") / "config.json")
-    settings = _read_json(transformer / "sentence_bert_config.json", missing_ok=True)
-    if settings.get("do_lower_case"):
-        raise CheckpointError(
-            f"{transformer / 'sentence_bert_config.json'}: do_lower_case is not supported"
-        )
+    modules_file = path / "modules.json"
+    transformer = inside(path, modules[0].get("path", ""), modules_file, "module")
+    pooling = _pooling(inside(path, modules[1].get("path", "1_Pooling"), modules_file, "module"))
     return _from_bert_dir(
         transformer,
         pooling=pooling,
         normalize=kinds[-1] == "Normalize",
-        max_tokens=settings.get("max_seq_length"),
+        max_tokens=_max_tokens(transformer / "sentence_bert_config.json"),
     )
+
+
+def _max_tokens(file: Path) -> int | None:
+    """``max_seq_length`` of a ``sentence_bert_config.json`` (None where there is none)."""
+    settings = read_json(file, "sentence-transformers config") if file.is_file() else {}
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"{file} is not a JSON object")
+    if settings.get("do_lower_case"):
+        raise CheckpointError(f"{file}: do_lower_case is not supported")
+    limit = settings.get("max_seq_length")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise CheckpointError(
+            f"{file}: max_seq_length is {shown(limit)}; expected a positive integer"
+        )
+    return limit
 
 
 def minilm_dir(cache_dir: str | Path | None = None) -> Path:
@@ -154,7 +177,8 @@ def _from_bert_dir(
     path: Path, *, pooling: Pooling, normalize: bool, max_tokens: int | None
 ) -> SentenceEncoder:
     hf = read_config(path, "bert")
-    state = read_weights(path)
+    with naming(path):
+        state = read_weights(path)
     has_pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
 
     def make(values: dict[str, Any]) -> SentenceConfig:
@@ -163,7 +187,8 @@ def _from_bert_dir(
         return SentenceConfig(**bert, pooling=pooling, normalize=normalize, max_tokens=limit)
 
     config = build_config(make, hf, path)
-    model = load_weights(SentenceEncoder(config), from_bert_state(state, config))
+    with naming(path):
+        model = load_weights(SentenceEncoder, config, converted(from_bert_state, state, config))
     model.tokenizer = _tokenizer(path)
     return model
 
@@ -172,32 +197,26 @@ def _tokenizer(path: Path) -> WordPieceTokenizer:
     try:
         tokenizer = load_tokenizer(path)
     except ValueError as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        raise CheckpointError(f"{path}: {one_line(e)}") from None
     if not isinstance(tokenizer, WordPieceTokenizer):
         raise CheckpointError(f"{path} has a {tokenizer.kind} tokenizer; expected WordPiece")
     return tokenizer
 
 
-def _pooling(config_file: Path) -> Pooling:
-    config = _read_json(config_file)
+def _pooling(folder: Path) -> Pooling:
+    config_file = folder / "config.json"
+    config = read_json(config_file, "pooling config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_file} is not a JSON object")
     modes = [mode for flag, mode in _POOLING_FLAGS.items() if config.get(flag)]
     others = sorted(k for k, v in config.items() if k.startswith("pooling_mode") and v)
     others = [k for k in others if k not in _POOLING_FLAGS]
     if len(modes) != 1 or others:
         raise CheckpointError(
-            f"{config_file} asks for pooling {modes + others}; glassformer pools by exactly "
-            "one of mean, cls, max"
+            f"{config_file} asks for pooling {shown(modes + others, 300)}; glassformer pools by "
+            "exactly one of mean, cls, max"
         )
     return modes[0]
-
-
-def _read_json(file: Path, *, missing_ok: bool = False) -> Any:
-    if missing_ok and not file.exists():
-        return {}
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{file} is not readable JSON: {e}") from None
 
 
 register_named(

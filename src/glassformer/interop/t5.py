@@ -34,7 +34,16 @@ import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.interop._hf import build_config, model_holding, read_config, read_weights, taker
+from glassformer.errors import shown
+from glassformer.interop._hf import (
+    build_config,
+    converted,
+    model_holding,
+    naming,
+    read_config,
+    read_weights,
+    taker,
+)
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 FEED_FORWARD = {"relu": "relu", "gated-gelu": "geglu_tanh"}
@@ -49,7 +58,7 @@ def t5_config(hf: dict[str, Any]) -> Seq2SeqConfig:
     proj = hf.get("feed_forward_proj", "relu")
     if proj not in FEED_FORWARD:
         raise CheckpointError(
-            f"T5 feed_forward_proj={proj!r} is not supported {sorted(FEED_FORWARD)}"
+            f"T5 feed_forward_proj={shown(proj)} is not supported {sorted(FEED_FORWARD)}"
         )
     if hf.get("is_decoder") or hf.get("is_encoder_decoder") is False:
         raise CheckpointError("T5 is_encoder_decoder=False (one stack) is not supported")
@@ -131,12 +140,15 @@ def load_t5(path: str | Path) -> Seq2SeqTransformer:
     its config says (transformers 5 writes ``tie_word_embeddings: true`` for every T5, and
     then does not tie such a head either)."""
     path = Path(path)
-    hf, state = read_config(path, "t5"), read_weights(path)
+    hf = read_config(path, "t5")
+    with naming(path):
+        state = read_weights(path)
     head, shared = state.get("lm_head.weight"), state.get("shared.weight")
     if head is not None and shared is not None and not torch.equal(head, shared):
         hf = {**hf, "tie_word_embeddings": False}
     config = build_config(t5_config, hf, path)
-    return model_holding(Seq2SeqTransformer, config, from_t5_state(state, config))
+    with naming(path):
+        return model_holding(Seq2SeqTransformer, config, converted(from_t5_state, state, config))
 
 
 register_format("t5", "seq2seq", load_t5)

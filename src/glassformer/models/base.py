@@ -8,6 +8,7 @@ subclasses register themselves so a checkpoint can be loaded without knowing its
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
+from glassformer.errors import shown
 from glassformer.models.legacy import upgrade_state_dict
 from glassformer.models.quantize import prepare_for_inference
 from glassformer.modules.attention import check_dropout, check_heads
@@ -36,6 +38,7 @@ from glassformer.modules.hooks import (
 from glassformer.modules.position import POSITIONAL
 
 __all__ = [
+    "MAX_LAYERS",
     "MODEL_KINDS",
     "Activation",
     "ConfigBase",
@@ -45,7 +48,9 @@ __all__ = [
     "Pooling",
     "Positional",
     "PretrainedModel",
+    "check_finite",
     "cross_entropy",
+    "is_integer",
 ]
 
 Activation = Literal[
@@ -55,6 +60,13 @@ Activation = Literal[
 Positional = Literal["sinusoidal", "sinusoidal_halves", "learned", "rope"]
 Norm = Literal["layer", "rms", "gemma_rms"]  # LayerNorm, RMSNorm, Gemma's (modules.norms)
 Pooling = Literal["mean", "cls", "max"]  # how token states become one vector
+
+# The fields of any config that are sizes (each a positive integer), and of them the layer
+# counts, which have a ceiling far above any released model (Llama 3.1 405B has 126).
+LAYER_COUNTS = ("num_layers", "num_encoder_layers", "num_decoder_layers")
+SIZES = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "num_classes", "d_model", "d_ff",
+         "max_len", *LAYER_COUNTS)  # fmt: skip
+MAX_LAYERS = 10_000
 
 C = TypeVar("C", bound="ConfigBase")
 M = TypeVar("M", bound="PretrainedModel")
@@ -103,26 +115,14 @@ class ConfigBase:
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"{cls.__name__} has no field(s) {unknown}; known: {sorted(known)}")
+            raise ValueError(
+                f"{cls.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
+            )
         return cls(**values)
 
     def _check(self) -> None:
         """Checks common to all configs; each config's ``__post_init__`` calls this."""
-        for name in (
-            "vocab_size",
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "num_classes",
-            "d_model",
-            "d_ff",
-            "max_len",
-            "num_layers",
-            "num_encoder_layers",
-            "num_decoder_layers",
-        ):
-            value = getattr(self, name, 1)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._check_sizes()
         check_heads(self.d_model, self.num_heads, self.head_dim)  # type: ignore[attr-defined]
         check_dropout(self.dropout)  # type: ignore[attr-defined]
         check_dropout(self.attention_dropout, "attention_dropout")  # type: ignore[attr-defined]
@@ -130,19 +130,51 @@ class ConfigBase:
         positional = self.positional  # type: ignore[attr-defined]
         allowed = sorted(POSITIONAL) + list(self.EXTRA_POSITIONAL)
         if positional not in allowed:
-            raise ValueError(f"positional must be one of {allowed}, got {positional!r}")
+            raise ValueError(f"positional must be one of {allowed}, got {shown(positional)}")
         window = getattr(self, "attention_window", None)
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window <= 0
         ):
-            raise ValueError(f"attention_window must be a positive integer or None, got {window!r}")
+            raise ValueError(
+                f"attention_window must be a positive integer or None, got {shown(window)}"
+            )
         glob = getattr(self, "global_tokens", 0)
         if not isinstance(glob, int) or isinstance(glob, bool) or glob < 0:
-            raise ValueError(f"global_tokens must be an integer >= 0, got {glob!r}")
+            raise ValueError(f"global_tokens must be an integer >= 0, got {shown(glob)}")
         if glob and window is None:
             raise ValueError(f"global_tokens={glob} needs an attention_window")
         if positional == "sinusoidal" and self.d_model % 2:  # type: ignore[attr-defined]
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
+
+    def _check_sizes(self) -> None:
+        """Sizes are positive integers, layer counts at most ``MAX_LAYERS`` (a config read
+        from a file builds a list of that many layers before any weight is seen), and the
+        norms' epsilon a finite number >= 0."""
+        for name in SIZES:
+            value = getattr(self, name, 1)
+            if not is_integer(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
+            if name in LAYER_COUNTS and value > MAX_LAYERS:
+                raise ValueError(f"{name} must be at most {MAX_LAYERS}, got {shown(value)}")
+        for name in ("layer_norm_eps", "norm_eps"):
+            check_finite(name, getattr(self, name, None), minimum=0.0)
+
+
+def is_integer(value: Any) -> bool:
+    """An int that is not a bool (JSON's true is 1 to ``isinstance``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_finite(name: str, value: Any, *, minimum: float, above: bool = False) -> None:
+    """``value`` (None passes) is a finite number >= ``minimum`` (> where ``above``): NaN
+    or Infinity read from a config would poison every output without an error."""
+    if value is None:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (above and value == minimum):
+        relation = ">" if above else ">="
+        expected = f"a finite number {relation} {minimum:g}"
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
 
 
 @dataclass(kw_only=True)

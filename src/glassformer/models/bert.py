@@ -17,6 +17,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ModelConfig, Pooling, Positional
@@ -53,7 +54,7 @@ class BertConfig(ModelConfig):
         if self.positional != "learned":
             raise ValueError(f"BERT learns its positions, got positional={self.positional!r}")
         if self.type_vocab_size <= 0:
-            raise ValueError(f"type_vocab_size must be positive, got {self.type_vocab_size}")
+            raise ValueError(f"type_vocab_size must be positive, got {shown(self.type_vocab_size)}")
 
 
 class BertOutput(NamedTuple):

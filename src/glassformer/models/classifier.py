@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import (
@@ -124,7 +125,7 @@ class ClassifierConfig(ModelConfig):
     def __post_init__(self) -> None:
         self._check()
         if self.pooling not in POOLING:
-            raise ValueError(f"pooling must be one of {list(POOLING)}, got {self.pooling!r}")
+            raise ValueError(f"pooling must be one of {list(POOLING)}, got {shown(self.pooling)}")
 
 
 class TransformerClassifier(SequenceClassifier):

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 import torch
 from torch import Tensor, nn
 
+from glassformer.errors import shown
 from glassformer.generation import GenerationConfig, gpt_generate
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
@@ -33,6 +34,7 @@ from glassformer.models.base import (
     ModelOutput,
     Norm,
     Positional,
+    check_finite,
     cross_entropy,
 )
 from glassformer.models.common import key_mask
@@ -134,7 +136,7 @@ class GPTConfig(ModelConfig):
             self.norm_eps = self.layer_norm_eps
         self.layer_norm_eps = self.norm_eps
         if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {list(NORMS)}, got {self.norm!r}")
+            raise ValueError(f"norm must be one of {list(NORMS)}, got {shown(self.norm)}")
         self._check()
         if self.num_kv_heads is not None and (
             self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads
@@ -151,7 +153,7 @@ class GPTConfig(ModelConfig):
                 f"rotary_dim must be in 1..{head_dim} (the head width), got {self.rotary_dim}"
             )
         if self.bias not in (True, False, "qkv"):
-            raise ValueError(f"bias must be True, False or 'qkv', got {self.bias!r}")
+            raise ValueError(f"bias must be True, False or 'qkv', got {shown(self.bias)}")
         self.full_attention_layers = list(self.full_attention_layers)
         if any(not 0 <= i < self.num_layers for i in self.full_attention_layers):
             raise ValueError(
@@ -160,12 +162,9 @@ class GPTConfig(ModelConfig):
             )
         if self.embed_dim is not None and self.embed_dim <= 0:
             raise ValueError(f"embed_dim must be a positive integer or None, got {self.embed_dim}")
-        for name in ("attention_scale", "rope_local_theta", "final_softcap", "attention_softcap"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive or None, got {value!r}")
-        if self.rope_theta <= 0:
-            raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
+        for name in ("rope_theta", "attention_scale", "rope_local_theta", "final_softcap",
+                     "attention_softcap"):  # fmt: skip
+            check_finite(name, getattr(self, name), minimum=0.0, above=True)  # None passes
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(
                 f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})"
@@ -321,4 +320,4 @@ class GPTClassifierConfig(GPTConfig):
         if self.num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
         if self.pooling not in ("last", "mean"):
-            raise ValueError(f"pooling must be 'last' or 'mean', got {self.pooling!r}")
+            raise ValueError(f"pooling must be 'last' or 'mean', got {shown(self.pooling)}")

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from glassformer.models.base import ConfigBase, PretrainedModel
+from glassformer.errors import shown
+from glassformer.models.base import ConfigBase, PretrainedModel, is_integer
 
 ARCHITECTURES = ("topk", "standard", "jumprelu")
 
@@ -74,10 +75,13 @@ class SAEConfig(ConfigBase):
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(
-                f"architecture must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}"
+                f"architecture must be one of {', '.join(ARCHITECTURES)}, "
+                f"got {shown(self.architecture)}"
             )
-        if self.d_in < 1 or self.d_sae < 1:
-            raise ValueError(f"d_in and d_sae must be positive, got {self.d_in} and {self.d_sae}")
+        for name in ("d_in", "d_sae", "k", "context_size"):
+            value = getattr(self, name)
+            if not is_integer(value) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
         if self.architecture == "topk" and not 1 <= self.k <= self.d_sae:
             raise ValueError(f"k must be between 1 and d_sae ({self.d_sae}), got {self.k}")
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from glassformer.checkpoint import load_checkpoint
 from glassformer.data.tokenizers import load_tokenizer
-from glassformer.errors import CheckpointError
+from glassformer.errors import CheckpointError, one_line, shown
 from glassformer.models.base import Pooling
 from glassformer.models.bert import BertConfig, BertEncoder
 from glassformer.models.common import POOLING, key_mask, pool
@@ -49,7 +49,7 @@ class SentenceConfig(BertConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.pooling not in POOLING:
-            raise ValueError(f"pooling must be one of {list(POOLING)}, got {self.pooling!r}")
+            raise ValueError(f"pooling must be one of {list(POOLING)}, got {shown(self.pooling)}")
         if not 2 < self.max_tokens <= self.max_len:
             raise ValueError(
                 f"max_tokens must be in 3..max_len ({self.max_len}), got {self.max_tokens}"
@@ -85,6 +85,8 @@ class SentenceEncoder(BertEncoder):
                 is kept (default: glassformer's cache).
         """
         path = MINILM_NAME if path is None else path
+        if str(path) != MINILM_NAME and not Path(path).exists():
+            raise CheckpointError(f"{path} does not exist")
         if str(path) != MINILM_NAME and not Path(path).is_dir():
             raise CheckpointError(
                 f"{path} is not a directory; expected a sentence-transformers, BERT or "
@@ -99,7 +101,7 @@ class SentenceEncoder(BertEncoder):
         try:
             tokenizer = load_tokenizer(directory)
         except ValueError as e:
-            raise CheckpointError(f"{directory}: {e}") from None
+            raise CheckpointError(f"{directory}: {one_line(e)}") from None
         if tokenizer.kind != "wordpiece":
             kind = tokenizer.kind
             raise CheckpointError(f"{directory} has a {kind} tokenizer; expected WordPiece")
@@ -155,7 +157,7 @@ class SentenceEncoder(BertEncoder):
         if not texts:
             raise ValueError("encode needs at least one text")
         if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            raise ValueError(f"batch_size must be a positive integer, got {shown(batch_size)}")
         rows = self.tokenize(texts)
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         device = next(self.parameters()).device

@@ -19,10 +19,19 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from glassformer.errors import shown
 from glassformer.generation import GenerationConfig, seq2seq_generate
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
-from glassformer.models.base import ModelConfig, ModelOutput, Norm, PretrainedModel, cross_entropy
+from glassformer.models.base import (
+    ModelConfig,
+    ModelOutput,
+    Norm,
+    PretrainedModel,
+    check_finite,
+    cross_entropy,
+    is_integer,
+)
 from glassformer.models.common import key_mask
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
@@ -81,8 +90,16 @@ class Seq2SeqConfig(ModelConfig):
             )
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
-            if not 0 <= value < self.tgt_vocab_size:
-                raise ValueError(f"{name}={value} is outside the target vocabulary")
+            if not is_integer(value) or not 0 <= value < self.tgt_vocab_size:
+                raise ValueError(
+                    f"{name}={shown(value)} is outside the target vocabulary "
+                    f"[0, {self.tgt_vocab_size})"
+                )
+        for name in ("relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if not is_integer(value) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
+        check_finite("attention_scale", self.attention_scale, minimum=0.0, above=True)
 
 
 class Seq2SeqTransformer(PretrainedModel):

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ConfigBase, ModelOutput, cross_entropy
@@ -77,10 +78,10 @@ class ViTConfig(ConfigBase):
         check_patches(pair, self.patch_size)
         self.image_size = (pair[0], pair[1])
         if not isinstance(self.channels, int) or self.channels <= 0:
-            raise ValueError(f"channels must be a positive integer, got {self.channels!r}")
+            raise ValueError(f"channels must be a positive integer, got {shown(self.channels)}")
         self._check()
         if self.pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling must be one of ['cls', 'mean'], got {self.pooling!r}")
+            raise ValueError(f"pooling must be one of ['cls', 'mean'], got {shown(self.pooling)}")
         if self.positional == "sinusoidal" and self.d_model % 4:
             raise ValueError(
                 f"2-D sinusoidal positions need d_model divisible by 4, got {self.d_model}"

@@ -67,7 +67,7 @@ def explain_html(
             collected = (columns, *_collect(model, *forward, columns=columns))
         _, data, shown = collected
         if labels is not None and data["output"] and data["output"]["kind"] == "classes":
-            data["output"]["labels"] = list(labels)
+            data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
         _carry(data, shown, half=half)  # each step's values (and error) written anew
         page = render("explain.html", ("viewer.css", "explain.css"), EXPLAIN_SCRIPTS, data,
                       title="glassformer: one forward pass", data_id="explain-data")  # fmt: skip
@@ -79,6 +79,14 @@ def explain_html(
         f"{THINNER[-1]} features a step, over the limit of {MAX_BYTES:,}: use a shorter text "
         f"({len(data['tokens'])} tokens here)"
     )
+
+
+def _class_names(labels: list[str], classes: int) -> list[str]:
+    """A classifier's ``labels``, one for each of its ``classes`` outputs: any other number
+    would leave outputs unnamed on the page (shown as "undefined")."""
+    if len(labels) != classes:
+        raise ValueError(f"{len(labels)} labels were given for a model of {classes} classes")
+    return list(labels)
 
 
 def explain_data(
