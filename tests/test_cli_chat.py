@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from test_generation import padded_qwen2
 
 from glassformer import GPT, GPTConfig
 from glassformer.checkpoint import NAMED_MODELS
@@ -217,3 +218,47 @@ def test_ctrl_c_stops_a_reply_keeps_what_was_written_and_the_chat_goes_on(
     out = capsys.readouterr().out
     assert "Hel (stopped)" in out and "/reset starts again" in out
     assert "<|im_start|>assistant\nHel<|im_end|>\n<|im_start|>user\nagain" in prompts[1]
+
+
+# --- models that are hard to decode, templates that do not render -------------------------
+
+
+def test_generate_and_chat_run_to_the_end_on_a_padded_vocabulary(
+    chat_bpe, tmp_path, monkeypatch, capsys
+):
+    """A Qwen2 directory whose embedding is 64 rows longer than its tokenizer, the padded
+    rows' logits the largest: the ids past the tokenizer are never chosen, so the text is
+    printed to the end (it ended in "cannot decode id 271")."""
+    folder, _ = padded_qwen2(tmp_path / "qwen2", chat_bpe)
+    argv = ["--model", str(folder), "--max-new-tokens", "8", "--dtype", "fp32"]
+    for decoding in (["--greedy"], ["--seed", "0"]):
+        assert main(["generate", "--prompt", "Hello", *argv, *decoding]) == 0
+        assert capsys.readouterr().out.startswith("Hello")
+        code, out, err = chat(monkeypatch, capsys, "hi\n", *argv, *decoding)
+        assert code == 0 and out.strip() and not err, err
+
+
+def test_generate_with_nan_weights_is_one_line_naming_the_step(chat_bpe, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = padded_qwen2(tmp_path / "qwen2", chat_bpe)
+    weights = load_file(folder / "model.safetensors")
+    weights["model.norm.weight"][0] = float("nan")  # as a corrupt or hostile file holds
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for decoding in (["--greedy"], ["--seed", "0"]):
+        argv = ["generate", "--model", str(folder), "--prompt", "Hi", "--dtype", "fp32"]
+        assert main([*argv, *decoding]) == 2
+        err = capsys.readouterr().err
+        assert "error: decoding step 1: the model's logits are not finite" in err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_chat_template_that_does_not_render_is_one_line_naming_the_model(
+    tiny_chat_run, monkeypatch, capsys
+):
+    hostile = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+    (tiny_chat_run / "tokenizer_config.json").write_text(json.dumps({"chat_template": hostile}))
+    argv = ["--model", str(tiny_chat_run), "--max-new-tokens", "4", "--dtype", "fp32"]
+    code, _, err = chat(monkeypatch, capsys, "hi\n", *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tiny_chat_run}: the chat template does not render: its loops ran more than" in err

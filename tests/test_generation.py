@@ -5,6 +5,7 @@ the keywords it stands for)."""
 
 import ast
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -635,3 +636,133 @@ def test_logits_to_keep_gives_the_last_positions_logits_only():
     torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="logits_to_keep leaves out logits that labels score"):
         model(ids, labels=ids, logits_to_keep=1)
+
+
+# ---- models that are hard to decode: a padded vocabulary, logits that are not finite -------
+
+
+def padded_qwen2(folder, chat_bpe, padding=64):
+    """A random Qwen2 directory (config.json and model.safetensors as Hugging Face writes
+    them) whose embedding has ``padding`` rows past its tokenizer's 259 tokens, as Qwen2's
+    and Pythia's checkpoints have, those rows' logits made the largest: a decoder that does
+    not rule them out picks them. With a chat template."""
+    from safetensors.torch import save_file
+
+    from glassformer.data.tokenizers import load_tokenizer
+
+    tokens = load_tokenizer(chat_bpe(folder)).vocab_size
+    V, D, F, heads, kv, Dh = tokens + padding, 32, 64, 4, 2, 8
+    config = dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], vocab_size=V, hidden_size=D,
+        intermediate_size=F, num_hidden_layers=2, num_attention_heads=heads,
+        num_key_value_heads=kv, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=10000.0, hidden_act="silu", tie_word_embeddings=False,
+    )  # fmt: skip
+    per_layer = {
+        "input_layernorm.weight": (D,), "post_attention_layernorm.weight": (D,),
+        "self_attn.q_proj.weight": (heads * Dh, D), "self_attn.q_proj.bias": (heads * Dh,),
+        "self_attn.k_proj.weight": (kv * Dh, D), "self_attn.k_proj.bias": (kv * Dh,),
+        "self_attn.v_proj.weight": (kv * Dh, D), "self_attn.v_proj.bias": (kv * Dh,),
+        "self_attn.o_proj.weight": (D, heads * Dh), "mlp.gate_proj.weight": (F, D),
+        "mlp.up_proj.weight": (F, D), "mlp.down_proj.weight": (D, F),
+    }  # fmt: skip
+    shapes = {
+        "model.embed_tokens.weight": (V, D),
+        "model.norm.weight": (D,),
+        "lm_head.weight": (V, D),
+    }
+    shapes |= {f"model.layers.{i}.{name}": s for i in range(2) for name, s in per_layer.items()}
+    g = torch.Generator().manual_seed(0)
+    weights = {
+        name: 1.0 + 0.2 * torch.randn(shape, generator=g)
+        if name.endswith("norm.weight")
+        else 0.1 * torch.randn(shape, generator=g)
+        for name, shape in shapes.items()
+    }
+    weights["lm_head.weight"][tokens:] *= 1000.0  # the padded ids win every arg-max
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config))
+    template = "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return folder, tokens
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True, "temperature": 1.0}])
+def test_ids_past_the_tokenizer_of_a_padded_vocabulary_are_never_chosen(
+    chat_bpe, tmp_path, options
+):
+    from glassformer.inference import load_run
+
+    folder, tokens = padded_qwen2(tmp_path, chat_bpe)
+    model, tok = load_run(folder, kind="gpt")
+    assert model.config.vocab_size == tokens + 64 and tok.vocab_size == tokens
+    prompt = torch.tensor([tok.encode("Hello there")])
+    g = torch.Generator().manual_seed(0)
+    unlimited = model.generate(prompt, 30, generator=g, **options)
+    assert (unlimited[0, prompt.size(1) :] >= tokens).any()  # the trap: padded ids win
+    out = model.generate(prompt, 30, vocab_limit=tok.vocab_size, generator=g, **options)
+    assert out.shape == (1, prompt.size(1) + 30)  # to the end
+    assert (out < tokens).all() and isinstance(tok.decode(out[0]), str)
+
+
+def test_a_translator_and_its_beams_keep_inside_the_vocab_limit():
+    model = tiny_translator()
+    src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])
+    for options in ({}, {"beam_size": 3}, {"do_sample": True}):
+        out = model.generate(src, 8, vocab_limit=6, **options)
+        assert (out < 6).all(), options
+        assert (model.generate(src, 8, **options) >= 6).any(), options  # it would without
+
+
+def test_vocab_limit_is_checked():
+    with pytest.raises(ValueError, match="vocab_limit must be a positive integer, got 0"):
+        GenerationConfig(vocab_limit=0)
+
+
+def nan_epsilon(model, module_name):
+    model.get_submodule(module_name).eps = float("nan")  # as from a hostile config file
+    return model
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True}, {"use_cache": False}])
+def test_nan_logits_are_refused_in_one_line_naming_the_step_gpt(options):
+    from glassformer.errors import NonFiniteLogitsError
+
+    model = nan_epsilon(tiny_gpt(), "blocks.1.ln2")
+    with pytest.raises(NonFiniteLogitsError, match="decoding step 1: the model's logits are not"):
+        model.generate(torch.tensor([[3, 4, 5]]), 5, **options)
+
+
+def test_logits_that_turn_nan_at_a_later_step_are_refused_naming_that_step():
+    model = tiny_gpt()
+    calls = []
+
+    def nan_from_the_third(logits, name):
+        calls.append(name)
+        return torch.full_like(logits, float("nan")) if len(calls) >= 3 else logits
+
+    at_step_3 = pytest.raises(FloatingPointError, match=r"decoding step 3: .* epsilon are likely")
+    with model.hooks([("hook_logits", nan_from_the_third)]), at_step_3:
+        model.generate(torch.tensor([[3, 4, 5]]), 5)
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True}, {"beam_size": 3}])
+def test_nan_logits_are_refused_in_one_line_naming_the_step_translator(options):
+    model = nan_epsilon(tiny_translator(), "decoder.blocks.1.ln2")
+    with pytest.raises(
+        FloatingPointError, match="decoding step 1: the model's logits are not"
+    ) as e:
+        model.generate(torch.tensor([[3, 4, 5, 6]]), 5, **options)
+    assert "\n" not in str(e.value)
+
+
+def test_infinite_and_all_masked_logits_are_refused_but_nan_past_the_vocab_limit_is_not():
+    from glassformer.errors import NonFiniteLogitsError
+
+    inf = float("inf")
+    with pytest.raises(NonFiniteLogitsError, match="not finite"):
+        choose_next(torch.tensor([[0.0, inf, 1.0]]))
+    with pytest.raises(NonFiniteLogitsError, match="not finite"):
+        choose_next(torch.tensor([[-inf, -inf]]), do_sample=True)
+    padded_nan = torch.tensor([[0.0, 2.0, 1.0, float("nan")]])
+    assert choose_next(padded_nan, vocab_limit=3).tolist() == [1]

@@ -3,6 +3,8 @@ the image processor, and the bundled digits corpus and its split."""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -101,6 +103,50 @@ def test_the_processor_opens_files_refuses_other_sizes_and_resizes_when_asked(tm
     assert torch.equal(processor.open(big, resize=True), torch.ones(1, 4, 6))
     processor.save(tmp_path)
     assert load_image_processor(tmp_path) == processor
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"image_size": ' + "[" * 5000 + "]" * 5000 + "}", "JSON nested too deeply"),
+        ("{oops", "invalid JSON"),
+        ('{"channels": 1}', "image_size is None, expected \\[height, width\\]"),
+        ('{"image_size": [4, 1e400], "channels": 1}', r"image_size is \[4, inf\]"),
+        ('{"image_size": [4, 6], "channels": 2}', "channels is 2, expected 1 or 3"),
+        ('{"image_size": [4, 6], "channels": true}', "channels is True, expected 1 or 3"),
+        ("[4, 6]", "image_size is None"),
+    ],
+    ids=["nested", "not-json", "no-size", "infinite", "channels", "bool", "list"],
+)
+def test_a_bad_image_processor_file_is_one_line_naming_it(tmp_path, text, message):
+    """Nested 5,000 deep, image_processor.json once ended the run in a RecursionError
+    traceback; an infinite side in an OverflowError."""
+    (tmp_path / "image_processor.json").write_text(text)
+    with pytest.raises(ImageError, match=message) as e:
+        load_image_processor(tmp_path)
+    assert str(tmp_path / "image_processor.json") in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_image_processor_fifo_is_refused_not_waited_on(tmp_path):
+    """Opened without blocking (a hang fails here: the FIFO is unblocked after 5 s)."""
+    fifo = tmp_path / "image_processor.json"
+    os.mkfifo(fifo)
+    caught: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_image_processor(tmp_path)
+        except Exception as e:
+            caught.append(e)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the reader sees the end
+        worker.join()
+        pytest.fail("load_image_processor waited on a FIFO")
+    assert isinstance(caught[0], ImageError) and "not a regular file" in str(caught[0])
 
 
 def test_digits_split_is_stratified_fixed_and_holds_out_a_fifth_of_each_digit():

@@ -21,6 +21,7 @@ import torch
 
 from glassformer.cli._common import for_inference
 from glassformer.cli.generate import Printer, add_sampling_arguments, sampling_config
+from glassformer.errors import ChatTemplateError
 from glassformer.inference import load_run
 
 HELP = "chat with an instruction-tuned model (SmolLM2-135M-Instruct), replies streamed"
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             f"{args.model} has no chat template, so it is not a chat model; "
             "use `glassformer generate` to continue a text"
         )
-    config = replace(config, eos_id=(tok.eos_id,))
+    # Ids past the tokenizer (a padded embedding) are never chosen: they could not be printed.
+    config = replace(config, eos_id=(tok.eos_id,), vocab_limit=tok.vocab_size)
     budget = model.config.max_len - args.max_new_tokens
     if budget <= 0:
         raise ValueError(
@@ -64,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
             print("(a new conversation)")
             continue
         messages.append({"role": "user", "content": text})
-        ids = conversation_ids(tok, messages, budget)
+        try:
+            ids = conversation_ids(tok, messages, budget)
+        except ChatTemplateError as e:  # the tokenizer does not know its file: name the model
+            raise (e if e.source else ChatTemplateError(args.model, e.problem)) from None
         if ids is None:
             messages.pop()
             print(f"(that message does not fit in {budget} tokens; say it shorter)")

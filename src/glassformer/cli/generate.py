@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")
     stops = [_stop_id(tok, text) for text in args.stop]
-    config = replace(config, eos_id=tuple(stops) or None)  # the stop tokens need the tokenizer
+    # The stop tokens need the tokenizer; so does the rule that ids past it (a padded
+    # embedding, as in Qwen2 and Pythia) are never chosen: they could not be printed.
+    config = replace(config, eos_id=tuple(stops) or None, vocab_limit=tok.vocab_size)
     model = for_inference(model, args.dtype, tok)  # once the inputs are known to be good
     prompt = torch.tensor([ids] * args.num_samples)
     stream = args.num_samples == 1 and not args.no_stream

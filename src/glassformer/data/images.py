@@ -24,9 +24,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from glassformer.errors import ImageError, MissingDependencyError
+from glassformer.errors import ImageError, MissingDependencyError, shown
+from glassformer.jsonfile import read_json
 
 IMAGE_PROCESSOR_FILE = "image_processor.json"
+MAX_PROCESSOR_BYTES = 1 << 20  # the file glassformer writes is ~50 bytes
+MAX_SIDE = 1 << 16  # pixels on a side (a ViT reads 224..1024)
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F", "P;L")
 
 
@@ -77,14 +80,26 @@ class ImageProcessor:
 
 
 def load_image_processor(directory: str | Path) -> ImageProcessor:
-    """The ``ImageProcessor`` a checkpoint directory keeps (image_processor.json)."""
+    """The ``ImageProcessor`` a checkpoint directory keeps (image_processor.json); anything
+    else (not a file, too large, not JSON, nested too deeply, a field missing or not what
+    glassformer writes) is one ``ImageError`` naming the file."""
     file = Path(directory) / IMAGE_PROCESSOR_FILE
     try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-        h, w = values["image_size"]
-        return ImageProcessor(image_size=(int(h), int(w)), channels=int(values["channels"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ImageError(f"{file} is not an image processor file: {e}") from None
+        values = read_json(file, "an image processor file", MAX_PROCESSOR_BYTES)
+    except ValueError as e:  # its message names the file
+        raise ImageError(str(e)) from None
+    size = values.get("image_size") if isinstance(values, dict) else None
+    channels = values.get("channels") if isinstance(values, dict) else None
+    if not (isinstance(size, list) and len(size) == 2 and all(_positive(s) for s in size)):
+        raise ImageError(f"{file}: image_size is {shown(size)}, expected [height, width]")
+    if channels not in (1, 3) or isinstance(channels, bool):
+        raise ImageError(f"{file}: channels is {shown(channels)}, expected 1 or 3")
+    return ImageProcessor(image_size=(size[0], size[1]), channels=channels)
+
+
+def _positive(value: Any) -> bool:
+    """An integer from 1 to ``MAX_SIDE`` pixels (a bool is not one)."""
+    return type(value) is int and 0 < value <= MAX_SIDE
 
 
 def open_image(path: str | Path) -> Any:

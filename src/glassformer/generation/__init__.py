@@ -8,7 +8,8 @@ step. Every option lives in one ``GenerationConfig``; each function also takes t
 options as keywords, which override the config's fields.
 
     config.py    GenerationConfig: the options, checked once
-    sampling.py  choose_next, apply_repetition_penalty, and the GPT loop gpt_generate
+    sampling.py  choose_next, usable_logits (the vocab limit, non-finite logits refused),
+                 apply_repetition_penalty, and the GPT loop gpt_generate
     static.py    the GPT's static cache and one-token decode step (compilable)
     beam.py      beam_search over the translator's decoder
     seq2seq.py   the translator loop seq2seq_generate (greedy, sampled or beam)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from glassformer.generation.config import GenerationConfig, resolve_config
-from glassformer.generation.sampling import apply_repetition_penalty
+from glassformer.generation.sampling import apply_repetition_penalty, usable_logits
 from glassformer.modules.cache import DecoderCache
 
 
@@ -71,8 +71,9 @@ def beam_search(
     (without a repetition penalty, which changes the scores).
 
     Of the ``GenerationConfig`` (``generation_config`` and/or keyword ``options``) it uses
-    ``beam_size`` (K), ``length_penalty``, ``early_stopping``, ``repetition_penalty`` and
-    ``use_cache``.
+    ``beam_size`` (K), ``length_penalty``, ``early_stopping``, ``repetition_penalty``,
+    ``use_cache`` and ``vocab_limit``. Logits that are not finite are refused
+    (``NonFiniteLogitsError``, naming the step).
     """
     gen = resolve_config(generation_config, options, ("generation_config", "keep_greedy"))
     c = model.config
@@ -88,6 +89,7 @@ def beam_search(
     hyps = [_Hypotheses(K, gen.length_penalty, gen.early_stopping) for _ in range(B)]
     for step in range(max_new_tokens):
         logits = decoder_logits(model, ys, memory, src_mask, cache)
+        logits = usable_logits(logits, gen.vocab_limit, step + 1)
         logits = apply_repetition_penalty(logits, ys[:, 1:], gen.repetition_penalty)
         log_probs = never_specials(logits.float().log_softmax(dim=-1), c)  # (B·K, V)
         V = log_probs.size(-1)
@@ -116,7 +118,11 @@ def beam_search(
                         hyps[b].add(ys[b * K + k, 1:].tolist(), scores[b, k].item())
     if keep_greedy and gen.repetition_penalty == 1.0:
         greedy = _greedy_with_log_probs(
-            model, memory[::K], None if src_mask is None else src_mask[::K], max_new_tokens
+            model,
+            memory[::K],
+            None if src_mask is None else src_mask[::K],
+            max_new_tokens,
+            gen.vocab_limit,
         )
         for h, (tokens, log_prob) in zip(hyps, greedy, strict=True):
             h.add(tokens, log_prob)
@@ -191,7 +197,7 @@ class _Hypotheses:
 
 
 def _greedy_with_log_probs(
-    model, memory: Tensor, src_mask: Tensor | None, max_new_tokens: int
+    model, memory: Tensor, src_mask: Tensor | None, max_new_tokens: int, vocab_limit: int | None
 ) -> list[tuple[list[int], float]]:
     """Greedy translations and their log-probabilities, one (tokens, log p) per row."""
     c = model.config
@@ -200,8 +206,10 @@ def _greedy_with_log_probs(
     total = torch.zeros(B, device=memory.device)
     finished = torch.zeros(B, dtype=torch.bool, device=memory.device)
     cache = model.new_cache()
-    for _ in range(max_new_tokens):
-        logits = decoder_logits(model, ys, memory, src_mask, cache)
+    for step in range(max_new_tokens):
+        logits = usable_logits(
+            decoder_logits(model, ys, memory, src_mask, cache), vocab_limit, step + 1
+        )
         log_probs = never_specials(logits.float().log_softmax(dim=-1), c)
         best, next_id = log_probs.max(dim=-1)  # (B,), (B,)
         total += best.masked_fill(finished, 0.0)

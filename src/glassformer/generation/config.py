@@ -50,6 +50,10 @@ class GenerationConfig:
         compile: ``torch.compile`` the static path's step (compiled on first use, once
             per model and batch shape): faster per token where measured so, after a
             compilation of tens of seconds.
+        vocab_limit: ids from ``vocab_limit`` on are never chosen: the tokenizer's size,
+            where the model's vocabulary is padded past it (Qwen2's and Pythia's
+            embeddings, a GGUF file whose token list is shorter), so that every id decodes.
+            None: every id of the model.
 
     ``temperature``, ``top_k`` and ``top_p`` are checked when ``do_sample`` is set, the
     only time they are used (greedy decoding with ``temperature=0`` is fine).
@@ -67,6 +71,7 @@ class GenerationConfig:
     use_cache: bool = True
     static_cache: bool = True
     compile: bool = False
+    vocab_limit: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("do_sample", "early_stopping", "use_cache", "static_cache", "compile"):
@@ -79,6 +84,8 @@ class GenerationConfig:
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
         if self.beam_size > 1 and self.do_sample:
             raise ValueError("beam search does not sample: use beam_size=1 with do_sample")
+        if self.vocab_limit is not None and (not _is_int(self.vocab_limit) or self.vocab_limit < 1):
+            raise ValueError(f"vocab_limit must be a positive integer, got {self.vocab_limit!r}")
         if not math.isfinite(self.length_penalty):
             raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty}")
         # A list of stop tokens is kept as a tuple: the config stays immutable and hashable.

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.errors import NonFiniteLogitsError
 from glassformer.generation.config import (
     GenerationConfig,
     check_repetition_penalty,
@@ -42,16 +43,23 @@ def choose_next(
     *,
     generation_config: GenerationConfig | None = None,
     generator: torch.Generator | None = None,
+    step: int | None = None,
     **options: Any,
 ) -> Tensor:
     """Pick the next token from last-position logits (B, V) → ids (B,).
 
     Greedy takes the arg-max. Sampling (``do_sample=True``) divides by ``temperature``,
     keeps the ``top_k`` most likely tokens and/or the smallest set whose probability
-    reaches ``top_p``, then draws from what is left with ``generator``. The options come
-    as a ``GenerationConfig`` and/or keywords (see ``resolve_config``).
+    reaches ``top_p``, then draws from what is left with ``generator``. Ids from
+    ``vocab_limit`` on are never chosen. The options come as a ``GenerationConfig`` and/or
+    keywords (see ``resolve_config``); ``step`` (the decoding step) is named in errors.
+
+    Raises:
+        NonFiniteLogitsError: logits with a NaN or +inf, or a row without a finite one.
     """
-    c = resolve_config(generation_config, options, ("generation_config", "generator"))
+    call_arguments = ("generation_config", "generator", "step")
+    c = resolve_config(generation_config, options, call_arguments)
+    logits = usable_logits(logits, c.vocab_limit, step)
     if not c.do_sample:
         return logits.argmax(dim=-1)
     logits = logits.float() / c.temperature
@@ -67,6 +75,35 @@ def choose_next(
         logits = logits.masked_fill(drop, float("-inf"))
     probs = logits.softmax(dim=-1)  # (B, V)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def usable_logits(logits: Tensor, vocab_limit: int | None, step: int | None = None) -> Tensor:
+    """Logits (B, V) a token can be chosen from: ids from ``vocab_limit`` on ruled out
+    (-inf), then checked to be finite where they count.
+
+    A model with a NaN weight, quantisation scale or norm epsilon gives NaN logits: the
+    arg-max of those is nonsense, and sampling from them fails deep inside PyTorch. They
+    are refused here, naming the decoding ``step``; the padded ids past ``vocab_limit``
+    (which may hold anything) do not count.
+
+    Raises:
+        NonFiniteLogitsError: a NaN or +inf among the ids that count, or a row where no
+            id has a finite logit.
+    """
+    if vocab_limit is not None and vocab_limit < logits.size(-1):
+        logits = logits.clone()
+        logits[:, vocab_limit:] = float("-inf")
+    best = logits.amax(dim=-1)  # (B,): NaN where a row has one, +inf, or -inf if none finite
+    bad = ~torch.isfinite(best)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        at = f"decoding step {step}: " if step is not None else ""
+        raise NonFiniteLogitsError(
+            f"{at}the model's logits are not finite (NaN or infinite in row {row}); "
+            "its weights, a quantisation scale or a norm's epsilon are likely NaN or infinite",
+            step=step,
+        )
+    return logits
 
 
 def apply_repetition_penalty(
@@ -165,7 +202,8 @@ def gpt_generate(
             logits = apply_repetition_penalty(
                 logits, out[:, :length], gen.repetition_penalty, real[:, :length]
             )
-            next_id = choose_next(logits, generation_config=gen, generator=generator)
+            step = length - prompt_len + 1
+            next_id = choose_next(logits, generation_config=gen, generator=generator, step=step)
             if stops:
                 next_id = next_id.masked_fill(finished, fill)
                 finished |= torch.isin(next_id, stop_tensor)

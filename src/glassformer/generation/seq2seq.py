@@ -75,11 +75,11 @@ def seq2seq_generate(
         ys = torch.full((src.size(0), 1), c.bos_id, dtype=torch.long, device=src.device)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         cache = model.new_cache() if gen.use_cache else None
-        for _ in range(max_new_tokens):
+        for step in range(1, max_new_tokens + 1):
             logits = decoder_logits(model, ys, memory, src_mask, cache)
             logits = apply_repetition_penalty(logits, ys[:, 1:], gen.repetition_penalty)
             logits = never_specials(logits, c)
-            next_id = choose_next(logits, generation_config=gen, generator=generator)
+            next_id = choose_next(logits, generation_config=gen, generator=generator, step=step)
             next_id = next_id.masked_fill(finished, c.pad_id)
             finished |= next_id == c.eos_id
             ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, T + 1)

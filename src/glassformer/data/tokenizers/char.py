@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 
 from glassformer.data.tokenizers.base import CHAR_SPECIALS, UNK_ID, Tokenizer
+from glassformer.errors import shown
 
 
 class CharTokenizer(Tokenizer):
@@ -19,10 +20,11 @@ class CharTokenizer(Tokenizer):
     kind = "char"
 
     def __init__(self, chars: Iterable[str], *, lowercase: bool = False) -> None:
-        self.chars = sorted(set(chars))
-        bad = [c for c in self.chars if not isinstance(c, str) or len(c) != 1]
+        chars = list(chars)  # checked before set(), where a dict would be a TypeError
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
         if bad:
-            raise ValueError(f"a character vocabulary holds single characters, got {bad[0]!r}")
+            raise ValueError(f"a character vocabulary holds single characters, got {shown(bad[0])}")
+        self.chars = sorted(set(chars))
         self.lowercase = lowercase
         self._id = {c: i + len(CHAR_SPECIALS) for i, c in enumerate(self.chars)}
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,14 @@ from glassformer.data.tokenizers.subword import (
     BPETokenizer,
     WordPieceTokenizer,
     _TokenizersBacked,
-    read_utf8_lines,
     require_tokenizers,
 )
+from glassformer.errors import shown
+from glassformer.jsonfile import parse_json, read_json, read_text
 
 KINDS = ("char", "bpe", "wordpiece")
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+MAX_CONFIG_BYTES = 1 << 26  # 64 MiB: a tokenizer_config.json listing every token is ~2 MB
 
 _TRAINERS: dict[str, Any] = {
     "char": CharTokenizer,
@@ -90,8 +91,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             if (path / name).is_file():
                 return load_tokenizer(path / name)
         raise ValueError(f"{path} holds no tokenizer.json or vocab.txt")
-    if not path.is_file():
-        raise ValueError(f"tokenizer file {path} does not exist")
+    if not path.is_file():  # a FIFO is not read: it would wait forever
+        problem = "is not a regular file" if path.exists() else "does not exist"
+        raise ValueError(f"tokenizer file {path} {problem}")
     tokenizer = _load_file(path)
     if isinstance(tokenizer, _TokenizersBacked):
         _configure(tokenizer, path.parent)
@@ -103,26 +105,21 @@ def _configure(tokenizer: _TokenizersBacked, folder: Path) -> None:
     config_file = folder / TOKENIZER_CONFIG
     config: Any = {}
     if config_file.is_file():
-        try:
-            config = json.loads("\n".join(read_utf8_lines(config_file)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{config_file} is not valid JSON ({e})") from None
+        config = read_json(config_file, "a tokenizer config", MAX_CONFIG_BYTES)
         if not isinstance(config, dict):
-            raise ValueError(f"{config_file} is not a JSON object")
+            raise ValueError(f"{config_file} is not a tokenizer config: expected a JSON object")
     template_file = folder / CHAT_TEMPLATE_FILE
     if template_file.is_file():  # newer Hugging Face directories keep it apart
-        config = {**config, "chat_template": "\n".join(read_utf8_lines(template_file))}
+        text = read_text(template_file, "a chat template", MAX_CONFIG_BYTES)
+        config = {**config, "chat_template": "\n".join(text.splitlines())}
     tokenizer.configure(config, config_file)
 
 
 def _load_file(path: Path) -> Tokenizer:
     if path.suffix == ".txt":
         return WordPieceTokenizer.from_vocab(path)
-    text = "\n".join(read_utf8_lines(path))
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not a tokenizer file: invalid JSON ({e})") from None
+    text = read_text(path, "a tokenizer file")
+    spec = parse_json(path, text, "a tokenizer file")
     if not isinstance(spec, dict):
         raise ValueError(f"{path} is not a tokenizer file: expected a JSON object")
     if spec.get("type") == "glassformer-char":
@@ -150,4 +147,10 @@ def _char_from_spec(path: Path, spec: dict[str, Any]) -> CharTokenizer:
     chars = spec.get("chars")
     if not isinstance(chars, list) or not chars:
         raise ValueError(f"{path}: a character tokenizer needs a non-empty list 'chars'")
-    return CharTokenizer(chars, lowercase=bool(spec.get("lowercase", False)))
+    for i, char in enumerate(chars):
+        if not isinstance(char, str) or len(char) != 1:
+            raise ValueError(f"{path}: chars[{i}] is {shown(char)}, expected one character")
+    lowercase = spec.get("lowercase", False)
+    if not isinstance(lowercase, bool):
+        raise ValueError(f"{path}: lowercase is {shown(lowercase)}, expected true or false")
+    return CharTokenizer(chars, lowercase=lowercase)
