@@ -283,6 +283,9 @@ def test_the_tokenizer_alone_and_saved_keeps_its_special_ids_and_template(tmp_pa
     path = write_gguf(tmp_path / "m.gguf", hf_tensors())
     tok = read_gguf_tokenizer(path)
     _, _, full = read_gguf(path)
+    assert (
+        tok.chat_template_source == full.chat_template_source == f"{path} (tokenizer.chat_template)"
+    )
     text = " the 12<|im_start|> héllo"
     assert tok.encode(text) == full.encode(text)
     tok.save(tmp_path / "run")

@@ -256,6 +256,22 @@ def test_tokenizer_config_beside_tokenizer_json_sets_specials_and_chat_template(
     assert tok.encode(text)[0] == 1 and tok.decode(tok.encode(text), skip_special=False) == text
 
 
+@pytest.mark.parametrize("where", ["chat_template.jinja", "tokenizer_config.json"])
+def test_a_loaded_template_that_does_not_render_names_its_file(chat_bpe, tmp_path, where):
+    """From Python too (``tok.apply_chat_template``), not only from the CLI."""
+    from glassformer.errors import ChatTemplateError
+
+    folder = chat_bpe(tmp_path)
+    hostile = "{% for a in range(99999) %}{% for b in range(99999) %}x{% endfor %}{% endfor %}"
+    if where == "chat_template.jinja":
+        (folder / where).write_text(hostile)
+    else:
+        (folder / where).write_text(json.dumps({"chat_template": hostile}))
+    with pytest.raises(ChatTemplateError, match="does not render") as e:
+        load_tokenizer(folder).apply_chat_template([{"role": "user", "content": "hi"}])
+    assert str(folder / where) in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_chat_template_jinja_file_is_read_too(chat_bpe, tmp_path):
     folder = chat_bpe(tmp_path)
     (folder / "chat_template.jinja").write_text(CHATML)
@@ -669,3 +685,25 @@ def test_chat_templates_refuse_a_jinja2_whose_sandbox_can_be_escaped(monkeypatch
     assert "\n" not in str(caught.value)
     monkeypatch.setattr(chat, "_jinja2_version", lambda: "3.1.6")
     assert chat.render_chat(CHATML, [{"role": "user", "content": "hi"}]).startswith("<|im_start|>")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "too large", "not utf-8"])
+def test_a_vocab_txt_is_read_within_bounds_or_refused_in_one_line(tmp_path, monkeypatch, kind):
+    """A BERT vocab.txt that is a FIFO (read whole, it waited forever), past the size
+    limit, or not UTF-8: one ValueError naming the file, nothing read past the limit."""
+    from glassformer.data.tokenizers import subword
+
+    vocab = tmp_path / "vocab.txt"
+    if kind == "fifo":
+        os.mkfifo(vocab)
+        message = "not a regular file"
+    elif kind == "too large":
+        vocab.write_text("[UNK]\n" + "word\n" * 100)
+        monkeypatch.setattr(subword, "MAX_VOCAB_BYTES", 64)
+        message = "larger than 64 bytes"
+    else:
+        vocab.write_bytes(b"[UNK]\n\xff\xfe\n")
+        message = "is not UTF-8 text"
+    with pytest.raises(ValueError, match=message) as e:
+        WordPieceTokenizer.from_vocab(vocab)
+    assert str(vocab) in str(e.value) and "\n" not in str(e.value)

@@ -33,6 +33,8 @@ class Tokenizer(ABC):
             here; whatever the vocabulary says for a loaded BERT one).
         chat_template: a chat model's Jinja template (None for the others); see
             ``apply_chat_template``.
+        chat_template_source: the file the template was read from, which a template that
+            does not render is named by (None: made in Python).
     """
 
     kind: ClassVar[str]
@@ -41,6 +43,7 @@ class Tokenizer(ABC):
     eos_id: int = EOS_ID
     unk_id: int = UNK_ID
     chat_template: str | None = None
+    chat_template_source: str | None = None
 
     @property
     @abstractmethod
@@ -112,6 +115,7 @@ class Tokenizer(ABC):
             messages,
             add_generation_prompt=add_generation_prompt,
             special_tokens={name: self.id_to_token(i) for name, i in names.items()},
+            source=self.chat_template_source,
         )
 
     def special_config(self) -> dict[str, Any]:

@@ -113,6 +113,9 @@ def _configure(tokenizer: _TokenizersBacked, folder: Path) -> None:
         text = read_text(template_file, "a chat template", MAX_CONFIG_BYTES)
         config = {**config, "chat_template": "\n".join(text.splitlines())}
     tokenizer.configure(config, config_file)
+    if tokenizer.chat_template is not None:  # named when it does not render
+        source = template_file if template_file.is_file() else config_file
+        tokenizer.chat_template_source = str(source)
 
 
 def _load_file(path: Path) -> Tokenizer:

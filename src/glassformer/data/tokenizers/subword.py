@@ -22,6 +22,7 @@ from glassformer.data.tokenizers.base import (
     Tokenizer,
 )
 from glassformer.errors import MissingDependencyError
+from glassformer.jsonfile import read_text
 
 
 class _TokenizersBacked(Tokenizer):
@@ -224,12 +225,13 @@ def require_tokenizers() -> Any:
     return tokenizers
 
 
+MAX_VOCAB_BYTES = 1 << 26  # BERT's vocab.txt is 232 kB; the largest WordPiece vocabularies a few MB
+
+
 def read_utf8_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file; a ``ValueError`` naming the bad byte if it is not."""
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (bad byte at offset {e.start})") from None
+    """The lines of a UTF-8 text file of at most ``MAX_VOCAB_BYTES``, read without blocking
+    (a FIFO would wait, ``/dev/zero`` never end); one ``ValueError`` naming it otherwise."""
+    return read_text(path, "a vocabulary file", MAX_VOCAB_BYTES).splitlines()
 
 
 def _first_id(backend: Any, names: Sequence[str]) -> int | None:

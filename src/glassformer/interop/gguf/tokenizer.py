@@ -114,7 +114,7 @@ def build_tokenizer(meta: Metadata) -> GGUFTokenizer:
             if t == USER_DEFINED
         ]
     )
-    return GGUFTokenizer(
+    tokenizer = GGUFTokenizer(
         backend,
         special_ids={
             "bos_id": meta("tokenizer.ggml.bos_token_id", int, None),
@@ -124,3 +124,5 @@ def build_tokenizer(meta: Metadata) -> GGUFTokenizer:
         },
         chat_template=meta("tokenizer.chat_template", str, None),
     )
+    tokenizer.chat_template_source = f"{meta.path} (tokenizer.chat_template)"
+    return tokenizer
