@@ -105,7 +105,7 @@ def test_make_folder_creates_the_folder_and_at_most_its_parent(tmp_path):
         make_folder(tmp_path / "exp" / "2024" / "run1")
     message = str(e.value)
     assert "\n" not in message and f"{tmp_path / 'exp'} does not exist" in message
-    assert "at most 1 folder(s) above it" in message
+    assert "at most its parent" in message
     assert not (tmp_path / "exp").exists()
     make_folder(tmp_path / "new" / "run", create=False)  # only checked
     assert not (tmp_path / "new").exists()

@@ -531,7 +531,7 @@ def test_out_creates_the_run_folder_and_at_most_its_parent(files, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err == (
         f"glassformer train: error: cannot write {deep}: {tmp_path / 'exp'} does not exist "
-        f"(glassformer creates the output folder and at most 1 folder(s) above it; create "
+        f"(glassformer creates the output folder and at most its parent; create "
         f"{tmp_path / 'exp'} first)"
     )
     assert not (tmp_path / "exp").exists()

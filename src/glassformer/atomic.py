@@ -76,6 +76,10 @@ def remove_partial_files(path: str | os.PathLike) -> None:
             leftover.unlink(missing_ok=True)
 
 
+def _above(count: int) -> str:
+    return {0: "nothing above it", 1: "its parent"}.get(count, f"{count} folders above it")
+
+
 def make_folder(folder: str | os.PathLike, *, new_parents: int = 1, create: bool = True) -> Path:
     """Create ``folder`` and at most ``new_parents`` missing folders above it; a path that
     needs more (a typo in ``--out``) is refused instead of growing a tree silently. With
@@ -94,7 +98,7 @@ def make_folder(folder: str | os.PathLike, *, new_parents: int = 1, create: bool
         top = missing[-1]
         raise FileNotFoundError(
             f"cannot write {folder}: {top} does not exist (glassformer creates the output "
-            f"folder and at most {new_parents} folder(s) above it; create {top} first)"
+            f"folder and at most {_above(new_parents)}; create {top} first)"
         )
     if create:
         folder.mkdir(parents=True, exist_ok=True)
