@@ -253,7 +253,7 @@ def test_generate_with_nan_weights_is_one_line_naming_the_step(chat_bpe, tmp_pat
         assert len(err.strip().splitlines()) == 1, err
 
 
-def test_a_chat_template_that_does_not_render_is_one_line_naming_the_model(
+def test_a_chat_template_that_does_not_render_is_one_line_naming_its_file(
     tiny_chat_run, monkeypatch, capsys
 ):
     hostile = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
@@ -261,4 +261,5 @@ def test_a_chat_template_that_does_not_render_is_one_line_naming_the_model(
     argv = ["--model", str(tiny_chat_run), "--max-new-tokens", "4", "--dtype", "fp32"]
     code, _, err = chat(monkeypatch, capsys, "hi\n", *argv)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"{tiny_chat_run}: the chat template does not render: its loops ran more than" in err
+    file = tiny_chat_run / "tokenizer_config.json"
+    assert f"{file}: the chat template does not render: its loops ran more than" in err
