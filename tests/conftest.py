@@ -166,3 +166,23 @@ def pytest_sessionfinish(session, exitstatus):
     everyone = {family for family, _, _ in FAMILIES}
     if exitstatus == 0 and everyone <= set(SHOWN) and not session.config.option.keyword:
         write_support(SHOWN)
+
+
+@pytest.fixture
+def builds_on(monkeypatch):
+    """``builds_on(cls)``: a list that gets the default device's type ("meta", "cpu") each
+    time ``cls`` is built, so a test can show a loader built a model on the meta device
+    only, never for real, before refusing it."""
+
+    def watch(cls: type) -> list[str]:
+        devices: list[str] = []
+        build = cls.__init__
+
+        def recording(self, config):
+            devices.append(torch.empty(0).device.type)
+            build(self, config)
+
+        monkeypatch.setattr(cls, "__init__", recording)
+        return devices
+
+    return watch

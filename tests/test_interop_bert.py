@@ -142,9 +142,7 @@ def test_bert_options_glassformer_cannot_express_are_refused(tmp_path):
         load_checkpoint(tmp_path)
 
 
-def test_a_config_the_weights_do_not_hold_is_refused_before_the_model_is_built(
-    tmp_path, monkeypatch
-):
+def test_a_config_the_weights_do_not_hold_is_refused_before_the_model_is_built(tmp_path, builds_on):
     """max_position_embeddings 10^6 in config.json, 40 rows in the weights: refused with the
     model built on the meta device only, never for real."""
     import json
@@ -152,14 +150,7 @@ def test_a_config_the_weights_do_not_hold_is_refused_before_the_model_is_built(
     hf_bert(**CONFIGS[0]).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 10**6}))
-    devices = []
-    build = BertEncoder.__init__
-
-    def recording(self, config):
-        devices.append(torch.empty(0).device.type)
-        build(self, config)
-
-    monkeypatch.setattr(BertEncoder, "__init__", recording)
+    devices = builds_on(BertEncoder)
     with pytest.raises(CheckpointError, match=r"has shape \(40, 64\), .* \(1000000"):
         BertEncoder.from_pretrained(tmp_path)
     assert devices == ["meta"]

@@ -322,23 +322,14 @@ def test_sharded_safetensors_are_read(tmp_path):
     torch.testing.assert_close(load_gpt2(tmp_path)(ids).logits, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_a_config_the_weights_do_not_hold_is_refused_before_the_model_is_built(
-    tmp_path, monkeypatch
-):
+def test_a_config_the_weights_do_not_hold_is_refused_before_the_model_is_built(tmp_path, builds_on):
     """A vocabulary of 10^6 in config.json, 97 rows in the weights: refused with the model
     built on the meta device only (it was built for real first: 10^6 × n_embd floats drawn
     at random, an allocation a larger number turns into a MemoryError)."""
     hf_gpt2(**CONFIGS[0]).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(config | {"vocab_size": 10**6}))
-    devices = []
-    build = GPT.__init__
-
-    def recording(self, config):
-        devices.append(torch.empty(0).device.type)
-        build(self, config)
-
-    monkeypatch.setattr(GPT, "__init__", recording)
+    devices = builds_on(GPT)
     with pytest.raises(CheckpointError, match=r"has shape \(97, 64\).*\(1000000, 64\)"):
         load_gpt2(tmp_path)
     assert devices == ["meta"]

@@ -224,20 +224,13 @@ def test_a_long_saelens_value_is_cut_in_the_one_line(tmp_path, changes, weights,
 
 
 def test_saelens_sizes_the_weights_do_not_hold_are_refused_before_the_sae_is_built(
-    tmp_path, monkeypatch
+    tmp_path, builds_on
 ):
     """cfg.json says d_sae 10^6, the weights hold 64 features: refused from the weights
     file's header, the SAE built on the meta device only (it was built for real first:
     d_in × d_sae twice over, which a larger number turns into a MemoryError)."""
     path = _saelens_dir(tmp_path, d_sae=10**6, k=4)
-    devices = []
-    build = SparseAutoencoder.__init__
-
-    def recording(self, config):
-        devices.append(torch.empty(0).device.type)
-        build(self, config)
-
-    monkeypatch.setattr(SparseAutoencoder, "__init__", recording)
+    devices = builds_on(SparseAutoencoder)
     with pytest.raises(
         CheckpointError, match=r"W_dec is \(64, 16\), but cfg.json \(d_in 16, d_sae 1000000\)"
     ):
