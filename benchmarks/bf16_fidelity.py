@@ -26,9 +26,9 @@ import torch
 
 from glassformer import GPT, GPTConfig
 from glassformer.data.tokenizers import CharTokenizer
-from glassformer.fidelity import calibration_inputs, compare, output_logits
 from glassformer.fidelity_texts import CALIBRATION, HELD_OUT
 from glassformer.inference import load_run
+from glassformer.kernels.fidelity import calibration_inputs, compare, output_logits
 
 
 def contenders(model):

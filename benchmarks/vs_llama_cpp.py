@@ -150,7 +150,7 @@ def files(python: str, folder: Path, kinds: list[str]) -> dict[str, Path]:
 def weight_bytes(model) -> int:
     """Bytes of the blocks a decoding step reads: every linear layer's (the tied head's
     table once, the fused gate/up layers' blocks not twice)."""
-    from glassformer.modules.gguf_linear import GGUFLinear
+    from glassformer.kernels.gguf_linear import GGUFLinear
 
     seen: dict[int, int] = {}
     for module in model.modules():
@@ -220,7 +220,7 @@ def llama_cpp_rounding(model):
     a Q8_0 file): every product's input to 8 bits in blocks of 32, and the rotated queries,
     the keys and values (its cache is fp16) and the attention weights to fp16. Only to show
     where the two differ; glassformer itself keeps fp32."""
-    from glassformer.modules.gguf_linear import GGUFLinear
+    from glassformer.kernels.gguf_linear import GGUFLinear
 
     handles = [
         m.register_forward_pre_hook(lambda _, args: (q8_0(args[0]), *args[1:]))

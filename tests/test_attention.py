@@ -390,7 +390,7 @@ def test_one_query_under_compilation_equals_the_fused_kernel():
     """A decoding step's attention, compiled, is spelled out as products the compiler fuses
     (``sdpa._one_query``): equal to PyTorch's fused kernel, grouped heads and a padding
     mask included."""
-    from glassformer.modules import gguf_linear
+    from glassformer.kernels import gguf_linear
     from glassformer.modules.sdpa import fused_attention
 
     assert gguf_linear.kernels() is not None  # then the step's attention is the C kernel

@@ -135,8 +135,8 @@ def test_a_bad_dtype_is_refused_naming_the_choices(char_lm_run, capsys):
 def test_an_explicit_bf16_measured_slower_warns_with_both_figures(
     char_lm_run, capsys, monkeypatch, bf16_gflops, warned
 ):
-    from glassformer import precision
-    from glassformer.precision import Measurement
+    from glassformer.kernels import precision
+    from glassformer.kernels.precision import Measurement
 
     measured = Measurement(fp32_gflops=100.0, bf16_gflops=bf16_gflops)
     monkeypatch.setattr(precision, "bf16_measurement", lambda shapes, device, **kw: measured)

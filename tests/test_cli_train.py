@@ -9,7 +9,7 @@ import glassformer.training.runner as runner
 from glassformer import GPT, RunConfig, load_checkpoint, load_run
 from glassformer.cli import main
 from glassformer.inference import fill_mask
-from glassformer.precision import MARGIN
+from glassformer.kernels.precision import MARGIN
 
 FAST = ["--preset", "tiny", "--eval-every", "4", "--checkpoint-every", "4", "--threads", "1"]
 
@@ -260,7 +260,7 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
 
 @pytest.mark.parametrize("faster", [True, False])
 def test_bf16_warns_only_where_it_measures_slower(faster, files, tmp_path, capsys, monkeypatch):
-    from glassformer import precision
+    from glassformer.kernels import precision
 
     measured = precision.Measurement(fp32_gflops=200.0, bf16_gflops=400.0 if faster else 100.0)
     monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))

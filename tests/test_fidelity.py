@@ -1,4 +1,4 @@
-"""glassformer.fidelity, and ``auto`` choosing by it: the figures are what their definitions
+"""glassformer.kernels.fidelity, and ``auto`` choosing by it: the figures are what their definitions
 say, bf16 keeps SmolLM2's answers on a text it was not chosen on (the whole-model cast did
 not), ``auto`` keeps fp32 (and the model as it was) when bf16 disagrees or cannot be checked,
 and a figure is cached per model."""
@@ -12,7 +12,9 @@ import torch.nn.functional as F
 
 from glassformer import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.data.tokenizers import CharTokenizer
-from glassformer.fidelity import (
+from glassformer.fidelity_texts import CALIBRATION, HELD_OUT
+from glassformer.kernels import quantize
+from glassformer.kernels.fidelity import (
     MAX_KL,
     MIN_TOP1,
     POSITIONS,
@@ -21,9 +23,7 @@ from glassformer.fidelity import (
     compare,
     output_logits,
 )
-from glassformer.fidelity_texts import CALIBRATION, HELD_OUT
-from glassformer.models import quantize
-from glassformer.modules.quantized import BF16Linear
+from glassformer.kernels.quantized import BF16Linear
 
 TOKENIZER = CharTokenizer(sorted(set(CALIBRATION + HELD_OUT)))
 

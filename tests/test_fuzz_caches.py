@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from test_fuzz_json import mutate_file, special_file
 
 import glassformer.cli.bench  # noqa: F401  (imported once, in the server: children start warm)
-import glassformer.modules.gguf_kernels  # noqa: F401  (importing builds nothing)
+import glassformer.kernels.gguf_kernels  # noqa: F401  (importing builds nothing)
 
 PRECISION_SHAPES = [(8, 64, 64), (8, 64, 128)]
-SOURCE = Path(__file__).parents[1] / "src" / "glassformer" / "modules" / "csrc" / "gguf.c"
+SOURCE = Path(__file__).parents[1] / "src" / "glassformer" / "kernels" / "csrc" / "gguf.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
 PLANTED_C = """#include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +56,8 @@ exec cc "$@"
 def read_precision_cache(case: Path) -> None:
     """``bench precision`` (its list, then ``--refresh``) and ``--dtype auto``'s look-up, with
     ``case`` the cache folder (``$GLASSFORMER_CACHE``)."""
-    from glassformer import precision
     from glassformer.cli.bench import precision_report
+    from glassformer.kernels import precision
 
     precision_report(False, None)
     precision.bf16_measurement(PRECISION_SHAPES, linear=True, seconds=0.002)
@@ -68,7 +68,7 @@ def seed_precision_cache(case: Path) -> None:
     """A trusted entry, written by ``bf16_measurement`` itself (its timing stubbed)."""
     import time
 
-    from glassformer import precision
+    from glassformer.kernels import precision
 
     trusted = precision.Measurement(100.0, 150.0, 0.02, 0.03, round(time.time()))
     precision._measure = lambda *args, **kwargs: trusted  # noqa: SLF001 (the seed only)
@@ -79,7 +79,7 @@ def load_kernels(case: Path) -> str:
     """``kernels()``: the library it loads (mapped in this process from under the case's
     folder) must hash to the one built (``$FUZZ_BUILT_SHA``); a planted one must not run.
     Says whether it loaded the library as it was, or built one (again)."""
-    from glassformer.modules.gguf_kernels import kernels
+    from glassformer.kernels.gguf_kernels import kernels
 
     before = {p: _identity(p) for p in case.parent.rglob("*.so") if p.is_file()}
     try:

@@ -871,7 +871,7 @@ def test_q_k_v_of_float_and_block_types_compute_from_blocks_elsewhere(tmp_path):
     q/k/v are decoded and stay fp32, the other layers compute from blocks; logits equal
     the fp32 model's. It ended in a torch.cat traceback."""
     from glassformer import GPT
-    from glassformer.modules.gguf_linear import GGUFLinear
+    from glassformer.kernels.gguf_linear import GGUFLinear
 
     path = write_blocks_gguf(tmp_path / "m.gguf", {"blk.0.attn_q.weight": Q.F32,
                                                      "blk.0.attn_k.weight": Q.Q4_K})  # fmt: skip

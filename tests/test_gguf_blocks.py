@@ -1,4 +1,4 @@
-"""glassformer.modules.gguf_blocks: every block type llama.cpp's common files use decodes to
+"""glassformer.kernels.gguf_blocks: every block type llama.cpp's common files use decodes to
 exactly the values of the ``gguf`` package's reference decoder (bit for bit), including the
 K-quants of Q4_K_M and Q5_K_M files, which gguf cannot write (so the blocks are made here,
 byte by byte)."""
@@ -11,7 +11,7 @@ import torch
 
 gguf = pytest.importorskip("gguf")
 
-from glassformer.modules.gguf_blocks import (  # noqa: E402
+from glassformer.kernels.gguf_blocks import (  # noqa: E402
     BLOCK_BYTES,
     BLOCK_VALUES,
     NAMES,

@@ -1,4 +1,4 @@
-"""glassformer.modules.gguf_kernels: the C library is loaded only from a private folder of
+"""glassformer.kernels.gguf_kernels: the C library is loaded only from a private folder of
 this user's and only with the bytes it was built with, keyed by the whole CPU and the
 compiler; any failure to build, verify or load it is one warning and the PyTorch path.
 
@@ -23,8 +23,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from glassformer.modules import gguf_kernels, gguf_linear
-from glassformer.modules.gguf_blocks import Q8_0
+from glassformer.kernels import gguf_kernels, gguf_linear
+from glassformer.kernels.gguf_blocks import Q8_0
 
 COMPILER = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C compiler here")

@@ -1,4 +1,4 @@
-"""glassformer.modules.gguf_linear: layers that compute from GGUF blocks. The C path (a
+"""glassformer.kernels.gguf_linear: layers that compute from GGUF blocks. The C path (a
 step's rows from the rows interleaved, a few rows straight from the blocks, many rows
 decoded then PyTorch's GEMM) against the readable one (the reference-equal decoder, then
 ``F.linear``), for every block type; the input rounded to 8 bits (``rounded``); the token
@@ -17,9 +17,9 @@ pytest.importorskip("gguf")
 
 from test_gguf_blocks import random_blocks  # noqa: E402  (tests/ is on the path)
 
-from glassformer.modules import gguf_linear  # noqa: E402
-from glassformer.modules.gguf_blocks import BLOCK_BYTES, NAMES, Q4_K, Q5_0, Q6_K, Q8_0  # noqa: E402
-from glassformer.modules.gguf_linear import (  # noqa: E402
+from glassformer.kernels import gguf_linear  # noqa: E402
+from glassformer.kernels.gguf_blocks import BLOCK_BYTES, NAMES, Q4_K, Q5_0, Q6_K, Q8_0  # noqa: E402
+from glassformer.kernels.gguf_linear import (  # noqa: E402
     GGUFEmbedding,
     GGUFLinear,
     interleave,
@@ -228,7 +228,7 @@ def test_rounding_keeps_nan_and_infinity_and_zeroes_blocks_too_small_to_scale():
 def test_a_layer_after_a_call_deep_copies_and_refuses_a_wrong_interleaved_copy():
     import copy
 
-    from glassformer.modules.gguf_linear import gguf_linear as product
+    from glassformer.kernels.gguf_linear import gguf_linear as product
 
     layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
     x = torch.randn(1, 64)

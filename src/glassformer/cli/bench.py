@@ -67,7 +67,7 @@ SCRIPTS = {
     "scaling": "scaling.py",
     "precision-quality": "precision_quality.py",
     "llama-cpp": "vs_llama_cpp.py",
-    "precision": "",  # in this process: glassformer.precision, no script
+    "precision": "",  # in this process: glassformer.kernels.precision, no script
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 def precision_report(refresh: bool, model_name: str | None) -> int:
     """Print this machine's precision measurements (measured again with ``refresh``), and
     ``model_name``'s choice."""
-    from glassformer import precision
+    from glassformer.kernels import precision
 
     print(f"precision measurements in {precision.cache_root() / precision.CACHE_FILE}:")
     if refresh:

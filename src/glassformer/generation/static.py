@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.kernels.gguf_kernels import kernels
 from glassformer.modules.cache import DecoderCache, StaticKVCache
-from glassformer.modules.gguf_kernels import kernels
 from glassformer.modules.hooks import hook_points
 
 

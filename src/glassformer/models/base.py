@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
 from glassformer.errors import shown
+from glassformer.kernels.quantize import prepare_for_inference
 from glassformer.models.legacy import upgrade_state_dict
-from glassformer.models.quantize import prepare_for_inference
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
 from glassformer.modules.hooks import (
@@ -268,7 +268,7 @@ class PretrainedModel(nn.Module):
           int8/int4 CPU kernels are built for;
         - ``"auto"``: bf16 where this machine runs the model's decoding products measurably
           faster in it *and* bf16 keeps the model's answers (top-1 agreement and KL against
-          fp32 within ``glassformer.fidelity``'s bound) on ``calibration`` (the model's
+          fp32 within ``glassformer.kernels.fidelity``'s bound) on ``calibration`` (the model's
           inputs) or on the bundled calibration text encoded by ``tokenizer``; else fp32
           (also when neither is given). Both are measured once and cached. It never quantises.
 

@@ -306,9 +306,7 @@ class MultiHeadAttention(nn.Module):
         """The output as the sum of each head's share (``hook_result``), plus the bias:
         z (B, Tq, H, Dh) → (B, Tq, D)."""
         H, Dh = self.num_heads, self.head_dim
-        W = self.out_proj.weight if isinstance(self.out_proj, nn.Linear) else None
-        W = self.out_proj.dequantized() if W is None else W  # a quantised layer's, unpacked
-        W = W.view(self.d_model, H, Dh)  # (D, H, Dh): head h's columns
+        W = self.out_proj.weight.to(z.dtype).view(self.d_model, H, Dh)  # head h's columns
         result = self.hook_result(torch.einsum("bthd,mhd->bthm", z, W))  # (B, Tq, H, D)
         out = result.sum(dim=2)
         return out if self.out_proj.bias is None else out + self.out_proj.bias

@@ -134,16 +134,10 @@ class GatedFeedForward(nn.Module):
         self.hook_pre = HookPoint()  # gate_proj's output, (B, T, d_ff)
         self.hook_pre_linear = HookPoint()  # up_proj's output, (B, T, d_ff)
         self.hook_post = HookPoint()  # the gated product, (B, T, d_ff)
-        # gate_proj and up_proj as one layer of 2·d_ff outputs, where a model made for
-        # decoding fuses them (a GGUF model's: one product instead of two each step)
-        self.gate_up: nn.Module | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) → (B, T, D)."""
-        if self.gate_up is not None:
-            gate, up = self.gate_up(x).chunk(2, dim=-1)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
+        gate, up = self.gate_proj(x), self.up_proj(x)  # (B, T, d_ff) each
         gate = self.hook_pre(gate)  # (B, T, d_ff), before the activation
         hidden = self.hook_post(self._act(gate) * self.hook_pre_linear(up))
         return self.down_proj(self.dropout(hidden) if self.training else hidden)

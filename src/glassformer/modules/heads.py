@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 def linear_rows(layer: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
     """Output features ``start:stop`` of the linear ``layer`` applied to ``x``: a slice of
-    the weight's rows, or what a quantised layer offers for it (``forward_rows``)."""
+    the weight's rows, or what a layer standing in for ``nn.Linear`` offers for it
+    (``forward_rows``)."""
     if isinstance(layer, nn.Linear):
         b = None if layer.bias is None else layer.bias[start:stop]
         return F.linear(x, layer.weight[start:stop], b)

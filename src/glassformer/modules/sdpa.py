@@ -8,20 +8,37 @@ Shapes used throughout:
 Masks are boolean and True means "may attend". They broadcast to (B, H, Tq, Tk):
 a padding mask is (B, 1, 1, Tk), a causal mask (Tq, Tk). A query row that may
 attend to no key at all produces zeros (never NaN) on both paths.
+
+Faster ways to attend a decoding step's one query per head live outside this textbook, in
+the rooms that own them (``glassformer.kernels`` registers its C loop): each is registered
+here with ``register_one_query`` and consulted, in order, before the plain products.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from glassformer.modules.gguf_kernels import one_query_attention
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import causal_mask, check_mask
+
+# A faster one-query attention: (q (B, H, 1, Dh), k, v (B, Hkv, Tk, Dh), key mask (B, 1, 1, Tk)
+# or None, scale) → (B, H, 1, Dv), or None where it does not apply (a dtype, a device).
+OneQuery = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], Tensor | None]
+ONE_QUERY_PATHS: list[OneQuery] = []
+
+
+def register_one_query(path: OneQuery) -> OneQuery:
+    """Consult ``path`` for a decoding step's attention (compiled, on the CPU) before the
+    plain products; returns it, so that it can be used as a decorator."""
+    if path not in ONE_QUERY_PATHS:
+        ONE_QUERY_PATHS.append(path)
+    return path
 
 
 class AttentionOutput(NamedTuple):
@@ -166,9 +183,10 @@ def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int)
     (B, H, 1, Dh) → (B, H, 1, Dv); measured 50 us a layer by the fused kernel, compiled."""
     B, H, _, Dh = q.shape
     Hkv, Tk = k.size(1), k.size(2)
-    fast = one_query_attention(q, k, v, mask, 1 / math.sqrt(Dh))  # in C, where it applies
-    if fast is not None:
-        return fast
+    for path in ONE_QUERY_PATHS:  # registered elsewhere (glassformer.kernels: in C)
+        fast = path(q, k, v, mask, 1 / math.sqrt(Dh))
+        if fast is not None:
+            return fast
     scores = q.view(B, Hkv, group, Dh) @ k.transpose(-2, -1) / math.sqrt(Dh)  # (B, Hkv, g, Tk)
     if mask is not None:
         allowed = mask.expand(B, H, 1, Tk).reshape(B, Hkv, group, Tk)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from glassformer.errors import NonFiniteLossError
-from glassformer.precision import resolve_bf16
+from glassformer.kernels.precision import resolve_bf16
 from glassformer.training import distributed
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed

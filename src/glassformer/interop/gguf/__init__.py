@@ -104,7 +104,7 @@ def read_gguf_rows(
     path: str | Path,
 ) -> tuple[dict[str, Any], dict[str, Tensor], list[tuple[int, Tensor]]]:
     """``read_gguf_weights`` with every 2-D tensor of a block type that
-    ``glassformer.modules.gguf_linear`` computes from left as blocks: ``(hf_config, state,
+    ``glassformer.kernels.gguf_linear`` computes from left as blocks: ``(hf_config, state,
     blocks)``. In ``state`` such a tensor is a column of row numbers (rows, 1), float64,
     counting on from one tensor to the next, and arranged as its weight's rows are (the
     reordered rotary rows of q and k, NeoX's regrouped heads); ``blocks`` lists each such

@@ -1,7 +1,7 @@
 """ggml's tensor encodings decoded to fp32: kept under this name for the GGUF reader; the
-decoders live with the layers that compute from the blocks (``glassformer.modules.gguf_blocks``)."""
+decoders live with the layers that compute from the blocks (``glassformer.kernels.gguf_blocks``)."""
 
-from glassformer.modules.gguf_blocks import (
+from glassformer.kernels.gguf_blocks import (
     BF16,
     BLOCK,
     BLOCK_BYTES,

@@ -19,8 +19,8 @@ from torch import Tensor
 
 from glassformer.errors import shown
 from glassformer.interop.gguf.header import TensorInfo, read_span
-from glassformer.modules.gguf_blocks import NAMES, dequantize
-from glassformer.modules.gguf_linear import COMPUTED
+from glassformer.kernels.gguf_blocks import NAMES, dequantize
+from glassformer.kernels.gguf_linear import COMPUTED
 
 _QKV = re.compile(r"(blk\.\d+)\.attn_[qkv]\.weight")
 

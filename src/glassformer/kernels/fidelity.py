@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from glassformer.cache import cache_root
 from glassformer.fidelity_texts import CALIBRATION
-from glassformer.precision import processor, read_cache, write_cache
+from glassformer.kernels.precision_cache import processor, read_cache, write_cache
 
 CACHE_FILE = "fidelity.json"
 # The bound, on the held-out text as on the calibration one. bf16 products with the rest in

@@ -65,6 +65,11 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().to(dtype)
         return cls(q, scales.to(dtype), bias)
 
+    @property
+    def weight(self) -> Tensor:
+        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
+        return self.dequantized()
+
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) in the scales' dtype."""
         return self.qweight.to(self.scales.dtype) * self.scales[:, None]
@@ -199,6 +204,11 @@ class Int4Linear(nn.Module):
         """Output features ``start:stop``: all are computed (the packed layout does not
         slice by rows), then cut."""
         return self(x)[..., start:stop]
+
+    @property
+    def weight(self) -> Tensor:
+        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
+        return self.dequantized()
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K): its product with the identity."""

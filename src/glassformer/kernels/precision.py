@@ -1,11 +1,9 @@
 """Precision chosen by measurement: is bfloat16 faster than float32 on this machine?
 
-A CPU's flags do not say. On one 2-core Intel Xeon reporting AVX512-BF16, ``torch.mm`` ran
-at 147 GFLOP/s in bf16 against 276 in fp32; on a 2-core AMD EPYC with the same flag, at
-1,000 against 177. So glassformer times what it would run: matrix products of the model's
-own shapes, in both dtypes, alternating, and keeps the answer in ``precision.json`` under
-the cache folder (``$GLASSFORMER_CACHE`` or ``~/.cache/glassformer``), keyed by the
-processor, torch's version, the thread count and the shapes.
+A CPU's flags do not say (``torch.mm`` in bf16 against fp32: 147 against 276 GFLOP/s on a
+2-core Intel Xeon reporting AVX512-BF16, 1,000 against 177 on a 2-core AMD EPYC). So
+glassformer times the model's own products in both dtypes, alternating, and keeps the answer
+in the cache folder's ``precision.json``, keyed by processor, torch, threads and shapes.
 
 A busy machine must not write a wrong answer there for good (one run beside other work
 measured bf16 at 0.2 GFLOP/s against fp32's 4.2, and every later run decoded in fp32). So:
@@ -20,12 +18,10 @@ measured bf16 at 0.2 GFLOP/s against fp32's 4.2, and every later run decoded in 
 - a cached entry expires after ``EXPIRES_DAYS`` days, and ``glassformer bench precision
   --refresh`` measures every entry of this machine again.
 
-``GLASSFORMER_FASTER=bf16`` (or ``fp32``) forces the verdict unmeasured and uncached: a test
-suite then covers the machines whose measurement goes the other way.
-
-``resolve_bf16(setting, shapes)`` is what ``train --bf16 auto|on|off`` does with it, and
-``resolve_dtype(model, "auto")`` the speed half of ``--dtype auto`` (bf16's fidelity is the
-other: ``glassformer.fidelity``, ``glassformer.models.quantize``)."""
+``GLASSFORMER_FASTER=bf16`` (or ``fp32``) forces the verdict unmeasured and uncached (a test
+suite then covers the other machines). ``resolve_bf16(setting, shapes)`` is what ``train
+--bf16 auto|on|off`` does with it, ``resolve_dtype(model, "auto")`` the speed half of
+``--dtype auto`` (the other: bf16's fidelity, ``kernels.fidelity``)."""
 
 from __future__ import annotations
 
@@ -42,9 +38,16 @@ import torch
 from torch import nn
 
 from glassformer.cache import cache_root
-from glassformer.modules.quantized import VOCABULARY_HEADS
-from glassformer.precision_cache import Shape, figures, load, processor, read_cache, write_cache
-from glassformer.precision_cache import shapes as entry_shapes
+from glassformer.kernels.precision_cache import (
+    Shape,
+    figures,
+    load,
+    processor,
+    read_cache,
+    write_cache,
+)
+from glassformer.kernels.precision_cache import shapes as entry_shapes
+from glassformer.kernels.quantized import VOCABULARY_HEADS
 
 CACHE_FILE = "precision.json"
 FORCE_ENV = "GLASSFORMER_FASTER"  # bf16 | fp32: the verdict, forced (tests); unset: measured
@@ -280,7 +283,6 @@ def resolve_bf16(
 
 
 # ---- the precision a model decodes in: for_inference(dtype), --dtype -------------------
-
 DTYPES = ("auto", "fp32", "bf16", "int8", "int4", "gguf", "gguf-q8")
 
 

@@ -23,7 +23,8 @@ Loading a library runs its code, so the file loaded must be the one this user bu
   temporary files of builds killed mid-compile are removed once they are an hour old.
 
 It also holds the operator ``glassformer::one_query_attention``: a decoding step's attention
-over the filled cache slots, in C (``one_query_attention``); ``glassformer.modules.gguf_linear``
+over the filled cache slots, in C (``one_query_attention``, registered with
+``glassformer.modules.sdpa``'s one-query paths); ``glassformer.kernels.gguf_linear``
 registers ``glassformer::gguf_linear`` in the same namespace.
 """
 
@@ -51,6 +52,7 @@ import torch
 from torch import Tensor
 
 from glassformer.cache import cache_root
+from glassformer.modules.sdpa import register_one_query
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")
@@ -375,6 +377,7 @@ def _(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float) -> 
     return q.new_empty(q.shape[0], q.shape[1], v.shape[3])
 
 
+@register_one_query
 def one_query_attention(
     q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float
 ) -> Tensor | None:

@@ -1,7 +1,7 @@
 """Layers that compute from a GGUF file's own blocks: no second quantisation.
 
 A llama.cpp file stores each weight row as blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-Q6_K: ``glassformer.modules.gguf_blocks``). ``GGUFLinear`` keeps those bytes as the file has
+Q6_K: ``glassformer.kernels.gguf_blocks``). ``GGUFLinear`` keeps those bytes as the file has
 them and multiplies by the values they decode to, so a packaged 4-bit model runs at its own
 quality. ``GGUFEmbedding`` looks token rows up in the same blocks (a tied head and embedding
 share them).
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glassformer.modules.gguf_blocks import (
+from glassformer.kernels.gguf_blocks import (
     BLOCK_BYTES,
     BLOCK_VALUES,
     NAMES,
@@ -50,7 +50,7 @@ from glassformer.modules.gguf_blocks import (
     Q8_0,
     dequantize,
 )
-from glassformer.modules.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
+from glassformer.kernels.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
@@ -132,6 +132,11 @@ class GGUFLinear(nn.Module):
         if not self.interleaved:
             return []
         return [self.get_buffer(f"packed{i}") for i in range(len(self.types))]
+
+    @property
+    def weight(self) -> Tensor:
+        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
+        return self.dequantized()
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) fp32: the readable decoder's values."""

@@ -2,13 +2,13 @@
 
    y[m, n] = sum_k x[m, k] * w[n, k], where row n of w is stored as the file stores it: K / V
    blocks of B bytes (V = 32 for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; 256 for the K-quants).
-   glassformer.modules.gguf_blocks documents the layouts. `decode` turns one block into its
+   glassformer.kernels.gguf_blocks documents the layouts. `decode` turns one block into its
    fp32 values with the arithmetic of the gguf package's reference decoder, operation for
    operation (so gguf_dequantize equals it bit for bit); the products sum in fp32, with
    AVX-512 where the compiler targets it. Rows are shared among OpenMP threads. The last
    section multiplies rows interleaved 16 at a time, exactly or with x rounded to 8 bits.
 
-   Built by glassformer.modules.gguf_kernels with the machine's C compiler (-O3 -march=native
+   Built by glassformer.kernels.gguf_kernels with the machine's C compiler (-O3 -march=native
    -fopenmp -ffp-contract=off), loaded with ctypes. */
 
 #include <math.h>
@@ -439,7 +439,7 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
 
    For one row of x the blocks above are read one weight row at a time, and every block's
    values are turned to floats and summed across the vector: more work than reading them.
-   glassformer.modules.gguf_linear.interleave lays 16 rows' blocks side by side, each block
+   glassformer.kernels.gguf_linear.interleave lays 16 rows' blocks side by side, each block
    of 32 columns as: the 16 rows' scales d (fp16), their mins m (Q4_1, Q5_1), their fifth bits
    (Q5_0, Q5_1: a 32-bit word each, bit i column i's), then the values' bytes (Q4, Q5: byte i
    holds column i and, high nibble, column i + 16; Q8_0: byte i column i), four bytes of each

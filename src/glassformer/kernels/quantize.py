@@ -5,26 +5,26 @@
   (``BF16Linear``: half the bytes a decoding step reads); everything else stays fp32: the
   residual stream, norms, softmax, the embeddings and the vocabulary head (the logits), as
   llama.cpp keeps its activations in fp32. Casting the whole model instead changed SmolLM2's
-  answers (top-1 agreement with fp32 96.7%; ``glassformer.fidelity``).
+  answers (top-1 agreement with fp32 96.7%; ``glassformer.kernels.fidelity``).
 - ``"int8"`` / ``"int4"``: every linear layer of the blocks and the output head stores its
-  weight in 8 or 4 bits (``glassformer.modules.quantized``): int4 where PyTorch's kernel
+  weight in 8 or 4 bits (``glassformer.kernels.quantized``): int4 where PyTorch's kernel
   takes the shape (N a multiple of 16, K of 32), int8 for the rest and for the vocabulary
   head (``VOCABULARY_HEADS``). The embeddings, norms and biases, and so the activations, are
   bf16: the dtype PyTorch's int8/int4 CPU kernels are built for. Quantisation costs some
   accuracy: the README gives the held-out perplexity of each against fp32.
 - ``"gguf"``: a model read from a GGUF file computes from the file's own blocks
-  (``glassformer.modules.gguf_linear``: Q4_0 … Q6_K as stored, no second quantisation),
+  (``glassformer.kernels.gguf_linear``: Q4_0 … Q6_K as stored, no second quantisation),
   everything else, and so the activations, in fp32.
 - ``"gguf-q8"``: the same, but every product from the blocks rounds its input to 8 bits, each 32
   values to their own scale, much as llama.cpp does: no longer equal to the fp32 computation of
   the file's weights, and faster where a decoding step multiplies Q4_0 … Q5_1 or Q8_0 rows
   (in integers, with AVX-512 VNNI).
 - ``"auto"``: bf16 if this machine multiplies the model's decoding shapes measurably faster
-  in bf16 than in fp32 (``glassformer.precision``, measured once and cached) *and* bf16 keeps
-  the model's answers on a calibration text (``glassformer.fidelity``: top-1 agreement and
-  KL against fp32, measured once per model and cached), else fp32. Without calibration inputs
-  (no tokenizer given) it keeps fp32. It never quantises: that is a choice of accuracy, left
-  to the user.
+  in bf16 than in fp32 (``glassformer.kernels.precision``, measured once and cached) *and*
+  bf16 keeps the model's answers on a calibration text (``glassformer.kernels.fidelity``:
+  top-1 agreement and KL against fp32, measured once per model and cached), else fp32.
+  Without calibration inputs (no tokenizer given) it keeps fp32. It never quantises: that is
+  a choice of accuracy, left to the user.
 """
 
 from __future__ import annotations
@@ -36,13 +36,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from glassformer.fidelity import Fidelity, cached_fidelity, compare, fingerprint, output_logits
-from glassformer.fidelity import calibration_inputs as text_inputs
-from glassformer.fidelity import remember as remember_fidelity
-from glassformer.modules.feedforward import GatedFeedForward
-from glassformer.modules.gguf_linear import GGUFEmbedding, GGUFLinear
-from glassformer.modules.position import TokenEmbedding
-from glassformer.modules.quantized import (
+from glassformer.kernels.fidelity import (
+    Fidelity,
+    cached_fidelity,
+    compare,
+    fingerprint,
+    output_logits,
+)
+from glassformer.kernels.fidelity import calibration_inputs as text_inputs
+from glassformer.kernels.fidelity import remember as remember_fidelity
+from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear
+from glassformer.kernels.gguf_mlp import FusedGatedFeedForward
+from glassformer.kernels.precision import check_dtype, resolve_dtype
+from glassformer.kernels.quantized import (
     QUANTISED,
     VOCABULARY_HEADS,
     BF16Linear,
@@ -50,7 +56,8 @@ from glassformer.modules.quantized import (
     Int8Linear,
     int4_group_size,
 )
-from glassformer.precision import check_dtype, resolve_dtype
+from glassformer.modules.feedforward import GatedFeedForward
+from glassformer.modules.position import TokenEmbedding
 
 
 def prepare_for_inference(
@@ -182,14 +189,15 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
         else:
             continue  # stays in fp32
         setattr(modules[parent_path] if parent_path else model, name, new)
-    for module in model.modules():  # gate and up in one product: one call a step, not two
-        if isinstance(module, GatedFeedForward) and isinstance(module.gate_proj, GGUFLinear):
-            up = module.up_proj
-            if isinstance(up, GGUFLinear) and module.gate_proj.bias is None and up.bias is None:
-                parts = module.gate_proj.parts() + up.parts()
-                module.gate_up = GGUFLinear(parts, up.in_features, rounded=rounded)
-                module.gate_proj.drop_interleaved()  # gate_up makes their product
-                up.drop_interleaved()
+    for parent in list(model.modules()):  # gate and up in one product: one call a step
+        for name, child in list(parent.named_children()):
+            fused = (
+                FusedGatedFeedForward.fuse(child, rounded)
+                if type(child) is GatedFeedForward
+                else None
+            )
+            if fused is not None:
+                setattr(parent, name, fused)
 
 
 def release_freed_memory() -> None:

@@ -1,4 +1,4 @@
-"""The measurement caches on disk (``precision.json``, and ``glassformer.fidelity``'s file),
+"""The measurement caches on disk (``precision.json``, and ``glassformer.kernels.fidelity``'s file),
 read as files anyone may have edited or broken: a cache that cannot be used is measured
 again, never a reason for a run to stop.
 
