@@ -59,13 +59,16 @@ bench: $(STAMP)
 ## Style (ruff, with its private-member rule on src/), types (mypy on src/), the layering of
 ## the package (import-linter's contract in pyproject.toml: cli > training >
 ## viz|interop|inference|keras > inspect > models > ...) and the sizes: no file in src/
-## over 400 lines, no function over 60 lines of code (tools/check_sizes.py names any).
+## over 400 lines, no function over 60 lines of code (tools/check_sizes.py names any); no new
+## getattr(config, ..., default) in models/, `model: Any` or write onto a model from outside
+## models/ (tools/check_seams.py).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python tools/check_sizes.py --max-file-lines 400 --max-function-lines 60 src
+	$(BIN)/python tools/check_seams.py src/glassformer
 
 ## The documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link, anchor or
 ## docstring fails it. Open site/index.html from disk; it needs no network.

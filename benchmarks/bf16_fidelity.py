@@ -33,7 +33,6 @@ from glassformer.kernels.fidelity import calibration_inputs, compare, output_log
 
 def contenders(model):
     cast = copy.deepcopy(model).eval().to(torch.bfloat16)
-    cast.inference_dtype = "bf16"
     return {
         "fp32": copy.deepcopy(model).for_inference("fp32"),
         "cast": cast,

@@ -92,7 +92,7 @@ def test_generate_decodes_in_each_dtype(char_lm_run, dtype, capsys, monkeypatch)
     real = torch.nn.Module.eval
 
     def spy(model):
-        seen.append(getattr(model, "inference_dtype", None))
+        seen.append(model.precision.dtype if hasattr(model, "precision") else None)
         return real(model)
 
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--greedy"]

@@ -83,8 +83,8 @@ def test_auto_keeps_fp32_and_the_model_as_it_was_when_bf16_disagrees(bf16_faster
     before = copy.deepcopy(model)
     monkeypatch.setattr(quantize, "compare", lambda *a: Fidelity(0.9, 0.05, 100))
     chosen = model.for_inference("auto", tokenizer=TOKENIZER)
-    assert chosen.inference_dtype == "fp32"
-    assert chosen.precision_fidelity == Fidelity(0.9, 0.05, 100)
+    assert chosen.precision.dtype == "fp32"
+    assert chosen.precision.fidelity == Fidelity(0.9, 0.05, 100)
     assert not any(isinstance(m, BF16Linear) for m in chosen.modules())
     ids = calibration_inputs(model, TOKENIZER)
     assert torch.equal(output_logits(chosen, ids), output_logits(before, ids))
@@ -92,20 +92,20 @@ def test_auto_keeps_fp32_and_the_model_as_it_was_when_bf16_disagrees(bf16_faster
 
 def test_auto_keeps_fp32_when_nothing_can_check_bf16(bf16_faster):
     chosen = tiny_gpt().for_inference("auto")  # no tokenizer, no calibration inputs
-    assert chosen.inference_dtype == "fp32" and chosen.precision_fidelity is None
+    assert chosen.precision.dtype == "fp32" and chosen.precision.fidelity is None
 
 
 def test_a_fidelity_figure_is_cached_per_model(bf16_faster, monkeypatch):
     first = tiny_gpt().for_inference("auto", tokenizer=TOKENIZER)
-    assert first.inference_dtype == "bf16" and not first.precision_fidelity.cached
+    assert first.precision.dtype == "bf16" and not first.precision.fidelity.cached
     again = tiny_gpt().for_inference("auto", tokenizer=TOKENIZER)
-    assert again.precision_fidelity == Fidelity(
-        **{**vars(first.precision_fidelity), "cached": True}
+    assert again.precision.fidelity == Fidelity(
+        **{**vars(first.precision.fidelity), "cached": True}
     )
     other = tiny_gpt()
     with torch.no_grad():
         other.lm_head.weight[0, 0] += 1.0  # another model: measured anew
-    assert not other.for_inference("auto", tokenizer=TOKENIZER).precision_fidelity.cached
+    assert not other.for_inference("auto", tokenizer=TOKENIZER).precision.fidelity.cached
 
 
 def test_a_bad_forced_verdict_is_one_clear_error(monkeypatch):

@@ -121,3 +121,47 @@ def test_an_import_across_the_rooms_breaks_a_contract(tmp_path, module, line, co
     broken = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert broken.returncode == 1, broken.stdout
     assert f"{contract}" in broken.stdout and "BROKEN" in broken.stdout
+
+
+seams_spec = importlib.util.spec_from_file_location(
+    "check_seams", ROOT / "tools" / "check_seams.py"
+)
+assert seams_spec and seams_spec.loader
+check_seams = importlib.util.module_from_spec(seams_spec)
+seams_spec.loader.exec_module(check_seams)
+
+
+def test_the_package_keeps_to_its_seam_limits(capsys):
+    assert check_seams.main([str(ROOT / "src" / "glassformer")]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "rule"),
+    [
+        ("models/family.py", "def f(c):\n    return getattr(c, 'theta', 1)\n", "config-getattr"),
+        ("models/family.py", "def f(s):\n    return getattr(s.config, 'b', 1)\n", "config-getattr"),
+        ("viz/page.py", "from typing import Any\n\n\ndef f(model: Any):\n    pass\n", "model-any"),
+        ("kernels/swap.py", "def f(model):\n    model.inference_dtype = 'bf16'\n", "model-writes"),
+        ("kernels/swap.py", "def f(model):\n    setattr(model, 'x', 1)\n", "model-writes"),
+        ("generation/step.py", "def f(model):\n    model.__dict__['step'] = 1\n", "model-writes"),
+    ],
+)  # fmt: skip
+def test_each_seam_rule_counts_what_it_names(tmp_path, capsys, where, code, rule):
+    """One offender in an otherwise empty package: over a limit of 0, named with its line;
+    within a limit of 1."""
+    (tmp_path / where).parent.mkdir(parents=True)
+    (tmp_path / where).write_text(code)
+    zero = [f"--max-{name}=0" for name in check_seams.LIMITS]
+    assert check_seams.main([str(tmp_path), *zero]) == 1
+    err = capsys.readouterr().err
+    assert f"{rule}: 1 (at most 0" in err and f"{where}:" in err
+    assert check_seams.main([str(tmp_path), *zero, f"--max-{rule}=1"]) == 0
+
+
+def test_getattr_of_other_objects_and_writes_inside_models_are_not_counted(tmp_path, capsys):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "gpt.py").write_text(
+        "def f(model, layer):\n    model.x = getattr(layer, 'bias', None)\n"
+    )
+    zero = [f"--max-{name}=0" for name in check_seams.LIMITS]
+    assert check_seams.main([str(tmp_path), *zero]) == 0, capsys.readouterr().err

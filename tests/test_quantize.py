@@ -70,7 +70,7 @@ def test_held_out_perplexity_stays_within_the_stated_tolerance_of_fp32(trained, 
 def test_each_precision_changes_what_it_says(trained):
     model, _ = trained
     bf16 = copy.deepcopy(model).for_inference("bf16")
-    assert bf16.inference_dtype == "bf16" and not bf16.training
+    assert bf16.precision.dtype == "bf16" and not bf16.training
     products = [m for m in bf16.modules() if isinstance(m, BF16Linear)]
     assert len(products) == 2 * 4 and {m.weight.dtype for m in products} == {torch.bfloat16}
     # the vocabulary head, the embeddings and the norms stay fp32, and so the activations
@@ -118,16 +118,16 @@ def test_auto_follows_the_measurement(trained, monkeypatch, tmp_path, bf16_faste
     monkeypatch.setattr(precision, "bf16_measurement", stub)
     calibration = (held_out[:256].view(4, 64),)
     chosen = copy.deepcopy(model).for_inference("auto", calibration=calibration)
-    assert chosen.inference_dtype == ("bf16" if bf16_faster else "fp32")
-    assert chosen.precision_measurement is measured
+    assert chosen.precision.dtype == ("bf16" if bf16_faster else "fp32")
+    assert chosen.precision.measurement is measured
     bf16_layers = any(isinstance(m, BF16Linear) for m in chosen.modules())
     assert bf16_layers == bf16_faster
     assert (1, 128, 3 * 128) in seen[0]  # the model's own decoding shapes were measured
     if bf16_faster:  # faithful on the chain: top-1 and KL within the bound, 256 positions
-        assert chosen.precision_fidelity.within_bound
-        assert chosen.precision_fidelity.positions == 256
+        assert chosen.precision.fidelity.within_bound
+        assert chosen.precision.fidelity.positions == 256
     else:  # slower: its fidelity is not worth measuring
-        assert chosen.precision_fidelity is None
+        assert chosen.precision.fidelity is None
 
 
 def test_bad_values_and_misuse_are_refused(trained, tmp_path):
@@ -228,7 +228,7 @@ def test_gguf_computes_from_the_files_own_blocks(kquant_file):
 
     fp32 = GPT.from_pretrained(kquant_file)
     blocks = GPT.from_pretrained(kquant_file).for_inference("gguf")
-    assert blocks.inference_dtype == "gguf"
+    assert blocks.precision.dtype == "gguf"
     qkv = blocks.blocks[0].attn.qkv_proj
     assert isinstance(qkv, GGUFLinear) and qkv.types == (Q4_K, Q4_K, Q6_K)
     assert isinstance(blocks.embed, GGUFEmbedding) and blocks.lm_head.types == (Q6_K,)
@@ -269,7 +269,7 @@ def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
 
     exact = GPT.from_pretrained(legacy_file).for_inference("gguf")
     q8 = GPT.from_pretrained(legacy_file).for_inference("gguf-q8")
-    assert q8.inference_dtype == "gguf-q8"
+    assert q8.precision.dtype == "gguf-q8"
     layers = [m for m in q8.modules() if isinstance(m, GGUFLinear)]
     assert all(m.rounded for m in layers)
     assert q8.blocks[0].attn.qkv_proj.interleaved  # Q5_0 + Q4_1 + Q8_0 rows

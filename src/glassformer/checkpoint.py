@@ -115,7 +115,7 @@ def save_checkpoint(
     kinds = tuple(MODEL_KINDS.values())
     if not isinstance(model, kinds):
         raise TypeError(f"expected a glassformer model, got {type(model).__name__}")
-    quantised = getattr(model, "inference_dtype", None)
+    quantised = model.precision.dtype
     if quantised in QUANTISED:
         raise ValueError(
             f"this model's weights are quantised to {quantised} for inference; save the "

@@ -78,8 +78,8 @@ def for_inference(model: Any, dtype: str, tokenizer: Any = None) -> Any:
 
 def describe_choice(model: Any) -> str:
     """What ``auto`` chose for ``model`` and both figures it chose by."""
-    speed, fidelity = model.precision_measurement, model.precision_fidelity
-    said = f"{model.inference_dtype} (speed: {speed.describe()}"
+    speed, fidelity = model.precision.measurement, model.precision.fidelity
+    said = f"{model.precision.dtype} (speed: {speed.describe()}"
     if fidelity is not None:
         said += f"; bf16 against fp32: {fidelity.describe()}"
     elif speed.bf16_faster:

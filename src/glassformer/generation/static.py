@@ -28,10 +28,11 @@ width, D model width, V vocabulary.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from glassformer.kernels.gguf_kernels import kernels
 from glassformer.modules.cache import DecoderCache, StaticKVCache
@@ -94,9 +95,14 @@ def decode_step(
     return model(ids, mask=filled, cache=cache, positions=positions).logits[:, -1]
 
 
-def compiled_step(model: Any) -> Any:
-    """``decode_step`` compiled for ``model`` (once; kept on the model)."""
-    step = model.__dict__.get("_compiled_decode_step")
+# Each model's compiled step, kept for the model's life (and not on it: a copy of the model
+# compiles its own).
+COMPILED: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+
+
+def compiled_step(model: nn.Module) -> Any:
+    """``decode_step`` compiled for ``model`` (once: kept in ``COMPILED``)."""
+    step = COMPILED.get(model)
     if step is None:
         kernels()  # the C library's one-query attention, built before the graph is traced
         # without the generated code's checks of every input's size and alignment: the step
@@ -107,5 +113,5 @@ def compiled_step(model: Any) -> Any:
             dynamic=False,
             options={"size_asserts": False, "alignment_asserts": False},
         )
-        model.__dict__["_compiled_decode_step"] = step
+        COMPILED[model] = step
     return step

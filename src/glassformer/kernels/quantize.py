@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,7 +48,7 @@ from glassformer.kernels.fidelity import calibration_inputs as text_inputs
 from glassformer.kernels.fidelity import remember as remember_fidelity
 from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear
 from glassformer.kernels.gguf_mlp import FusedGatedFeedForward
-from glassformer.kernels.precision import check_dtype, resolve_dtype
+from glassformer.kernels.precision import Measurement, check_dtype, resolve_dtype
 from glassformer.kernels.quantized import (
     QUANTISED,
     VOCABULARY_HEADS,
@@ -60,6 +61,16 @@ from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.position import TokenEmbedding
 
 
+@dataclass(frozen=True)
+class InferencePrecision:
+    """The precision a model decodes in (``model.precision``) and, for ``auto``, what chose
+    it: the speed measurement and bf16's fidelity (None where not measured)."""
+
+    dtype: str = "fp32"
+    measurement: Measurement | None = None
+    fidelity: Fidelity | None = None
+
+
 def prepare_for_inference(
     model: Any,
     dtype: str = "auto",
@@ -68,14 +79,13 @@ def prepare_for_inference(
     tokenizer: Any = None,
     calibration: tuple[torch.Tensor, ...] | None = None,
     **options: Any,
-) -> Any:
-    """``model`` in eval mode and in ``dtype`` (changed in place, and returned); the choice
-    is kept in ``model.inference_dtype`` (and ``auto``'s figures in
-    ``model.precision_measurement`` and ``model.precision_fidelity``). ``auto`` checks bf16's
-    fidelity on ``calibration`` (the model's inputs), or on the calibration text encoded by
-    ``tokenizer``."""
+) -> InferencePrecision:
+    """Put ``model`` in eval mode and in ``dtype`` (its layers changed in place) and return
+    what was chosen (the model keeps it: ``PretrainedModel.for_inference``). ``auto`` checks
+    bf16's fidelity on ``calibration`` (the model's inputs), or on the calibration text
+    encoded by ``tokenizer``."""
     check_dtype(dtype)
-    current = getattr(model, "inference_dtype", "fp32")
+    current = model.precision.dtype
     if current in QUANTISED:
         raise ValueError(f"this model is already quantised to {current}; load it again first")
     if group_size is not None and dtype != "int4":  # before auto spends time measuring
@@ -105,10 +115,7 @@ def prepare_for_inference(
         model.float()
         _quantize_linears(model, chosen, group_size)
         model.to(torch.bfloat16)
-    model.inference_dtype = chosen
-    model.precision_measurement = measured
-    model.precision_fidelity = fidelity
-    return model
+    return InferencePrecision(chosen, measured, fidelity)
 
 
 Replaced = list[tuple[nn.Module, str, nn.Module]]  # (parent, name, the layer it held)

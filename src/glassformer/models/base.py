@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
 from glassformer.errors import shown
-from glassformer.kernels.quantize import prepare_for_inference
+from glassformer.kernels.quantize import InferencePrecision, prepare_for_inference
 from glassformer.models.legacy import upgrade_state_dict
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
@@ -224,6 +224,7 @@ class PretrainedModel(nn.Module):
     kind: ClassVar[str]
     config_class: ClassVar[type]
     config: Any
+    precision: InferencePrecision = InferencePrecision()  # fp32 until ``for_inference``
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -272,12 +273,13 @@ class PretrainedModel(nn.Module):
           inputs) or on the bundled calibration text encoded by ``tokenizer``; else fp32
           (also when neither is given). Both are measured once and cached. It never quantises.
 
-        The precision chosen is ``model.inference_dtype``. A quantised model cannot be
-        trained or saved: load the checkpoint again for that.
+        The precision chosen is ``model.precision.dtype`` (with ``auto``'s measurements). A
+        quantised model cannot be trained or saved: load the checkpoint again for that.
         """
-        return prepare_for_inference(
+        self.precision = prepare_for_inference(
             self, dtype, group_size=group_size, tokenizer=tokenizer, calibration=calibration
         )
+        return self
 
     # ---- looking inside: hook points (glassformer.modules.hooks) ----------------------
 
