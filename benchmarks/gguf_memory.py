@@ -1,14 +1,15 @@
 """SmolLM2-135M-Instruct from its packaged GGUF, computing from the file's blocks: the time to
 load, the decoding speed and the peak resident memory of one process doing both.
 
-One process: ``GPT.from_pretrained`` on the packaged Q4_1 file, ``for_inference("gguf")``,
+One process: ``GPT.from_pretrained`` on the packaged Q4_1 file, ``for_inference("gguf")``
+(with ``--straight``: ``from_pretrained(name, dtype="gguf")``, read straight into the blocks),
 then ``--new-tokens`` greedy tokens after a short prompt (the tokens are all generated: no
 stop token), ``--rounds`` times. It prints one JSON line: the load time (from_pretrained +
 for_inference), the decoding tokens/s of the fastest round, the process's peak resident
 memory (``ru_maxrss``) and the first tokens.
 Run it as a whole process beside another tree's code to compare two versions:
 
-    python benchmarks/gguf_memory.py [--new-tokens 32] [--threads 2]
+    python benchmarks/gguf_memory.py [--new-tokens 32] [--threads 2] [--rounds 4] [--straight]
     PYTHONPATH=/other/tree/src python benchmarks/gguf_memory.py     # the same, that code
 """
 
@@ -31,11 +32,19 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="decode this many times, keep the best"
     )
+    parser.add_argument(
+        "--straight",
+        action="store_true",
+        help='read the file straight into its blocks: from_pretrained(name, dtype="gguf")',
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    model = GPT.from_pretrained("SmolLM2-135M-Instruct").for_inference("gguf")
+    if args.straight:
+        model = GPT.from_pretrained("SmolLM2-135M-Instruct", dtype="gguf")
+    else:
+        model = GPT.from_pretrained("SmolLM2-135M-Instruct").for_inference("gguf")
     loaded = time.perf_counter() - start
     prompt = torch.tensor([[1, 9690, 198, 2683, 359, 253, 5356, 2]])
     times = []

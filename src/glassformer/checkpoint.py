@@ -173,17 +173,18 @@ def load_checkpoint(
             packaged model (``"all-MiniLM-L6-v2"``).
         kind: if given, the model kind expected (e.g. "gpt"); another kind is an error.
         map_location: device for the weights.
-        options: passed to a packaged model's loader (``cache_dir=`` for MiniLM).
+        options: passed to a packaged model's loader (``cache_dir=`` for MiniLM) or a GGUF
+            file's (``dtype="gguf"``: computing from the file's blocks, read straight into them).
     """
     if str(path) in NAMED_MODELS:
         named_kind, loader = NAMED_MODELS[str(path)]
         if kind is not None and kind != named_kind:
             raise CheckpointError(f"{path!r} is a {named_kind!r} model, expected {kind!r}")
         return loader(**options)
+    if Path(path).suffix == ".gguf" and Path(path).is_file():  # llama.cpp's one-file format
+        return _load_foreign(Path(path), ".gguf", kind, **options)
     if options:
         raise TypeError(f"unexpected option(s) {sorted(options)} for a checkpoint directory")
-    if Path(path).suffix == ".gguf" and Path(path).is_file():  # llama.cpp's one-file format
-        return _load_foreign(Path(path), ".gguf", kind)
     path = resolve_checkpoint_dir(path)
     config_file = path / CONFIG_NAME
     for marker, model_type in FOREIGN_MARKERS.items():  # SAELens: cfg.json, no config.json
@@ -332,7 +333,7 @@ def _load_weights(model: Any, weights: Path, map_location: Any) -> None:
         raise CheckpointError(f"cannot load {weights}: {one_line(e)}") from None
 
 
-def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
+def _load_foreign(path: Path, model_type: Any, kind: str | None, **options: Any) -> Any:
     """A foreign (Hugging Face) checkpoint directory that a registered reader understands."""
     readers = FOREIGN_FORMATS.get(model_type) if isinstance(model_type, str) else None
     if not readers:
@@ -344,7 +345,7 @@ def _load_foreign(path: Path, model_type: Any, kind: str | None) -> Any:
         kind = next(iter(readers))
     if kind not in readers:
         raise CheckpointError(f"{path} holds a {model_type!r} model, expected {kind!r}")
-    return readers[kind](path)
+    return readers[kind](path, **options)
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:

@@ -42,18 +42,20 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
             ``checkpoint/``, or a packaged model's name.
         kind: the model kind expected ("gpt", "seq2seq", "classifier", ...); another is
             an error.
-        options: for a packaged model, its loader's (``dtype=torch.bfloat16`` for SmolLM2).
+        options: for a packaged model or a GGUF file, its loader's (``dtype=torch.bfloat16``
+            or ``dtype="gguf"``: computing from the file's blocks, read straight into them).
     """
     if str(path) in NAMED_MODELS:
         model = load_checkpoint(str(path), kind=kind, **options)
         if str(path) not in NAMED_TOKENIZERS:
             raise ValueError(f"the packaged model {path!r} comes without a tokenizer")
         return model, NAMED_TOKENIZERS[str(path)](model)
-    if options:
-        raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
     suffix = Path(path).suffix
     if suffix in FOREIGN_TOKENIZERS and Path(path).is_file():  # a GGUF file: its own tokens
-        return load_checkpoint(path, kind=kind), FOREIGN_TOKENIZERS[suffix](Path(path))
+        model = load_checkpoint(path, kind=kind, **options)
+        return model, FOREIGN_TOKENIZERS[suffix](Path(path))
+    if options:
+        raise TypeError(f"unexpected option(s) {sorted(options)} for a run directory")
     if (Path(path) / "modules.json").is_file():  # a sentence-transformers directory
         from glassformer.models.sentence import SentenceEncoder
 

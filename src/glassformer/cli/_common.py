@@ -12,6 +12,16 @@ from glassformer.inference import load_run
 from glassformer.kernels.precision import DTYPES, decoding_measurement
 
 
+def reading_options(model: str, dtype: str) -> dict[str, Any]:
+    """What to read a model with for ``--dtype``: a GGUF file (or the packaged SmolLM2) that
+    will compute from its blocks is read straight into them (``dtype="gguf"``), never into
+    an fp32 model first; everything else as it is."""
+    from glassformer.interop.smollm2 import SMOLLM2_NAME
+
+    gguf = model == SMOLLM2_NAME or (Path(model).suffix == ".gguf" and Path(model).is_file())
+    return {"dtype": dtype} if gguf and dtype in ("gguf", "gguf-q8") else {}
+
+
 def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:
     """(model, tokenizer, checkpoint dir) from a run directory or a checkpoint directory."""
     model, tokenizer = load_run(path, kind=kind)

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import torch
 
-from glassformer.cli._common import for_inference
+from glassformer.cli._common import for_inference, reading_options
 from glassformer.cli.generate import Printer, add_sampling_arguments, sampling_config
 from glassformer.errors import ChatTemplateError
 from glassformer.inference import load_run
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config, g = sampling_config(args)
-    model, tok = load_run(args.model, kind="gpt")
+    model, tok = load_run(args.model, kind="gpt", **reading_options(args.model, args.dtype))
     if tok.chat_template is None:
         raise ValueError(
             f"{args.model} has no chat template, so it is not a chat model; "

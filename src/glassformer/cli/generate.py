@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from glassformer.cli import _decoding
-from glassformer.cli._common import add_dtype_argument, for_inference, one_token
+from glassformer.cli._common import add_dtype_argument, for_inference, one_token, reading_options
 from glassformer.cli._decoding import add_generation_arguments, generation_config
 from glassformer.generation import GenerationConfig
 from glassformer.inference import load_run
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples <= 0:
         raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
     config, g = sampling_config(args)
-    model, tok = load_run(args.model, kind="gpt")
+    model, tok = load_run(args.model, kind="gpt", **reading_options(args.model, args.dtype))
     ids = tok.encode(args.prompt)
     if not ids:
         raise ValueError(f"the prompt {args.prompt!r} encodes to no tokens")

@@ -46,7 +46,7 @@ from glassformer.kernels.fidelity import (
 )
 from glassformer.kernels.fidelity import calibration_inputs as text_inputs
 from glassformer.kernels.fidelity import remember as remember_fidelity
-from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear
+from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear, Part
 from glassformer.kernels.gguf_mlp import FusedGatedFeedForward
 from glassformer.kernels.precision import Measurement, check_dtype, resolve_dtype
 from glassformer.kernels.quantized import (
@@ -86,6 +86,8 @@ def prepare_for_inference(
     encoded by ``tokenizer``."""
     check_dtype(dtype)
     current = model.precision.dtype
+    if current == dtype and dtype in ("gguf", "gguf-q8"):  # read straight into its blocks
+        return model.precision
     if current in QUANTISED:
         raise ValueError(f"this model is already quantised to {current}; load it again first")
     if group_size is not None and dtype != "int4":  # before auto spends time measuring
@@ -174,6 +176,8 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
     layer (and a token table) whose weight the file stores in a computed block type;
     ``rounded``: the products round their input to 8 bits (``GGUFLinear``)."""
     source = getattr(model, "gguf_blocks", None)
+    if source is None and any(isinstance(m, GGUFLinear) for m in model.modules()):
+        return  # read straight into its blocks (``from_pretrained(path, dtype="gguf")``)
     if source is None:
         raise ValueError(
             "dtypes 'gguf' and 'gguf-q8' compute from a GGUF file's own blocks, and this model "
@@ -183,8 +187,17 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
     if device.type != "cpu":
         raise ValueError(f"GGUF blocks are computed on the CPU only; the model is on {device}")
     model.float()
+    compute_from_blocks(model, source(), rounded)
+
+
+def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded: bool) -> None:
+    """Make each layer whose weight ``blocks`` names ({weight name: its parts}) compute from
+    those blocks: a linear layer becomes a ``GGUFLinear``, a token table a ``GGUFEmbedding``,
+    and a gated MLP whose gate and up both do a ``FusedGatedFeedForward``. A layer of another
+    kind keeps an fp32 weight: where it has none yet (a model built on the meta device to
+    be read straight into its blocks), its parts decoded."""
     modules = dict(model.named_modules())
-    for weight, parts in source().items():
+    for weight, parts in blocks.items():
         path = weight.removesuffix(".weight")
         parent_path, _, name = path.rpartition(".")
         old = modules[path]
@@ -193,8 +206,12 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
             new: nn.Module = GGUFLinear(parts, old.in_features, bias, rounded=rounded)
         elif isinstance(old, TokenEmbedding) and len(parts) == 1:
             new = GGUFEmbedding(parts[0], old.embedding_dim, old.scale)
-        else:
-            continue  # stays in fp32
+        else:  # stays in fp32
+            weight_now = old.get_parameter("weight")
+            if weight_now.is_meta:
+                decoded = GGUFLinear(parts, weight_now.shape[-1]).dequantized()
+                old.weight = nn.Parameter(decoded.view(weight_now.shape), requires_grad=False)
+            continue
         setattr(modules[parent_path] if parent_path else model, name, new)
     for parent in list(model.modules()):  # gate and up in one product: one call a step
         for name, child in list(parent.named_children()):

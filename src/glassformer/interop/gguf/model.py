@@ -7,6 +7,11 @@ model, as for a Hugging Face directory.
 The model keeps where it came from: ``model.for_inference("gguf")`` puts the file's own
 blocks back in its linear layers (``gguf_parts``: which rows of which tensors each layer's
 weight is, found by passing row numbers through the same weight map).
+
+``GPT.from_pretrained("model.gguf", dtype="gguf")`` (or ``"gguf-q8"``) reads the file once,
+straight into those layers: the model is built on the meta device, its block-typed weights
+become layers computing from the blocks, and only the others (norms, tensors of types not
+computed from blocks) are read as numbers. No fp32 copy of the model is ever made.
 """
 
 from __future__ import annotations
@@ -16,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from glassformer.checkpoint import FOREIGN_TOKENIZERS, register_format
 from glassformer.errors import CheckpointError
-from glassformer.interop._hf import build_config, converted, model_holding, naming
+from glassformer.interop._hf import build_config, converted, model_holding, naming, skeleton
 from glassformer.interop.gemma import from_gemma_state, gemma_config
 from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state, gpt_neox_config
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.interop.qwen import qwen2_config, qwen3_config
+from glassformer.kernels.quantize import compute_from_blocks
 from glassformer.models.gpt import GPT
 
 # model_type → (its config reader, its weight map), as for a Hugging Face directory
@@ -38,10 +44,21 @@ CONFIGS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> GPT:
+BLOCK_DTYPES = ("gguf", "gguf-q8")  # for_inference's dtypes that compute from the blocks
+
+
+def load_gguf(path: str | Path, dtype: torch.dtype | str = torch.float32) -> GPT:
     """A ``GPT`` with the weights of the GGUF file ``path`` (architecture llama, qwen2,
-    qwen3, gemma3 or gptneox), dequantised to ``dtype``, in eval mode."""
+    qwen3, gemma3 or gptneox), in eval mode: dequantised to ``dtype`` (``torch.float32`` or
+    ``torch.bfloat16``), or with ``dtype="gguf"`` / ``"gguf-q8"`` computing from the file's
+    own blocks as ``for_inference`` makes it, read straight into them."""
     path = Path(path)
+    if isinstance(dtype, str):
+        if dtype not in BLOCK_DTYPES:
+            raise ValueError(
+                f"dtype must be torch.float32, torch.bfloat16, 'gguf' or 'gguf-q8'; got {dtype!r}"
+            )
+        return _read_into_blocks(path, dtype)
     # the file's tensors are dropped once mapped: q, k and v are not kept beside their stack
     config, weights = _mapped(*read_gguf_weights(path, dtype=dtype), path)
     with naming(path):
@@ -54,6 +71,35 @@ def _mapped(hf: dict[str, Any], state: dict[str, Tensor], path: Path) -> tuple[A
     config = build_config(make, hf, path)
     with naming(path):  # weights that do not fit the config: one line naming the file
         return config, converted(convert, state, config)
+
+
+def _read_into_blocks(path: Path, dtype: str) -> GPT:
+    """The model of ``path`` computing from its blocks (``dtype`` "gguf" or "gguf-q8"), the
+    file read once: built on the meta device, the weights that are numbers assigned, the
+    block-typed ones made layers of their parts (``compute_from_blocks``)."""
+    hf, state, file_blocks = read_gguf_rows(path)
+    config, weights = _mapped(hf, state, path)
+    rows = {name: w for name, w in weights.items() if w.dtype == torch.float64}
+    numbers = {name: w for name, w in weights.items() if w.dtype != torch.float64}
+    blocks = {name: _parts(w, file_blocks) for name, w in rows.items()}
+    del state, weights, file_blocks  # the parts hold the rows they need, no more
+    with naming(path):
+        model = skeleton(GPT, config, numbers)
+        missing, unexpected = model.load_state_dict(numbers, strict=False, assign=True)
+        if unexpected or set(missing) - set(blocks) - {"lm_head.weight"}:
+            names = sorted(unexpected or set(missing) - set(blocks))
+            raise CheckpointError(f"the weights do not fit the config: {names[:5]}")
+        compute_from_blocks(model, blocks, rounded=dtype == "gguf-q8")
+    for module in model.modules():  # tables the config makes (rotary frequencies)
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            module.reset_buffers()  # type: ignore[operator]
+    head = model.lm_head
+    if isinstance(head, nn.Linear) and head.weight.is_meta and config.tie_weights:
+        model.tie_weights()  # tied, and not among the blocks: reads the token table
+    unread = [name for name, p in model.named_parameters() if p.is_meta]
+    if unread:
+        raise CheckpointError(f"{path}: no tensor for {unread[:5]}")
+    return model.eval().for_inference(dtype)
 
 
 def remembering_blocks(model: GPT, path: Path) -> GPT:
