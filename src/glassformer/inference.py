@@ -25,6 +25,7 @@ from glassformer.data.batching import pad_batch
 from glassformer.data.images import IMAGE_PROCESSOR_FILE, load_image_processor
 from glassformer.data.tokenizers import load_tokenizer
 from glassformer.generation import GenerationConfig
+from glassformer.models.base import PretrainedModel
 
 LABELS_FILE = "labels.json"
 
@@ -81,7 +82,7 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
     return model, tokenizer
 
 
-def _check_vocabulary(tokens: int, model: Any, ckpt: Path) -> None:
+def _check_vocabulary(tokens: int, model: PretrainedModel, ckpt: Path) -> None:
     """The tokenizer must fit the model: the same size for glassformer's own runs; for a
     Hugging Face directory no larger (their embedding tables are often padded past the
     tokenizer, to a multiple of 64 or 128, for speed)."""
@@ -161,7 +162,7 @@ def _until_eos(ids: list[int], eos_id: int) -> list[int]:
 
 
 def classifier_inputs(
-    model: Any, tokenizer: Any, texts: list[str], max_len: int
+    model: PretrainedModel, tokenizer: Any, texts: list[str], max_len: int
 ) -> list[list[int]]:
     """The ids a classifier reads for each text, at most ``max_len`` (head and tail kept).
     A BERT-style one (fine-tuned from all-MiniLM-L6-v2 or BERT) reads them framed by
@@ -201,7 +202,7 @@ def classify_texts(
 
 @torch.no_grad()
 def classify_images(
-    model: Any, labels: list[str], images: Tensor, *, batch_size: int = 256
+    model: PretrainedModel, labels: list[str], images: Tensor, *, batch_size: int = 256
 ) -> list[tuple[str, float]]:
     """(label, probability) for each image of ``images`` (N, C, H, W), pixels 0..1."""
     out: list[tuple[str, float]] = []
@@ -218,7 +219,7 @@ def classify_images(
 
 @torch.no_grad()
 def fill_mask(
-    model: Any, tokenizer: Any, text: str, *, top_k: int = 5
+    model: PretrainedModel, tokenizer: Any, text: str, *, top_k: int = 5
 ) -> list[list[tuple[str, float]]]:
     """The ``top_k`` (token, probability) guesses for each ``[MASK]`` in ``text``, in order.
 

@@ -10,6 +10,7 @@ from typing import Any
 from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
 from glassformer.kernels.precision import DTYPES, decoding_measurement
+from glassformer.models.base import PretrainedModel
 
 
 def reading_options(model: str, dtype: str) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def add_dtype_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def for_inference(model: Any, dtype: str, tokenizer: Any = None) -> Any:
+def for_inference(model: PretrainedModel, dtype: str, tokenizer: Any = None) -> Any:
     """``model.for_inference(dtype, tokenizer=tokenizer)``, saying on stderr what ``auto``
     chose and why (the speed figure, and bf16's fidelity where it was measured), and warning
     when an explicit ``bf16`` is measured slower here than fp32."""
@@ -86,9 +87,11 @@ def for_inference(model: Any, dtype: str, tokenizer: Any = None) -> Any:
     return model
 
 
-def describe_choice(model: Any) -> str:
+def describe_choice(model: PretrainedModel) -> str:
     """What ``auto`` chose for ``model`` and both figures it chose by."""
     speed, fidelity = model.precision.measurement, model.precision.fidelity
+    if speed is None:  # not chosen by measurement
+        return model.precision.dtype
     said = f"{model.precision.dtype} (speed: {speed.describe()}"
     if fidelity is not None:
         said += f"; bf16 against fp32: {fidelity.describe()}"

@@ -18,7 +18,8 @@ float16 values and fewer features a step; SmolLM2-135M's page holds up to 50 tok
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from glassformer.models.base import PretrainedModel
 
 HELP = "one forward pass as an offline page: every step, its numbers and its source line"
 EXAMPLE = 'glassformer explain --model SmolLM2-135M-Instruct "The capital of France is"'
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labels(path: str, model: Any) -> list[str] | None:
+def _labels(path: str, model: PretrainedModel) -> list[str] | None:
     """A classifier's class names, from its run's labels.json, refused where their number is
     not the model's, as ``classify`` refuses them (None for a model without classes)."""
     from glassformer.checkpoint import resolve_checkpoint_dir

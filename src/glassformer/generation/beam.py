@@ -18,12 +18,17 @@ import torch
 from torch import Tensor
 
 from glassformer.generation.config import GenerationConfig, resolve_config
+from glassformer.generation.protocols import Seq2SeqLM
 from glassformer.generation.sampling import apply_repetition_penalty, usable_logits
 from glassformer.modules.cache import DecoderCache
 
 
 def decoder_logits(
-    model, ys: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None
+    model: Seq2SeqLM,
+    ys: Tensor,
+    memory: Tensor,
+    src_mask: Tensor | None,
+    cache: DecoderCache | None,
 ) -> Tensor:
     """Next-token logits (B, V) after the target prefix ``ys`` (B, T)."""
     if cache is None:
@@ -45,7 +50,7 @@ def never_specials(scores: Tensor, config) -> Tensor:
 
 
 def beam_search(
-    model,
+    model: Seq2SeqLM,
     memory: Tensor,
     src_mask: Tensor | None,
     max_new_tokens: int,

@@ -25,6 +25,7 @@ from glassformer.generation.config import (
     check_repetition_penalty,
     resolve_config,
 )
+from glassformer.generation.protocols import CausalLM
 from glassformer.generation.static import (
     can_decode_statically,
     compiled_step,
@@ -137,7 +138,7 @@ _GPT_CALL_ARGUMENTS = ("generation_config", "attention_mask", "generator", "stre
 
 @torch.no_grad()
 def gpt_generate(
-    model,
+    model: CausalLM,
     input_ids: Tensor,
     max_new_tokens: int,
     *,
@@ -220,7 +221,7 @@ def gpt_generate(
 
 
 def _next_logits_function(
-    model, gen: GenerationConfig, ids: Tensor, keep: Tensor, total: int, later: Any
+    model: CausalLM, gen: GenerationConfig, ids: Tensor, keep: Tensor, total: int, later: Any
 ):
     """``next_logits(out, real, length)``: the last-position logits (B, V) after the first
     ``length`` columns of ``out`` (B, total); ``real`` (B, total) marks the non-padding.
@@ -245,7 +246,12 @@ def _next_logits_function(
 
 
 def _static_next_logits(
-    model, ids: Tensor, keep: Tensor, total: int, compile: bool, later: contextlib.ExitStack
+    model: CausalLM,
+    ids: Tensor,
+    keep: Tensor,
+    total: int,
+    compile: bool,
+    later: contextlib.ExitStack,
 ):
     """The static path: the prompt through the model's forward into a static cache, then
     ``decode_step`` (the model's forward again, one token) for each new token."""
@@ -290,7 +296,7 @@ def _static_next_logits(
 
 
 def _gpt_next_logits(
-    model, ids: Tensor, keep: Tensor | None, cache: DecoderCache | None, use_cache: bool
+    model: CausalLM, ids: Tensor, keep: Tensor | None, cache: DecoderCache | None, use_cache: bool
 ) -> tuple[Tensor, DecoderCache | None]:
     """Last-position logits (B, V) for ``ids`` (B, T), and the cache to use next step.
 

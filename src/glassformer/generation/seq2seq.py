@@ -17,6 +17,7 @@ from torch import Tensor
 
 from glassformer.generation.beam import beam_search, decoder_logits, never_specials
 from glassformer.generation.config import GenerationConfig, resolve_config
+from glassformer.generation.protocols import Seq2SeqLM
 from glassformer.generation.sampling import Streamer, apply_repetition_penalty, choose_next
 from glassformer.modules.masks import auto_padding_mask
 
@@ -25,7 +26,7 @@ _SEQ2SEQ_CALL_ARGUMENTS = ("generation_config", "src_mask", "generator", "stream
 
 @torch.no_grad()
 def seq2seq_generate(
-    model,
+    model: Seq2SeqLM,
     src: Tensor,
     max_new_tokens: int,
     *,

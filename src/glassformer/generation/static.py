@@ -29,24 +29,26 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
+from glassformer.generation.protocols import CausalLM
 from glassformer.kernels.gguf_kernels import kernels
+from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.cache import DecoderCache, StaticKVCache
 from glassformer.modules.hooks import hook_points
 
 
-def static_cache(model: Any, batch: int, capacity: int) -> DecoderCache:
+def static_cache(model: CausalLM, batch: int, capacity: int) -> DecoderCache:
     """A ``DecoderCache`` of ``StaticKVCache``s for a ``GPT``, ``capacity`` positions long.
 
     On the CPU the keys and values are kept in float32 whatever the model's dtype: PyTorch's
     fused attention kernel, at one query, ran 5-7x slower in bf16 than in fp32 (97 vs 18 µs
     over 272 keys, 678 vs 95 over 2,048; 2-core AMD EPYC, torch 2.13).
     """
-    attn = model.blocks[0].attn
+    attn = cast(MultiHeadAttention, model.blocks[0].get_submodule("attn"))
     # The token table's own tensor, not its `weight`: a GGUF table decodes itself whole for
     # that (113 MB and 60 ms for SmolLM2's, at every generate call).
     table = next(itertools.chain(model.embed.parameters(), model.embed.buffers()), None)
@@ -69,18 +71,18 @@ def use_whole_buffers(cache: DecoderCache) -> None:
         layer.use_whole_buffers()
 
 
-def can_decode_statically(model: Any) -> str | None:
+def can_decode_statically(model: CausalLM) -> str | None:
     """Why ``model`` cannot take the static path (None: it can)."""
     c = model.config
     if getattr(c, "attention_window", None) is not None:
         return "a sliding-window model keeps a rolling cache"
-    if any(point.active for point in hook_points(model).values()):
+    if any(point.active for point in hook_points(cast(nn.Module, model)).values()):
         return "hooks are attached, and only the plain path calls them"
     return None
 
 
 def decode_step(
-    model: Any, ids: Tensor, positions: Tensor, filled: Tensor | None, cache: DecoderCache
+    model: CausalLM, ids: Tensor, positions: Tensor, filled: Tensor | None, cache: DecoderCache
 ) -> Tensor:
     """One new token per row through ``model`` (a ``GPT``), by its own forward: the
     next-token logits (B, V).
@@ -97,10 +99,10 @@ def decode_step(
 
 # Each model's compiled step, kept for the model's life (and not on it: a copy of the model
 # compiles its own).
-COMPILED: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+COMPILED: weakref.WeakKeyDictionary[CausalLM, Any] = weakref.WeakKeyDictionary()
 
 
-def compiled_step(model: nn.Module) -> Any:
+def compiled_step(model: CausalLM) -> Any:
     """``decode_step`` compiled for ``model`` (once: kept in ``COMPILED``)."""
     step = COMPILED.get(model)
     if step is None:

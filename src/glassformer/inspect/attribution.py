@@ -39,13 +39,14 @@ from glassformer.inspect.patching import (
     metric_tensor,
     per_layer,
 )
+from glassformer.models.base import PretrainedModel
 
 # the residual stream's places, beside the outputs activation_patching patches
 PLACES = {**PATCHABLE, "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post"}
 
 
 def gradient_run(
-    model: Any, inputs: tuple[Tensor, ...], metric: Metric, names: list[str]
+    model: PretrainedModel, inputs: tuple[Tensor, ...], metric: Metric, names: list[str]
 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
     """One run of ``inputs`` keeping the values at ``names`` live (differentiable, the pass
     built on them): (metric, live values, their gradients ``<name>_grad``). The graph is
@@ -60,7 +61,7 @@ def gradient_run(
 
 
 def attribution_patching(
-    model: Any,
+    model: PretrainedModel,
     clean: Inputs,
     corrupt: Inputs,
     metric: Metric,
@@ -140,7 +141,7 @@ class EdgeAttribution:
 
 
 def edge_attribution_patching(
-    model: Any,
+    model: PretrainedModel,
     clean: Inputs,
     corrupt: Inputs,
     metric: Metric,
@@ -171,7 +172,7 @@ def edge_attribution_patching(
 class _Graph:
     """The hook points an edge attribution reads, for ``layers`` blocks named ``block.{l}``."""
 
-    def __init__(self, model: Any, block: str, layers: int) -> None:
+    def __init__(self, model: PretrainedModel, block: str, layers: int) -> None:
         self.model, self.block, self.layers = model, block, layers
         known = set(model.hook_names())
         if f"{block}.0.hook_cross_attn_out" in known:

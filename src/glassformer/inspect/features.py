@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from glassformer.models.base import PretrainedModel
 from glassformer.modules.hooks import hook_points, select
 
 
@@ -28,14 +29,14 @@ class _EnoughError(Exception):
     """Raised by a hook once it has what it came for: the rest of the pass is not run."""
 
 
-def check_hook(model: Any, hook: str) -> None:
+def check_hook(model: PretrainedModel, hook: str) -> None:
     """One line if ``model`` has no hook point ``hook`` (with the closest it has)."""
     select(hook_points(model), [hook])
 
 
 @torch.no_grad()
 def hook_activations(
-    model: Any, hook: str, windows: Tensor, *, batch: int = 16, skip_first: bool = True
+    model: PretrainedModel, hook: str, windows: Tensor, *, batch: int = 16, skip_first: bool = True
 ) -> Tensor:
     """The activations at ``hook`` for the token windows (N, T), one row per token: (N·T',
     d), T' = T − 1 with ``skip_first``. The pass stops at the hook point."""
@@ -92,7 +93,9 @@ def splice_hook(sae: Any, *, skip_first: bool | None = None) -> Any:
 
 
 @torch.no_grad()
-def spliced_losses(model: Any, sae: Any, windows: Tensor, *, batch: int = 8) -> dict[str, float]:
+def spliced_losses(
+    model: PretrainedModel, sae: Any, windows: Tensor, *, batch: int = 8
+) -> dict[str, float]:
     """The model's next-token loss on the windows (N, T): clean, with the SAE's
     reconstruction spliced in at its hook point, and with the activation zero-ablated there;
     ``ce_increase`` = spliced − clean, ``ce_loss_score`` = (zero − spliced) / (zero − clean)
@@ -123,7 +126,7 @@ def _next_token_loss(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def feature_activations(model: Any, sae: Any, ids: Tensor) -> Tensor:
+def feature_activations(model: PretrainedModel, sae: Any, ids: Tensor) -> Tensor:
     """Every feature's value at every position of one text's ids (1, T) or (T,): (T, d_sae)."""
     acts = hook_activations(model, sae.config.hook_name, ids.view(1, -1), skip_first=False)
     return sae.encode(acts)
@@ -140,7 +143,7 @@ class Context:
 
 @torch.no_grad()
 def top_contexts(
-    model: Any,
+    model: PretrainedModel,
     sae: Any,
     windows: Tensor,
     features: list[int],

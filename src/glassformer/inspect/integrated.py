@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from glassformer.inspect.patching import Metric, _as_inputs, _logits, metric_tensor
+from glassformer.models.base import PretrainedModel
 
 METHODS = ("gausslegendre", "midpoint")
 
@@ -60,7 +61,7 @@ def quadrature(steps: int, method: str) -> tuple[Tensor, Tensor]:
 
 
 def integrated_gradients(
-    model: Any,
+    model: PretrainedModel,
     inputs: Tensor | tuple[Tensor, ...],
     metric: Metric,
     *,
@@ -112,7 +113,7 @@ def integrated_gradients(
     return IntegratedGradients((x - start)[0] * total, float(ends[0]), float(ends[1]))
 
 
-def _embedding_hook(model: Any) -> str:
+def _embedding_hook(model: PretrainedModel) -> str:
     names = set(model.hook_names())
     for name in ("hook_embed", "encoder.hook_embed"):
         if name in names:
@@ -120,14 +121,14 @@ def _embedding_hook(model: Any) -> str:
     raise ValueError("the model has no hook_embed: pass hook= the embedding's hook point")
 
 
-def _embedding(model: Any, inputs: tuple[Tensor, ...], hook: str) -> Tensor:
+def _embedding(model: PretrainedModel, inputs: tuple[Tensor, ...], hook: str) -> Tensor:
     with torch.no_grad():
         _, cache = model.run_with_cache(*inputs, names=[hook])
     return cache[hook]
 
 
 def _with_embedding(
-    model: Any, inputs: tuple[Tensor, ...], metric: Metric, hook: str, embedding: Tensor
+    model: PretrainedModel, inputs: tuple[Tensor, ...], metric: Metric, hook: str, embedding: Tensor
 ) -> Tensor:
     """The metric of ``inputs`` with the embedding at ``hook`` replaced."""
     output = model.run_with_hooks(*inputs, hooks=[(hook, lambda value, name: embedding)])
@@ -135,7 +136,12 @@ def _with_embedding(
 
 
 def _weighted_gradient(
-    model: Any, inputs: tuple[Tensor, ...], metric: Metric, hook: str, moved: Tensor, w: Tensor
+    model: PretrainedModel,
+    inputs: tuple[Tensor, ...],
+    metric: Metric,
+    hook: str,
+    moved: Tensor,
+    w: Tensor,
 ) -> Tensor:
     """Σ_i w_i ∂F/∂e at the embeddings ``moved[i]``: one pass of n copies of the input."""
     n = len(moved)

@@ -26,7 +26,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from glassformer.models.base import PretrainedModel
 from glassformer.models.common import pool
+from glassformer.models.seq2seq import Seq2SeqTransformer
 from glassformer.modules.norms import RMSNorm
 
 
@@ -42,17 +44,18 @@ class Readout(NamedTuple):
     vocabulary: nn.Module | None
 
 
-def readout(model: Any, inputs: tuple[Tensor, ...] = ()) -> Readout:
+def readout(model: PretrainedModel, inputs: tuple[Tensor, ...] = ()) -> Readout:
     """The stack and head a lens reads: a GPT's or an encoder LM's vocabulary head, a
     translator's decoder's, a classifier's pooling and class head (``inputs``, the ids,
     say which positions are padding). Other models have no head: a one-line error says so."""
-    kind = getattr(model, "kind", type(model).__name__)
-    if kind == "seq2seq":
+    kind = getattr(model, "kind", type(model).__name__)  # any module may be given
+    if isinstance(model, Seq2SeqTransformer):
         return Readout("decoder.", model.decoder, model.unembed, model.output_proj)
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Module) and hasattr(model, "blocks"):
         return Readout("", model, getattr(model, "unembed", head), head)
-    if isinstance(getattr(model, "head", None), nn.Module) and hasattr(model, "hook_pooled"):
+    class_head = getattr(model, "head", None)
+    if isinstance(class_head, nn.Module) and hasattr(model, "hook_pooled"):
         pad_id = getattr(model.config, "pad_id", None)
         ids = inputs[0] if inputs and not inputs[0].is_floating_point() else None
         mask = None if ids is None or pad_id is None else (ids != pad_id)[:, None, None, :]
@@ -60,7 +63,7 @@ def readout(model: Any, inputs: tuple[Tensor, ...] = ()) -> Readout:
         def classify(states: Tensor) -> Tensor:  # (S, T, D) → (S, 1, C)
             pooled = pool(states, None if mask is None else mask.expand(len(states), -1, -1, -1),
                           model.config.pooling)  # fmt: skip
-            return model.head(pooled)[:, None]
+            return class_head(pooled)[:, None]
 
         return Readout("", model, classify, None)
     raise TypeError(
@@ -87,7 +90,7 @@ class Lens:
 
 
 @torch.no_grad()
-def logit_lens(model: nn.Module, *inputs: Tensor) -> Lens:
+def logit_lens(model: PretrainedModel, *inputs: Tensor) -> Lens:
     """What each layer's residual stream predicts, read through the stack's final norm (if it
     has one: a post-norm stream is normalised already) and the head: a language model's
     next (or masked) token at every position, a classifier's class (its pooling of the
@@ -104,7 +107,7 @@ def logit_lens(model: nn.Module, *inputs: Tensor) -> Lens:
     L = len(stack.blocks)
     names = [f"{prefix}blocks.0.hook_resid_pre"]
     names += [f"{prefix}blocks.{i}.hook_resid_post" for i in range(L)]
-    _, cache = model.run_with_cache(*inputs, names=names)  # type: ignore[operator]
+    _, cache = model.run_with_cache(*inputs, names=names)
     stream = torch.stack([cache[n][0] for n in names])  # (L + 1, T, D)
     if stack.ln_final is not None:
         stream = stack.ln_final(stream)
@@ -130,7 +133,9 @@ class Attribution:
 
 
 @torch.no_grad()
-def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = -1) -> Attribution:
+def direct_logit_attribution(
+    model: PretrainedModel, *inputs: Tensor, position: int = -1
+) -> Attribution:
     """The logits at ``position`` split into the embeddings, each head (of self- and
     cross-attention), each attention output bias, each MLP and the biases of the final
     norm and the head. A block that normalises its attention's output before the sum
@@ -151,7 +156,7 @@ def direct_logit_attribution(model: nn.Module, *inputs: Tensor, position: int = 
         raise ValueError("direct logit attribution needs pre-norm blocks (a plain-sum stream)")
     inputs = tuple(x.view(1, -1) for x in inputs)
     L = len(stack.blocks)
-    _, cache = model.run_with_cache(  # type: ignore[operator]
+    _, cache = model.run_with_cache(
         *inputs, names=lambda name: name.startswith(prefix) and _is_part(name)
     )
     pos = position % cache[f"{prefix}hook_embed"].size(1)

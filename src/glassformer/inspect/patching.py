@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.models.base import PretrainedModel
+
 # the model's logits (1, T, V) or (1, C) -> a number; attribution differentiates it, so there
 # a function of yours returns a 0-d tensor (logit_difference's metric has both: see it)
 Metric = Callable[[Tensor], Any]
@@ -75,7 +77,7 @@ def _as_inputs(x: Inputs) -> tuple[Tensor, ...]:
 
 @torch.no_grad()
 def activation_patching(
-    model: Any,
+    model: PretrainedModel,
     clean: Inputs,
     corrupt: Inputs,
     metric: Metric,
@@ -135,7 +137,7 @@ def check_pair(clean: Inputs, corrupt: Inputs) -> tuple[tuple[Tensor, ...], tupl
 
 @torch.no_grad()
 def ablate_heads(
-    model: Any,
+    model: PretrainedModel,
     inputs: Inputs,
     heads: Sequence[tuple[int, int]],
     *,
@@ -166,7 +168,7 @@ def ablate_heads(
     return model.run_with_hooks(*batch, hooks=[(chosen, ablate)])
 
 
-def per_layer(model: Any, suffix: str, stack: str | None = None) -> list[str]:
+def per_layer(model: PretrainedModel, suffix: str, stack: str | None = None) -> list[str]:
     """The hook point ``suffix`` of every block of a stack, in layer order:
     ``blocks.{i}.{suffix}``, or a translator's ``{stack}.blocks.{i}.{suffix}``."""
     if stack is None:

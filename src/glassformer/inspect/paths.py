@@ -25,13 +25,14 @@ import torch
 from torch import Tensor
 
 from glassformer.inspect.patching import Inputs, Metric, _logits, check_pair, per_layer
+from glassformer.models.base import PretrainedModel
 
 Head = tuple[int, int]  # (layer, head), counting from 0
 
 
 @torch.no_grad()
 def path_patching(
-    model: Any,
+    model: PretrainedModel,
     clean: Inputs,
     corrupt: Inputs,
     metric: Metric,

@@ -24,6 +24,7 @@ from glassformer.keras.classifier import TransformerClassifier
 from glassformer.keras.encoder_lm import EncoderLM
 from glassformer.models import EncoderLM as TorchEncoderLM
 from glassformer.models import TransformerClassifier as TorchClassifier
+from glassformer.models.base import PretrainedModel
 from glassformer.modules.norms import LayerNorm
 from glassformer.modules.position import LearnedPositionalEmbedding, TokenEmbedding
 
@@ -47,7 +48,7 @@ _LEAVES[TokenEmbedding] = _LEAVES[nn.Embedding]  # glassformer's: nn.Embeddings 
 _LEAVES[LearnedPositionalEmbedding] = _LEAVES[nn.Embedding]  # or add rows to the stream
 
 
-def from_torch(model: nn.Module) -> keras.Model:
+def from_torch(model: PretrainedModel) -> keras.Model:
     """The Keras twin of a glassformer ``TransformerClassifier`` or ``EncoderLM``, same weights."""
     keras_cls, _ = _twins(model)
     twin = keras_cls(model.config)
@@ -128,7 +129,7 @@ def _sublayer(layer: Any, path: str) -> Any:
     return layer
 
 
-def _twins(model: Any) -> tuple[type, type]:
+def _twins(model: PretrainedModel) -> tuple[type, type]:
     kind = getattr(model, "kind", None)
     if kind not in TWINS:
         raise ValueError(

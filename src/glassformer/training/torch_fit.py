@@ -12,6 +12,7 @@ from torch import nn
 
 from glassformer.errors import NonFiniteLossError
 from glassformer.kernels.precision import resolve_bf16
+from glassformer.models.base import PretrainedModel
 from glassformer.training import distributed
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
@@ -24,7 +25,7 @@ from glassformer.training.tasks.classify import ENCODER_PARTS
 
 
 def schedule_and_config(
-    config: RunConfig, model: Any, bf16: bool | None = None
+    config: RunConfig, model: PretrainedModel, bf16: bool | None = None
 ) -> tuple[Schedule, TrainConfig]:
     """The learning-rate schedule and the loop's configuration, from a run's config;
     ``bf16`` is the autocast decision (``bf16_for``), else the config's own True/False."""
@@ -132,7 +133,7 @@ def train_torch(
     return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
 
 
-def bf16_for(config: RunConfig, model: Any) -> tuple[bool, str | None]:
+def bf16_for(config: RunConfig, model: PretrainedModel) -> tuple[bool, str | None]:
     """Whether the run trains under bf16 autocast, and a line saying why (None: nothing to
     say). ``bf16="auto"`` times matrix products of the model's shapes in fp32 and bf16
     (once per machine, cached) and takes the faster; ``True`` warns, with both figures, where

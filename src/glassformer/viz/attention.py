@@ -23,6 +23,10 @@ import torch
 from torch import Tensor
 
 from glassformer.atomic import make_folder, write_atomic
+from glassformer.models.base import PretrainedModel
+from glassformer.models.sentence import SentenceEncoder
+from glassformer.models.seq2seq import Seq2SeqTransformer
+from glassformer.modules.attention import MultiHeadAttention
 
 TITLES = {
     "encoder": "encoder self-attention",
@@ -79,7 +83,7 @@ _BYTE_OF = _byte_stand_ins()
 
 
 def model_inputs(
-    model: Any, tokenizer: Any, text: str, target: str | None = None
+    model: PretrainedModel, tokenizer: Any, text: str, target: str | None = None
 ) -> tuple[tuple, dict, dict[str, list[str]]]:
     """What to call ``model`` with for ``text``: (args, kwargs, token labels by role).
 
@@ -95,11 +99,11 @@ def model_inputs(
     if kind == "vit":
         return _image_inputs(model, tokenizer, text, target)
     limit = model.config.max_len
-    if kind == "seq2seq":
+    if isinstance(model, Seq2SeqTransformer):
         return _translator_inputs(model, tokenizer, text, target)
     if target is not None:
         raise ValueError(f"a target sentence is for translators; this is a {kind!r} model")
-    if kind == "sentence":
+    if isinstance(model, SentenceEncoder):
         ids = model.tokenize([text])[0]
     elif kind in ("bert", "bert_classifier"):
         ids = [tokenizer.bos_id, *tokenizer.encode(text)[: limit - 2], tokenizer.eos_id]
@@ -111,7 +115,7 @@ def model_inputs(
     return (torch.tensor([ids]),), {}, {"input": token_labels(tokenizer, ids)}
 
 
-def _translator_inputs(model: Any, tokenizer: Any, text: str, target: str | None):
+def _translator_inputs(model: Seq2SeqTransformer, tokenizer: Any, text: str, target: str | None):
     limit = model.config.max_len
     src_ids = tokenizer.encode(text)[:limit]
     src = torch.tensor([src_ids])
@@ -125,7 +129,7 @@ def _translator_inputs(model: Any, tokenizer: Any, text: str, target: str | None
     return (src, torch.tensor([ys])), {}, labels
 
 
-def _image_inputs(model: Any, processor: Any, path: str, target: str | None):
+def _image_inputs(model: PretrainedModel, processor: Any, path: str, target: str | None):
     if target is not None:
         raise ValueError("a target sentence is for translators; this is a 'vit' model")
     image = processor.open(path)[None]  # (1, C, H, W)
@@ -136,7 +140,15 @@ def _image_inputs(model: Any, processor: Any, path: str, target: str | None):
     return (image,), {}, {"input": labels}
 
 
-def attention_modules(model: Any) -> list[tuple[str, str]]:
+def attention_module(model: PretrainedModel, name: str) -> MultiHeadAttention:
+    """The attention layer ``name`` names in ``model`` (a TypeError where it is another)."""
+    module = model.get_submodule(name)
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"{name} is a {type(module).__name__}, not an attention layer")
+    return module
+
+
+def attention_modules(model: PretrainedModel) -> list[tuple[str, str]]:
     """(name, kind) of every attention module: "encoder" (bidirectional self-attention),
     "decoder" (causal self-attention) or "cross" (a translator's decoder reading the source),
     in the order the model runs them."""
@@ -151,7 +163,7 @@ def attention_modules(model: Any) -> list[tuple[str, str]]:
 
 @torch.no_grad()
 def attention_maps(
-    model: Any, tokenizer: Any, text: str, *, target: str | None = None
+    model: PretrainedModel, tokenizer: Any, text: str, *, target: str | None = None
 ) -> list[AttentionMaps]:
     """Run ``model`` on ``text`` and return its attention weights, one entry per kind.
 
@@ -171,7 +183,9 @@ def attention_maps(
     return maps_from_cache(model, cache, labels)
 
 
-def maps_from_cache(model: Any, cache: Any, labels: dict[str, list[str]]) -> list[AttentionMaps]:
+def maps_from_cache(
+    model: PretrainedModel, cache: Any, labels: dict[str, list[str]]
+) -> list[AttentionMaps]:
     """The maps in an ``ActivationCache`` of ``model`` holding every ``hook_pattern``, for
     the inputs ``model_inputs`` gave (whose token ``labels`` these are)."""
     layers: dict[str, list[Tensor]] = {}

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from glassformer.models.base import PretrainedModel
 from glassformer.modules.feedforward import ACTIVATIONS
 from glassformer.modules.norms import RMSNorm
 from glassformer.modules.rotary import RotaryEmbedding, rotate_half
@@ -33,7 +34,7 @@ MASKED = -1e30  # how a masked score travels (the cache holds the dtype's lowest
 
 
 def derivations(
-    model: Any, steps: list[dict], shown: list[Tensor], full: list[Tensor]
+    model: PretrainedModel, steps: list[dict], shown: list[Tensor], full: list[Tensor]
 ) -> tuple[dict[int, dict], dict[str, dict]]:
     """For the steps (their ``name``), the values the page would show (heads first where the
     layout says so, masked scores as ``MASKED``) and the same values not thinned: the rule of
@@ -134,7 +135,7 @@ def _candidates(
 
 
 def _norms(
-    model: Any, name: str, index: dict[str, int], full: list[Tensor], shape: torch.Size
+    model: PretrainedModel, name: str, index: dict[str, int], full: list[Tensor], shape: torch.Size
 ) -> list[dict]:
     """A norm's output from its input: one of the residual-stream steps just before it, or
     for a QK-norm the attention's q or k (heads × positions × features). The norm's
@@ -227,7 +228,7 @@ def _reproduces(rule: dict, shown: list[Tensor], tables: dict[str, dict], value:
     return bool(((computed - value).abs().masked_fill(masked, 0) <= TOLERANCE * peak).all())
 
 
-def _rope_tables(model: Any, shown: list[Tensor]) -> dict[str, dict]:
+def _rope_tables(model: PretrainedModel, shown: list[Tensor]) -> dict[str, dict]:
     """The cosines and sines of each rotary embedding in ``model`` at positions 0, 1, ...
     (as many as the longest shown step has rows), each (T, width)."""
     rows = max((v.size(-2) for v in shown if v.dim() >= 2), default=0)

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from glassformer.models.base import PAGES
+from glassformer.models.base import PAGES, PretrainedModel
+from glassformer.viz.attention import attention_module
 from glassformer.viz.derive import MASKED, derivations
 from glassformer.viz.trace import describe
 
@@ -46,7 +47,7 @@ PACKAGE = Path(__file__).resolve().parents[1]  # src/glassformer
 
 
 def explain_html(
-    model: Any,
+    model: PretrainedModel,
     tokenizer: Any,
     text: str,
     *,
@@ -90,7 +91,12 @@ def _class_names(labels: list[str], classes: int) -> list[str]:
 
 
 def explain_data(
-    model: Any, tokenizer: Any, text: str, *, target: str | None = None, half: bool = False
+    model: PretrainedModel,
+    tokenizer: Any,
+    text: str,
+    *,
+    target: str | None = None,
+    half: bool = False,
 ) -> dict:
     """What the page shows, as the JSON-ready dict it embeds: each step carries its values
     (``values``, base64; ``dtype`` "f16" where ``half``) or the rule that computes them from
@@ -100,7 +106,7 @@ def explain_data(
     return data
 
 
-def _forward(model: Any, tokenizer: Any, text: str, target: str | None) -> tuple:
+def _forward(model: PretrainedModel, tokenizer: Any, text: str, target: str | None) -> tuple:
     """One forward pass with every hook point cached: (text, tokenizer, output, cache,
     labels, image)."""
     from glassformer.viz.attention import model_inputs
@@ -112,7 +118,7 @@ def _forward(model: Any, tokenizer: Any, text: str, target: str | None) -> tuple
 
 
 def _collect(
-    model: Any,
+    model: PretrainedModel,
     text: str,
     tokenizer: Any,
     output: Any,
@@ -194,11 +200,11 @@ HEAD_NORMS = ("q_norm.hook_normalized", "k_norm.hook_normalized")  # QK-norm: pe
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z", "hook_result")
 
 
-def _scale(model: Any, name: str) -> dict[str, float]:
+def _scale(model: PretrainedModel, name: str) -> dict[str, float]:
     """What q·k is multiplied by in the scores of the attention owning ``name``."""
     if not name.endswith(("hook_attn_scores", "hook_pattern")):
         return {}
-    attn = model.get_submodule(name.rpartition(".")[0])
+    attn = attention_module(model, name.rpartition(".")[0])
     return {"scale": attn.scale if attn.scale is not None else attn.head_dim**-0.5}
 
 
@@ -230,7 +236,7 @@ COMPUTED = {
 }
 
 
-def source_of(model: Any, name: str) -> dict[str, Any]:
+def source_of(model: PretrainedModel, name: str) -> dict[str, Any]:
     """Where the value at hook point ``name`` is computed: the file (under the package), the
     line and its text. That is the line of the owning module's class that passes the value
     through the point (``self.hook_x(...)``), or for q/k/v, the scores and the weights, the
@@ -260,7 +266,7 @@ def _source(owner: type, attribute: str) -> tuple[tuple[str, Any], ...]:
     return (("file", ""), ("line", 0), ("code", ""))
 
 
-def _output(model: Any, tokenizer: Any, output: Any) -> dict | None:
+def _output(model: PretrainedModel, tokenizer: Any, output: Any) -> dict | None:
     """What the page's output panel recomputes: a classifier's class logits; a language
     model's next-token logits after the last position; a translator's after every target
     position (the translation step by step), each cut to its ``KEPT_LOGITS`` largest where
@@ -302,7 +308,7 @@ def _roles(name: str, translator: bool) -> dict[str, str]:
     return {"rows": rows, "cols": "source" if cross else own}
 
 
-def _image(model: Any, args: tuple) -> dict | None:
+def _image(model: PretrainedModel, args: tuple) -> dict | None:
     """A ViT's input as the model sees it (resized, each channel stretched to 0–255), as a
     PNG data URL, with its grid of patches."""
     if model.kind != "vit":

@@ -19,10 +19,11 @@ the patch grid.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
+
+from glassformer.models.base import PretrainedModel
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ def attention_rollout(weights: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def image_attention(model: Any, image: Tensor, labels: list[str] | None = None) -> ImageAttention:
+def image_attention(
+    model: PretrainedModel, image: Tensor, labels: list[str] | None = None
+) -> ImageAttention:
     """Run ``model`` (a ``VisionTransformer``) on ``image`` (C, H, W) and return its
     attention per layer and head and its rollout, each on the patch grid."""
     was_training = model.training

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from glassformer.models.base import PretrainedModel
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
 
@@ -50,7 +51,7 @@ class Step:
 
 @torch.no_grad()
 def trace(
-    model: Any,
+    model: PretrainedModel,
     tokenizer: Any,
     text: str,
     *,
@@ -81,7 +82,7 @@ def trace(
     return steps
 
 
-def describe(model: Any, cache: Any, values: int = 4) -> list[Step]:
+def describe(model: PretrainedModel, cache: Any, values: int = 4) -> list[Step]:
     """Each value of a ``run_with_cache`` cache as a step: where it is, what computed it, its
     shape and its first ``values`` values, in the order the forward pass reached them."""
     modules = dict(model.named_modules())
@@ -107,7 +108,7 @@ def _first(t: Tensor, count: int) -> list[float]:
     return head[:count].float().tolist()
 
 
-def _where(parts: re.Match, model: Any) -> str:
+def _where(parts: re.Match, model: PretrainedModel) -> str:
     """A readable place: "embedding", "block 2 · feed-forward", "decoder block 1", "output"."""
     stack = f"{parts['stack']} " if parts["stack"] else ""
     if parts["block"] is None:
@@ -169,7 +170,7 @@ def _stream_step(rest: str, block: Any, stack: Any, value: Tensor) -> str:
     return text.get(rest, rest)
 
 
-def _embed_text(model: Any) -> str:
+def _embed_text(model: PretrainedModel) -> str:
     embed = model.embed
     if hasattr(embed, "patch_size"):
         p = embed.patch_size
@@ -178,7 +179,7 @@ def _embed_text(model: Any) -> str:
     return "token embedding" + (f" × √D = {scale:.2f}" if scale != 1.0 else "")
 
 
-def _positions_text(model: Any) -> str:
+def _positions_text(model: PretrainedModel) -> str:
     kind = type(model.pos_embed).__name__
     if getattr(model.pos_embed, "halves", False):
         return "sinusoidal positions (sines, then cosines: Marian's layout)"
@@ -187,7 +188,7 @@ def _positions_text(model: Any) -> str:
             "LearnedPositionalEmbedding": "learned positions"}.get(kind, kind)  # fmt: skip
 
 
-def _pooling_text(model: Any) -> str:
+def _pooling_text(model: PretrainedModel) -> str:
     pooling = getattr(model.config, "pooling", "")
     return {"mean": "the mean of the real tokens' states (padding ignored)",
             "max": "the maximum over the real tokens' states",

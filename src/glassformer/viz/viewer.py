@@ -41,8 +41,10 @@ from torch import Tensor
 from glassformer.atomic import make_folder, write_atomic
 from glassformer.inspect import logit_lens
 from glassformer.inspect.lens import readout
+from glassformer.models.base import PretrainedModel
 from glassformer.viz.attention import (
     TITLES,
+    attention_module,
     attention_modules,
     maps_from_cache,
     model_inputs,
@@ -78,7 +80,7 @@ class AttentionView:
 
 @torch.no_grad()
 def attention_html(
-    model: Any,
+    model: PretrainedModel,
     tokenizer: Any,
     text: str,
     *,
@@ -102,7 +104,9 @@ def attention_html(
     )
 
 
-def attribution_page(model: Any, tokenizer: Any, text: str, result: dict) -> AttentionView:
+def attribution_page(
+    model: PretrainedModel, tokenizer: Any, text: str, result: dict
+) -> AttentionView:
     """The viewer for ``text`` with its attribution tab open: integrated gradients per token
     and, where ``result`` has them, attribution patching's grids (``glassformer attribute``)."""
     data = attention_data(model, tokenizer, text)
@@ -114,7 +118,7 @@ def attribution_page(model: Any, tokenizer: Any, text: str, result: dict) -> Att
     return AttentionView(render_page({**data, "attribution": extra, "open": "attribution"}))
 
 
-def features_page(model: Any, tokenizer: Any, text: str, result: dict) -> AttentionView:
+def features_page(model: PretrainedModel, tokenizer: Any, text: str, result: dict) -> AttentionView:
     """The viewer for ``text`` with its features tab open: an SAE's strongest features over
     the tokens and each one's top contexts (``glassformer features``)."""
     data = attention_data(model, tokenizer, text)
@@ -129,7 +133,7 @@ def _rounded(t: Tensor) -> list:
 
 
 def attention_data(
-    model: Any,
+    model: PretrainedModel,
     tokenizer: Any,
     text: str,
     *,
@@ -178,9 +182,9 @@ def attention_data(
     }
 
 
-def _scale(model: Any, attention: str) -> float:
+def _scale(model: PretrainedModel, attention: str) -> float:
     """What q·k is multiplied by in ``attention``'s scores: 1/√Dh, or its own (Gemma, T5)."""
-    attn = model.get_submodule(attention)
+    attn = attention_module(model, attention)
     return attn.scale if attn.scale is not None else attn.head_dim**-0.5
 
 
@@ -194,11 +198,11 @@ def _position_bias(cache: Any, attention: str) -> str | None:
     return None if bias is None else base64_floats(bias[0])
 
 
-def _score_notes(model: Any, attention: str) -> list[str]:
+def _score_notes(model: PretrainedModel, attention: str) -> list[str]:
     """What ``attention``'s scores hold beyond the scaled q·k: T5's position bias (which
     the neuron view adds, from the page's ``bias``), a soft cap or a window (which its
     softmax leaves out; the model's weight, shown beside it, includes them)."""
-    attn = model.get_submodule(attention)
+    attn = attention_module(model, attention)
     stack = model.get_submodule(attention.split("blocks.")[0].rstrip(".") or "")
     notes = []
     if getattr(stack, "relative_bias", None) is not None and attention.endswith(".attn"):
@@ -223,7 +227,7 @@ def _heads(cache: Any, attention: str, which: str) -> Tensor:
     return cache[name][0].transpose(0, 1).float()  # (T, H, Dh) → (H, T, Dh)
 
 
-def _check_size(model: Any, modules: list[tuple[str, str]], labels: dict) -> None:
+def _check_size(model: PretrainedModel, modules: list[tuple[str, str]], labels: dict) -> None:
     """Refuse a page over ``MAX_NUMBERS`` numbers before computing it."""
     lengths = _lengths(labels)
     found = dict(model.named_modules())
@@ -239,7 +243,9 @@ def _check_size(model: Any, modules: list[tuple[str, str]], labels: dict) -> Non
         )
 
 
-def lens_data(model: Any, tokenizer: Any, ids: Tensor, inputs: list[str]) -> dict | None:
+def lens_data(
+    model: PretrainedModel, tokenizer: Any, ids: Tensor, inputs: list[str]
+) -> dict | None:
     """The logit lens of a model that reads one text through a vocabulary head (a GPT, an
     encoder LM; None for other models): per stage (the embeddings, then each layer) and
     input position, the three likeliest tokens and their probabilities."""

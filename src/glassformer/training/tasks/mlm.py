@@ -11,7 +11,7 @@ text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +20,7 @@ from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.inference import fill_mask
 from glassformer.models import EncoderLM, EncoderLMConfig
+from glassformer.models.base import PretrainedModel
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
 from glassformer.training.evaluation import score
@@ -164,7 +165,7 @@ class MLMTask(Task):
             return ""
         hidden = len(words) // 2
         text = " ".join(words[:hidden] + ["[MASK]"] + words[hidden + 1 :])
-        guesses = fill_mask(model, self.tokenizer, text, top_k=5)[0]
+        guesses = fill_mask(cast(PretrainedModel, model), self.tokenizer, text, top_k=5)[0]
         listed = ", ".join(f"{word} ({p:.2f})" for word, p in guesses)
         return f"{text}\n[MASK] = {words[hidden]!r}; the model's guesses: {listed}"
 

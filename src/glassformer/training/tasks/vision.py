@@ -10,7 +10,7 @@ model reads), and the labels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +19,7 @@ from glassformer.data.images import IMAGE_PROCESSOR_FILE, ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.inference import classify_images
 from glassformer.models import VisionTransformer, ViTConfig
+from glassformer.models.base import PretrainedModel
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
 from glassformer.training.evaluation import score
@@ -124,7 +125,9 @@ class VisionTask(Task):
     def show(self, model: nn.Module) -> str:
         """A few validation images, their classes and the model's verdicts."""
         rows = self.val_rows[:SHOWN]
-        verdicts = classify_images(model, self.labels, torch.stack([x for x, _ in rows]))
+        verdicts = classify_images(
+            cast(PretrainedModel, model), self.labels, torch.stack([x for x, _ in rows])
+        )
         lines = []
         for i, ((_, gold), (pred, p)) in enumerate(zip(rows, verdicts, strict=True)):
             mark = "ok" if pred == gold else "WRONG"
