@@ -189,7 +189,7 @@ def test_every_model_kind_takes_the_window_from_its_config(G):
         mask = mask & (ids != 0)[:, None, None, :]
         got = local(ids).logits
         if cls is TransformerClassifier:  # its pooling reads a key mask, not a (T, T) one
-            hidden = dense.run_blocks(dense.embed_tokens(ids), mask).hidden
+            hidden = dense.run_stack(dense.embed_tokens(ids), mask).hidden
             want = dense.head(dense.pool(hidden, ids != 0))
         else:
             want = dense(ids, mask=mask).logits

@@ -19,8 +19,7 @@ import keras
 from glassformer.keras.attention import MultiHeadAttention
 from glassformer.keras.feedforward import FeedForward
 from glassformer.modules.attention import check_dropout
-from glassformer.modules.block import BlockOutput
-from glassformer.modules.stack import StackOutput
+from glassformer.modules.block import BlockOutput, StackOutput
 
 
 @keras.saving.register_keras_serializable(package="glassformer")
@@ -198,7 +197,7 @@ def build_stack(blocks: list, ln_final, d_model: int) -> None:
 
 
 def run_blocks(blocks: list, x, attention_mask, need_weights: bool, training) -> StackOutput:
-    """Each block in turn on x (B, T, D): the twin of ``glassformer.modules.stack.run_blocks``."""
+    """Each block in turn on x (B, T, D): the twin of ``glassformer.modules.block.run_blocks``."""
     weights = []
     for block in blocks:
         x, w, _ = block(

@@ -31,11 +31,11 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import PretrainedModel
+from glassformer.modules.block import StackOutput, run_blocks
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.position import check_length, check_positions
 from glassformer.modules.rotary import RotaryEmbedding
-from glassformer.modules.stack import StackOutput, run_blocks
 
 
 class Backbone(PretrainedModel):
@@ -121,7 +121,7 @@ class Backbone(PretrainedModel):
             x = self.ln_embed(x)
         return self.dropout(x) if self.training else x
 
-    def run_blocks(
+    def run_stack(
         self,
         x: Tensor,
         mask: Tensor | None = None,
@@ -178,7 +178,7 @@ class Backbone(PretrainedModel):
         asked for). With a ``cache`` the ids continue the positions already seen."""
         start = 0 if cache is None or positions is not None else cache.length
         x = self.embed_tokens(ids, start, positions)
-        return self.run_blocks(
+        return self.run_stack(
             x,
             mask,
             memory=memory,

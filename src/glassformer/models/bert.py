@@ -22,7 +22,7 @@ from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ModelConfig, Pooling, Positional
 from glassformer.models.classifier import SequenceClassifier
-from glassformer.models.common import key_mask
+from glassformer.modules.masks import key_mask
 
 
 @dataclass(kw_only=True)
@@ -98,7 +98,7 @@ class BertEncoder(Backbone):
         """
         mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed_tokens(ids, token_type_ids=token_type_ids)
-        hidden, attentions, _ = self.run_blocks(x, mask, need_weights=need_weights)
+        hidden, attentions, _ = self.run_stack(x, mask, need_weights=need_weights)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(hidden[:, 0]))
         return BertOutput(hidden, pooled, attentions)
 

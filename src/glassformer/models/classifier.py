@@ -26,9 +26,10 @@ from glassformer.models.base import (
     Positional,
     cross_entropy,
 )
-from glassformer.models.common import POOLING, key_mask, pool
+from glassformer.models.common import POOLING, pool
 from glassformer.models.gpt import GPTClassifierConfig, init_gpt_weights
 from glassformer.modules.hooks import HookPoint
+from glassformer.modules.masks import key_mask
 
 
 class SequenceClassifier(Backbone):
@@ -72,7 +73,7 @@ class SequenceClassifier(Backbone):
         """
         mask = key_mask(ids, self.config.pad_id, mask, attention_mask)
         x = self.embed_tokens(ids, token_type_ids=token_type_ids)  # (B, T, D)
-        x, attentions, _ = self.run_blocks(x, mask, need_weights=need_weights)
+        x, attentions, _ = self.run_stack(x, mask, need_weights=need_weights)
         pooled = self.head_dropout(self.hook_pooled(self.pool(x, mask)))  # (B, D)
         logits = self.hook_logits(self.head(pooled))  # (B, C)
         loss = None if labels is None else cross_entropy(logits, labels, None)

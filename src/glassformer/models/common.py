@@ -1,40 +1,9 @@
-"""What the models' forwards share: the masks they build from their inputs, and pooling."""
+"""What the models' forwards share: pooling the states into one vector."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-from glassformer.modules.masks import (
-    attention_mask_to_key_mask,
-    auto_padding_mask,  # lives with the other masks; the models import it from here too
-)
-
-
-def key_mask(
-    ids: Tensor,
-    pad_id: int | None,
-    mask: Tensor | None = None,
-    attention_mask: Tensor | None = None,
-    *,
-    cached: int = 0,
-    names: tuple[str, str] = ("mask", "attention_mask"),
-) -> Tensor | None:
-    """The key mask (B, 1, 1, Tk) for ``ids`` (B, T), from whichever mask the caller gave.
-
-    ``mask`` (boolean, True = may attend) is used as given. Hugging Face's
-    ``attention_mask`` (B, Tk) of 1/0 is checked and converted; it covers ``cached``
-    tokens before ``ids``. With neither, keys holding ``pad_id`` are masked (none when
-    ``pad_id`` is None). Giving both is an error. None means nothing is masked, which
-    lets attention take its fastest path.
-    """
-    if attention_mask is None:
-        return auto_padding_mask(ids, pad_id) if mask is None else mask
-    if mask is not None:
-        raise ValueError(f"give {names[0]} or {names[1]}, not both")
-    keys = attention_mask_to_key_mask(attention_mask, ids, cached=cached, name=names[1])
-    return None if keys.all() else keys
-
 
 POOLING = ("mean", "cls", "max")  # and "last", a causal model's
 

@@ -37,11 +37,11 @@ from glassformer.models.base import (
     check_finite,
     cross_entropy,
 )
-from glassformer.models.common import key_mask
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
+from glassformer.modules.masks import key_mask
 from glassformer.modules.norms import NORMS
 from glassformer.modules.position import TokenEmbedding
 

@@ -25,7 +25,8 @@ from glassformer.data.tokenizers import load_tokenizer
 from glassformer.errors import CheckpointError, one_line, shown
 from glassformer.models.base import Pooling
 from glassformer.models.bert import BertConfig, BertEncoder
-from glassformer.models.common import POOLING, key_mask, pool
+from glassformer.models.common import POOLING, pool
+from glassformer.modules.masks import key_mask
 
 MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged model SentenceEncoder.from_pretrained() loads
 

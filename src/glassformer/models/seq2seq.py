@@ -32,10 +32,10 @@ from glassformer.models.base import (
     cross_entropy,
     is_integer,
 )
-from glassformer.models.common import key_mask
+from glassformer.modules.block import StackOutput
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.stack import StackOutput
+from glassformer.modules.masks import key_mask
 
 
 @dataclass(kw_only=True)

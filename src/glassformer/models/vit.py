@@ -143,7 +143,7 @@ class VisionTransformer(Backbone):
                 T = N patches, after the class token (position 0) if there is one.
         """
         x = self.embed_images(images)
-        x, attentions, _ = self.run_blocks(x, None, need_weights=need_weights)
+        x, attentions, _ = self.run_stack(x, None, need_weights=need_weights)
         pooled = self.hook_pooled(pool(x, None, self.config.pooling))  # (B, D)
         logits = self.hook_logits(self.head(pooled))  # (B, num_classes)
         loss = None if labels is None else cross_entropy(logits, labels, None)

@@ -1,7 +1,7 @@
 """Building blocks, one concept a file."""
 
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.block import Block, BlockOutput, DecoderLayer, EncoderLayer, LayerOutput
+from glassformer.modules.block import Block, BlockOutput, LayerOutput, StackOutput, run_blocks
 from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache, StaticKVCache
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
 from glassformer.modules.local_attention import (
@@ -28,7 +28,7 @@ from glassformer.modules.position import (
 )
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
 from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
-from glassformer.modules.stack import Decoder, Encoder, Stack, StackOutput, run_blocks
+from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLayer, Stack
 
 __all__ = [
     "ACTIVATIONS",

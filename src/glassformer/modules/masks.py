@@ -74,6 +74,31 @@ def auto_padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
     return padding_mask(ids, pad_id)
 
 
+def key_mask(
+    ids: Tensor,
+    pad_id: int | None,
+    mask: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    *,
+    cached: int = 0,
+    names: tuple[str, str] = ("mask", "attention_mask"),
+) -> Tensor | None:
+    """The key mask (B, 1, 1, Tk) for ``ids`` (B, T), from whichever mask the caller gave.
+
+    ``mask`` (boolean, True = may attend) is used as given. Hugging Face's
+    ``attention_mask`` (B, Tk) of 1/0 is checked and converted; it covers ``cached``
+    tokens before ``ids``. With neither, keys holding ``pad_id`` are masked (none when
+    ``pad_id`` is None). Giving both is an error. None means nothing is masked, which
+    lets attention take its fastest path.
+    """
+    if attention_mask is None:
+        return auto_padding_mask(ids, pad_id) if mask is None else mask
+    if mask is not None:
+        raise ValueError(f"give {names[0]} or {names[1]}, not both")
+    keys = attention_mask_to_key_mask(attention_mask, ids, cached=cached, name=names[1])
+    return None if keys.all() else keys
+
+
 def causal_mask(
     query_len: int, key_len: int | None = None, *, device: torch.device | str | None = None
 ) -> Tensor:

@@ -1,77 +1,168 @@
-"""Blocks one after another: the stack of an encoder, a decoder or a GPT.
+"""The paper's encoder and decoder built from keyword arguments: their layers and stacks.
 
 Shapes: B batch, T length, S memory length, D d_model, H heads.
 
-``run_blocks`` runs a list of blocks over the stream, handing each its own key/value cache
-when decoding and collecting the attention maps when asked. ``Stack`` is blocks and a final
-norm (pre-norm stacks need one: their last residual sum is otherwise never normalised);
-``Encoder`` and ``Decoder`` build one from the keyword arguments of ``EncoderLayer`` and
-``DecoderLayer``. The models hold their blocks themselves (``model.blocks``), beside their
-embeddings and final norm, and run them with ``run_blocks`` too.
+``EncoderLayer`` and ``DecoderLayer`` are ``Block``s whose parts are chosen as
+``nn.TransformerEncoderLayer``'s are. ``Stack`` is blocks and a final norm (pre-norm stacks
+need one: their last residual sum is otherwise never normalised), run by
+``modules.block.run_blocks``; ``Encoder`` and ``Decoder`` build one from the keyword
+arguments of their layers. The models hold their blocks themselves (``model.blocks``),
+beside their embeddings and final norm, and run them with the same ``run_blocks``
+(``Backbone.run_stack``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 from torch import Tensor, nn
 
-from glassformer.modules.block import DecoderLayer, EncoderLayer, rename_old_keys
-from glassformer.modules.cache import DecoderCache
+from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.block import (
+    Block,
+    BlockOutput,
+    StackOutput,
+    rename_old_keys,
+    run_blocks,
+    window_of,
+)
+from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
-from glassformer.modules.rotary import RotaryAngles
+from glassformer.modules.rotary import RotaryEmbedding
 
 
-class StackOutput(NamedTuple):
-    """A stack's result, with one weights tensor per block when asked for."""
+class EncoderLayer(Block):
+    """The paper's encoder layer: self-attention, then feed-forward, each with residual +
+    LayerNorm; with ``causal=True`` a GPT block.
 
-    hidden: Tensor  # (B, T, D)
-    self_attn_weights: tuple[Tensor, ...] | None = None
-    cross_attn_weights: tuple[Tensor, ...] | None = None
-
-
-def run_blocks(
-    blocks: Iterable[nn.Module],
-    x: Tensor,
-    mask: Tensor | None = None,
-    *,
-    memory: Tensor | None = None,
-    memory_mask: Tensor | None = None,
-    need_weights: bool = False,
-    cache: DecoderCache | None = None,
-    positions: Tensor | None = None,
-    angles: RotaryAngles | None = None,
-    pos_bias: Tensor | None = None,
-) -> StackOutput:
-    """Each block in turn on the stream ``x`` (B, T, D) → ``StackOutput``.
-
-    Arguments as ``Block.forward`` takes them; ``cache`` holds one key/value cache per
-    block (and per cross-attention, for a decoder), from ``DecoderCache``.
+    Args:
+        d_model: D.
+        num_heads: H.
+        d_ff: inner width of the feed-forward network.
+        dropout: dropout on each residual branch and inside the FFN.
+        attention_dropout: dropout on the attention weights (off by default: on CPU a
+            non-zero value also forces attention off the fused kernel under a mask).
+        activation: "relu", "gelu", "gelu_tanh" or "swiglu".
+        norm_first: pre-norm (True) or the paper's post-norm (False).
+        head_dim: width of one head; ``d_model // num_heads`` when None.
+        qkv_bias: bias on the q, k, v projections.
+        bias: bias on the output projection, the feed-forward layers and the LayerNorms.
+        causal: forbid attending to later positions.
+        layer_norm_eps: the norms' epsilon.
+        norm: "layer" (LayerNorm) or "rms" (RMSNorm).
+        num_kv_heads: key/value heads for grouped-query attention; None for H.
+        rotary: a rotary embedding the attention applies itself, or True: rotated by the
+            angles the caller passes (``forward(angles=)``, as models do).
+        attention_window: w: local self-attention over the w positions before (and,
+            unless causal, after) each one; None attends to all.
+        global_tokens: with a window, the first positions that see and are seen by all.
     """
-    self_weights, cross_weights = [], []
-    for i, block in enumerate(blocks):
-        caches: dict[str, Any] = {}
-        if cache is not None:
-            caches["cache"] = cache.self_attn[i]
-            caches["memory_cache"] = cache.cross_attn[i] if cache.cross_attn else None
-        x, w_self, w_cross = block(
-            x,
-            mask=mask,
-            memory=memory,
-            memory_mask=memory_mask,
-            need_weights=need_weights,
-            positions=positions,
-            angles=angles,
-            **({"pos_bias": pos_bias} if pos_bias is not None else {}),
-            **caches,
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        bias: bool = True,
+        causal: bool = False,
+        layer_norm_eps: float = 1e-5,
+        norm: str = "layer",
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | bool | None = None,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
+    ) -> None:
+        super().__init__(
+            attn=MultiHeadAttention(
+                d_model=d_model,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                dropout=attention_dropout,
+                qkv_bias=qkv_bias,
+                out_bias=bias,
+                causal=causal,
+                num_kv_heads=num_kv_heads,
+                rotary=rotary,
+                window=window_of(attention_window, causal),
+                global_tokens=global_tokens,
+            ),  # fmt: skip
+            mlp=feed_forward(
+                d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
+            ),
+            ln1=make_norm(norm, d_model, eps=layer_norm_eps, bias=bias),
+            ln2=make_norm(norm, d_model, eps=layer_norm_eps, bias=bias),
+            norm_first=norm_first,
+            dropout=dropout,
         )
-        self_weights.append(w_self)
-        cross_weights.append(w_cross)
-    if not need_weights:
-        return StackOutput(x)
-    crossed = memory is not None
-    return StackOutput(x, tuple(self_weights), tuple(cross_weights) if crossed else None)
+
+
+class DecoderLayer(Block):
+    """The paper's decoder layer: masked self-attention, cross-attention to the encoder's
+    output, then feed-forward, each with residual + LayerNorm.
+
+    Arguments as for ``EncoderLayer``; ``causal`` defaults to True. A window applies to the
+    self-attention only: cross-attention reads the whole memory.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        bias: bool = True,
+        causal: bool = True,
+        layer_norm_eps: float = 1e-5,
+        attention_window: int | None = None,
+        global_tokens: int = 0,
+    ) -> None:
+        heads: dict[str, Any] = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim)
+        projections: dict[str, Any] = dict(
+            dropout=attention_dropout, qkv_bias=qkv_bias, out_bias=bias
+        )
+        super().__init__(
+            attn=MultiHeadAttention(
+                **heads,
+                **projections,
+                causal=causal,
+                window=window_of(attention_window, causal),
+                global_tokens=global_tokens,
+            ),  # fmt: skip
+            cross_attn=MultiHeadAttention(**heads, **projections),
+            mlp=feed_forward(
+                d_model=d_model, d_ff=d_ff, dropout=dropout, activation=activation, bias=bias
+            ),
+            ln1=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            ln_cross=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            ln2=make_norm("layer", d_model, eps=layer_norm_eps, bias=bias),
+            norm_first=norm_first,
+            dropout=dropout,
+        )
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        **options,
+    ) -> BlockOutput:
+        """``Block.forward`` with the memory second, as ``nn.TransformerDecoderLayer`` takes it."""
+        return super().forward(x, mask, memory=memory, memory_mask=memory_mask, **options)
 
 
 class Stack(nn.Module):
