@@ -293,9 +293,10 @@ def main() -> None:
                 f"{r['bound_fraction']:6.0%}   {same}"
             )
         figures["decode"][B] = rows
-    rates = prefill(models, hf, 256, args.repeats, vocab)
+    prompt = min(256, args.prompt_len + args.new_tokens)  # within the models' context
+    rates = prefill(models, hf, prompt, args.repeats, vocab)
     figures["prefill_tokens_per_s"] = rates
-    print("\nprefill, one 256-token prompt")
+    print(f"\nprefill, one {prompt}-token prompt")
     for name, rate in rates.items():
         print(f"  {name:<40} {rate:9.0f} tokens/s")
     print(
