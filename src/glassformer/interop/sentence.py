@@ -14,6 +14,7 @@ is refused with a ``CheckpointError`` naming them.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import zipfile
@@ -187,10 +188,9 @@ def _from_bert_dir(
         return SentenceConfig(**bert, pooling=pooling, normalize=normalize, max_tokens=limit)
 
     config = build_config(make, hf, path)
+    encoder = functools.partial(SentenceEncoder, tokenizer=_tokenizer(path))
     with naming(path):
-        model = load_weights(SentenceEncoder, config, converted(from_bert_state, state, config))
-    model.tokenizer = _tokenizer(path)
-    return model
+        return load_weights(encoder, config, converted(from_bert_state, state, config))
 
 
 def _tokenizer(path: Path) -> WordPieceTokenizer:

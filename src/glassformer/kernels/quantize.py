@@ -175,7 +175,7 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
     """Put the blocks of the GGUF file ``model`` was read from into its layers: each linear
     layer (and a token table) whose weight the file stores in a computed block type;
     ``rounded``: the products round their input to 8 bits (``GGUFLinear``)."""
-    source = getattr(model, "gguf_blocks", None)
+    source = model.weights_source
     if source is None and any(isinstance(m, GGUFLinear) for m in model.modules()):
         return  # read straight into its blocks (``from_pretrained(path, dtype="gguf")``)
     if source is None:

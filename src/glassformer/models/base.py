@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
@@ -49,7 +48,6 @@ __all__ = [
     "Positional",
     "PretrainedModel",
     "check_finite",
-    "cross_entropy",
     "is_integer",
 ]
 
@@ -225,11 +223,18 @@ class PretrainedModel(nn.Module):
     config_class: ClassVar[type]
     config: Any
     precision: InferencePrecision = InferencePrecision()  # fp32 until ``for_inference``
+    # How to read the weights again in the form they are stored in (a GGUF file's blocks,
+    # {weight name: parts}), for ``for_inference``; None for a model made here.
+    weights_source: Callable[[], dict[str, Any]] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
             MODEL_KINDS[cls.kind] = cls
+
+    def remember_source(self, source: Callable[[], dict[str, Any]]) -> None:
+        """Keep a reader's way back to the file the weights came from (``weights_source``)."""
+        self.weights_source = source
 
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> Path:
         """Write this model as a checkpoint directory (config.json + model.safetensors)."""
@@ -386,15 +391,3 @@ def _metric_of(output: Any, grads: bool | Callable[[Any], Tensor]) -> Tensor:
             "the labels, or grads=a function of the output (a logit difference)"
         )
     return loss
-
-
-def cross_entropy(logits: Tensor, labels: Tensor, ignore_index: int | None) -> Tensor:
-    """Mean cross-entropy over positions whose label is not ``ignore_index``.
-
-    logits (..., V) and labels (...) are flattened; pass -100 or the pad id to ignore.
-    """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        labels.reshape(-1),
-        ignore_index=-100 if ignore_index is None else ignore_index,
-    )

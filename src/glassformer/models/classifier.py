@@ -24,9 +24,8 @@ from glassformer.models.base import (
     ModelOutput,
     Pooling,
     Positional,
-    cross_entropy,
 )
-from glassformer.models.common import POOLING, pool
+from glassformer.models.common import POOLING, cross_entropy, pool
 from glassformer.models.gpt import GPTClassifierConfig, init_gpt_weights
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import key_mask

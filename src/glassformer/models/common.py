@@ -1,8 +1,9 @@
-"""What the models' forwards share: pooling the states into one vector."""
+"""What the models' forwards share: pooling the states into one vector, and the loss."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 POOLING = ("mean", "cls", "max")  # and "last", a causal model's
@@ -32,3 +33,15 @@ def pool(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
         return (x * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
     pooled = x.masked_fill(real == 0, torch.finfo(x.dtype).min).amax(dim=1)  # (B, D)
     return pooled.masked_fill(real.sum(dim=1) == 0, 0.0)
+
+
+def cross_entropy(logits: Tensor, labels: Tensor, ignore_index: int | None) -> Tensor:
+    """Mean cross-entropy over positions whose label is not ``ignore_index``.
+
+    logits (..., V) and labels (...) are flattened; pass -100 or the pad id to ignore.
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        labels.reshape(-1),
+        ignore_index=-100 if ignore_index is None else ignore_index,
+    )

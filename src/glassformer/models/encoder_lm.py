@@ -13,7 +13,8 @@ from torch import Tensor, nn
 
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
-from glassformer.models.base import ModelConfig, ModelOutput, Positional, cross_entropy
+from glassformer.models.base import ModelConfig, ModelOutput, Positional
+from glassformer.models.common import cross_entropy
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import key_mask
 from glassformer.modules.position import TokenEmbedding

@@ -17,7 +17,6 @@ Reading order of one forward: this file, ``models/backbone.py``, ``modules/block
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
@@ -35,8 +34,8 @@ from glassformer.models.base import (
     Norm,
     Positional,
     check_finite,
-    cross_entropy,
 )
+from glassformer.models.common import cross_entropy
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
 from glassformer.modules.cache import DecoderCache
@@ -179,9 +178,6 @@ class GPT(Backbone):
     config: GPTConfig
     embed: TokenEmbedding
     HEADS = ("lm_head",)
-    # A model read from a GGUF file: {weight name: its blocks' parts}, read again from the
-    # file when ``for_inference("gguf")`` asks (``glassformer.interop.gguf.model``).
-    gguf_blocks: Callable[[], dict[str, list[tuple[int, Tensor]]]] | None = None
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__(config, **parts.decoder_only(config))

@@ -29,9 +29,9 @@ from glassformer.models.base import (
     Norm,
     PretrainedModel,
     check_finite,
-    cross_entropy,
     is_integer,
 )
+from glassformer.models.common import cross_entropy
 from glassformer.modules.block import StackOutput
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
-from glassformer.models.base import Activation, ConfigBase, ModelOutput, cross_entropy
-from glassformer.models.common import pool
+from glassformer.models.base import Activation, ConfigBase, ModelOutput
+from glassformer.models.common import cross_entropy, pool
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.patches import PatchEmbedding, check_patches
 from glassformer.modules.position import LearnedPositionalEmbedding, SinusoidalGridEncoding

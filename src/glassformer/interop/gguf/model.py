@@ -104,7 +104,7 @@ def _read_into_blocks(path: Path, dtype: str) -> GPT:
 
 def remembering_blocks(model: GPT, path: Path) -> GPT:
     """``model``, able to put the blocks of ``path`` back (``for_inference("gguf")``)."""
-    model.gguf_blocks = functools.partial(gguf_parts, path)
+    model.remember_source(functools.partial(gguf_parts, path))
     return model
 
 
