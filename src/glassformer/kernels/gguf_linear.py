@@ -51,6 +51,7 @@ from glassformer.kernels.gguf_blocks import (
     dequantize,
 )
 from glassformer.kernels.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
+from glassformer.kernels.quantized import DecodedWeight
 
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
@@ -70,7 +71,7 @@ COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
 
 
-class GGUFLinear(nn.Module):
+class GGUFLinear(DecodedWeight):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
     q/k/v projection whose three tensors have different types has three parts).
 
@@ -132,11 +133,6 @@ class GGUFLinear(nn.Module):
         if not self.interleaved:
             return []
         return [self.get_buffer(f"packed{i}") for i in range(len(self.types))]
-
-    @property
-    def weight(self) -> Tensor:
-        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
-        return self.dequantized()
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) fp32: the readable decoder's values."""

@@ -50,6 +50,7 @@ from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear, Part
 from glassformer.kernels.gguf_mlp import FusedGatedFeedForward
 from glassformer.kernels.precision import Measurement, check_dtype, resolve_dtype
 from glassformer.kernels.quantized import (
+    GGUF_DTYPES,
     QUANTISED,
     VOCABULARY_HEADS,
     BF16Linear,
@@ -86,7 +87,7 @@ def prepare_for_inference(
     encoded by ``tokenizer``."""
     check_dtype(dtype)
     current = model.precision.dtype
-    if current == dtype and dtype in ("gguf", "gguf-q8"):  # read straight into its blocks
+    if current == dtype and dtype in GGUF_DTYPES:  # read straight into its blocks
         return model.precision
     if current in QUANTISED:
         raise ValueError(f"this model is already quantised to {current}; load it again first")
@@ -105,7 +106,7 @@ def prepare_for_inference(
         model.float()
     elif chosen == "bf16":
         use_bf16_products(model)
-    elif chosen in ("gguf", "gguf-q8"):
+    elif chosen in GGUF_DTYPES:
         use_gguf_blocks(model, device, rounded=chosen == "gguf-q8")
         release_freed_memory()  # the fp32 layers replaced are gone now
     else:
@@ -176,8 +177,13 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
     layer (and a token table) whose weight the file stores in a computed block type;
     ``rounded``: the products round their input to 8 bits (``GGUFLinear``)."""
     source = model.weights_source
-    if source is None and any(isinstance(m, GGUFLinear) for m in model.modules()):
-        return  # read straight into its blocks (``from_pretrained(path, dtype="gguf")``)
+    layers = [m for m in model.modules() if isinstance(m, GGUFLinear)]
+    if source is None and layers:  # read straight into its blocks: from_pretrained(dtype=)
+        if any(layer.rounded != rounded for layer in layers):
+            raise ValueError(
+                "this model was read into GGUF blocks for another dtype; load it again"
+            )
+        return
     if source is None:
         raise ValueError(
             "dtypes 'gguf' and 'gguf-q8' compute from a GGUF file's own blocks, and this model "

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
-QUANTISED = ("int8", "int4", "gguf", "gguf-q8")  # inference precisions whose weights are not fp
+GGUF_DTYPES = ("gguf", "gguf-q8")  # the inference precisions that compute from GGUF blocks
+QUANTISED = ("int8", "int4", *GGUF_DTYPES)  # inference precisions whose weights are not fp
 # The vocabulary heads (top-level names) stay int8 under int4 and fp32 under bf16: SmolLM2's (its
 # tied token table, 28 M of its 135 M weights) in 4 bits raised its perplexity on IMDb reviews
 # by 6.8%, in 8 bits by 0.14% (llama.cpp's 4-bit files keep the output tensor at higher
@@ -36,7 +37,20 @@ INT4_PACK = torch.ops.aten._convert_weight_to_int4pack_for_cpu  # noqa: SLF001
 INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu  # noqa: SLF001
 
 
-class Int8Linear(nn.Module):
+class DecodedWeight(nn.Module):
+    """A layer standing in for ``nn.Linear`` whose weight is stored in another form: it shows
+    that weight decoded (``dequantized()``) as ``weight``, as readers of ``nn.Linear`` expect
+    (a head's share of attention's output, a lens's unembedding)."""
+
+    def dequantized(self) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def weight(self) -> Tensor:
+        return self.dequantized()
+
+
+class Int8Linear(DecodedWeight):
     """``nn.Linear`` with its weight in int8: w ≈ q · scale, one scale per output row
     (symmetric, q in [-127, 127]). The bias stays in floating point."""
 
@@ -64,11 +78,6 @@ class Int8Linear(nn.Module):
         dtype = dtype or linear.weight.dtype
         bias = None if linear.bias is None else linear.bias.detach().to(dtype)
         return cls(q, scales.to(dtype), bias)
-
-    @property
-    def weight(self) -> Tensor:
-        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
-        return self.dequantized()
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) in the scales' dtype."""
@@ -135,7 +144,7 @@ class BF16Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bf16"
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(DecodedWeight):
     """``nn.Linear`` with its weight in 4 bits: for each group of G input columns of a row,
     w ≈ (q − 8) · scale + zero with q in [0, 15] (asymmetric: the group's minimum and maximum
     are representable). Two 4-bit values share a byte, packed for the CPU kernel."""
@@ -204,11 +213,6 @@ class Int4Linear(nn.Module):
         """Output features ``start:stop``: all are computed (the packed layout does not
         slice by rows), then cut."""
         return self(x)[..., start:stop]
-
-    @property
-    def weight(self) -> Tensor:
-        """The weight decoded, as a reader of ``nn.Linear.weight`` expects it: ``dequantized()``."""
-        return self.dequantized()
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K): its product with the identity."""

@@ -25,13 +25,21 @@ from torch import Tensor, nn
 
 from glassformer.checkpoint import FOREIGN_TOKENIZERS, register_format
 from glassformer.errors import CheckpointError
-from glassformer.interop._hf import build_config, converted, model_holding, naming, skeleton
+from glassformer.interop._hf import (
+    build_config,
+    converted,
+    model_holding,
+    naming,
+    reset_meta_buffers,
+    skeleton,
+)
 from glassformer.interop.gemma import from_gemma_state, gemma_config
 from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state, gpt_neox_config
 from glassformer.interop.llama import from_llama_state, llama_config
 from glassformer.interop.qwen import qwen2_config, qwen3_config
 from glassformer.kernels.quantize import compute_from_blocks
+from glassformer.kernels.quantized import GGUF_DTYPES
 from glassformer.models.gpt import GPT
 
 # model_type → (its config reader, its weight map), as for a Hugging Face directory
@@ -44,9 +52,6 @@ CONFIGS: dict[str, tuple[Any, Any]] = {
 }
 
 
-BLOCK_DTYPES = ("gguf", "gguf-q8")  # for_inference's dtypes that compute from the blocks
-
-
 def load_gguf(path: str | Path, dtype: torch.dtype | str = torch.float32) -> GPT:
     """A ``GPT`` with the weights of the GGUF file ``path`` (architecture llama, qwen2,
     qwen3, gemma3 or gptneox), in eval mode: dequantised to ``dtype`` (``torch.float32`` or
@@ -54,7 +59,7 @@ def load_gguf(path: str | Path, dtype: torch.dtype | str = torch.float32) -> GPT
     own blocks as ``for_inference`` makes it, read straight into them."""
     path = Path(path)
     if isinstance(dtype, str):
-        if dtype not in BLOCK_DTYPES:
+        if dtype not in GGUF_DTYPES:
             raise ValueError(
                 f"dtype must be torch.float32, torch.bfloat16, 'gguf' or 'gguf-q8'; got {dtype!r}"
             )
@@ -86,13 +91,12 @@ def _read_into_blocks(path: Path, dtype: str) -> GPT:
     with naming(path):
         model = skeleton(GPT, config, numbers)
         missing, unexpected = model.load_state_dict(numbers, strict=False, assign=True)
-        if unexpected or set(missing) - set(blocks) - {"lm_head.weight"}:
-            names = sorted(unexpected or set(missing) - set(blocks))
+        unmet = set(missing) - set(blocks) - {"lm_head.weight"}  # a tied head comes later
+        if unexpected or unmet:
+            names = sorted(unexpected or unmet)
             raise CheckpointError(f"the weights do not fit the config: {names[:5]}")
         compute_from_blocks(model, blocks, rounded=dtype == "gguf-q8")
-    for module in model.modules():  # tables the config makes (rotary frequencies)
-        if any(b.is_meta for b in module.buffers(recurse=False)):
-            module.reset_buffers()  # type: ignore[operator]
+    reset_meta_buffers(model)
     head = model.lm_head
     if isinstance(head, nn.Linear) and head.weight.is_meta and config.tie_weights:
         model.tie_weights()  # tied, and not among the blocks: reads the token table
