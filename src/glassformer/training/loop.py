@@ -83,6 +83,10 @@ class TrainConfig:
                 f"on_nonfinite must be one of {list(NONFINITE_POLICIES)}, got {self.on_nonfinite!r}"
             )
 
+    def evaluates_at(self, step: int) -> bool:
+        """Whether ``step`` is one of every ``eval_every`` (the end is evaluated too)."""
+        return bool(self.eval_every) and step % self.eval_every == 0
+
 
 @dataclass
 class TrainState:
@@ -197,7 +201,7 @@ def train(
             if state.skipped:
                 metrics["skipped"] = state.skipped
             emit("step", {**metrics, "tokens_per_s": count / seconds})
-            if config.eval_every and state.step % config.eval_every == 0 and not state.done(config):
+            if config.evaluates_at(state.step) and not state.done(config):
                 run_eval()
         run_eval()
     finally:

@@ -37,8 +37,8 @@ from glassformer.training.distributed import (
 from glassformer.training.loop import TrainConfig, TrainState
 from glassformer.training.tasks import Task
 
-RUN_FILES = "checkpoint/, metrics.jsonl, loss.png, samples.txt, results.json"
 OWN_FILES = ("metrics.jsonl", "loss.png", "samples.txt", "results.json")
+RUN_FILES = ", ".join((f"{CHECKPOINT_SUBDIR}/", *OWN_FILES))
 
 
 class ProgressBar:
@@ -240,9 +240,7 @@ class Checkpointer:
     def _evaluates_after(self, state: TrainState) -> bool:
         """Whether the loop evaluates the model after this step (``train``'s cadence)."""
         c = self.loop_config
-        return c is not None and (
-            bool(c.eval_every and state.step % c.eval_every == 0) or state.done(c)
-        )
+        return c is not None and (c.evaluates_at(state.step) or state.done(c))
 
     def last_good(self) -> str:
         """Where the last good checkpoint is, in words, for an error message."""

@@ -120,6 +120,7 @@ def _require_jinja2() -> Any:
     return jinja2
 
 
+@lru_cache(maxsize=1)
 def _jinja2_version() -> str:
     return metadata.version("jinja2")
 

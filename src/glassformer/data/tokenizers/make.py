@@ -109,13 +109,13 @@ def _configure(tokenizer: _TokenizersBacked, folder: Path) -> None:
         if not isinstance(config, dict):
             raise ValueError(f"{config_file} is not a tokenizer config: expected a JSON object")
     template_file = folder / CHAT_TEMPLATE_FILE
-    if template_file.is_file():  # newer Hugging Face directories keep it apart
+    apart = template_file.is_file()  # newer Hugging Face directories keep it apart
+    if apart:
         text = read_text(template_file, "a chat template", MAX_CONFIG_BYTES)
         config = {**config, "chat_template": "\n".join(text.splitlines())}
     tokenizer.configure(config, config_file)
     if tokenizer.chat_template is not None:  # named when it does not render
-        source = template_file if template_file.is_file() else config_file
-        tokenizer.chat_template_source = str(source)
+        tokenizer.chat_template_source = str(template_file if apart else config_file)
 
 
 def _load_file(path: Path) -> Tokenizer:
