@@ -7,19 +7,27 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).parents[1]
-spec = importlib.util.spec_from_file_location("check_sizes", ROOT / "tools" / "check_sizes.py")
-assert spec and spec.loader
-check_sizes = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(check_sizes)
+
+
+def tool(name: str) -> ModuleType:
+    """The module ``tools/<name>.py`` (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check_sizes = tool("check_sizes")
 
 
 def function(name: str, lines: int, *, docstring: int = 0, comments: int = 0) -> str:
@@ -77,8 +85,8 @@ def test_a_private_member_used_from_outside_fails_ruff(tmp_path):
     )
 
 
-# A line about a backend, as tools/reading_path.py counts them.
-BACKEND = re.compile(r"gguf|int[48]|quanti[sz]|ctypes|\bC (?:library|kernel|code)", re.I)
+reading_path = tool("reading_path")
+BACKEND = reading_path.BACKEND_WORDS  # a line about a backend, as the reading path counts it
 
 
 def test_the_textbook_names_no_backend():
@@ -123,12 +131,7 @@ def test_an_import_across_the_rooms_breaks_a_contract(tmp_path, module, line, co
     assert f"{contract}" in broken.stdout and "BROKEN" in broken.stdout
 
 
-seams_spec = importlib.util.spec_from_file_location(
-    "check_seams", ROOT / "tools" / "check_seams.py"
-)
-assert seams_spec and seams_spec.loader
-check_seams = importlib.util.module_from_spec(seams_spec)
-seams_spec.loader.exec_module(check_seams)
+check_seams = tool("check_seams")
 
 
 def test_the_package_keeps_to_its_seam_limits(capsys):
