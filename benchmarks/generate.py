@@ -44,7 +44,8 @@ from torch import nn
 from glassformer import GPT, GPTConfig
 from glassformer.generation.static import static_cache
 from glassformer.interop import to_gpt2_state
-from glassformer.interop.llama import from_llama_state, llama_config
+from glassformer.interop.llama import from_llama_state
+from glassformer.models import families
 
 SHAPE = dict(vocab_size=65, d_model=384, num_heads=6, num_layers=6)
 SMOLLM2 = dict(  # SmolLM2-135M's config.json, the shape only
@@ -69,7 +70,7 @@ def build_smollm2(positions: int):
 
     torch.manual_seed(0)
     hf = LlamaForCausalLM(LlamaConfig(**SMOLLM2, max_position_embeddings=positions)).eval()
-    config = llama_config(hf.config.to_dict())
+    config = families.LlamaConfig.from_hf(hf.config.to_dict())
     ours = GPT(config).eval()
     ours.load_state_dict(from_llama_state(hf.state_dict(), config))
     return ours, hf

@@ -14,13 +14,16 @@ from glassformer.inspect import (
     edge_attribution_patching,
     logit_difference,
 )
+from glassformer.models.families import GPTNeoXConfig, OPTConfig
+
+SIZE = dict(vocab_size=20, max_len=16, d_model=32, num_heads=4, num_layers=2, d_ff=64,
+            dropout=0.0)  # fmt: skip
 
 
-def gpt(**changes) -> GPT:
+def gpt(family: type = GPTConfig, **changes) -> GPT:
+    """A small GPT of the textbook's config, or of a ``family``'s."""
     torch.manual_seed(0)
-    config = dict(vocab_size=20, max_len=16, d_model=32, num_heads=4, num_layers=2, d_ff=64,
-                  dropout=0.0, norm_first=True)  # fmt: skip
-    return GPT(GPTConfig(**{**config, **changes})).eval()
+    return GPT(family(**{**SIZE, **changes})).eval()
 
 
 def pair(vocab: int = 20, length: int = 7, where: int = 2):
@@ -81,10 +84,10 @@ def test_nodes_and_edges_equal_transformer_lens_on_the_same_gpt2(tmp_path):
 
 
 def test_exact_where_the_model_is_linear_in_the_patched_activation():
-    """The MLP's output enters the stream, and with no norm after it (final_norm off, the
-    last block's) the logits are linear in it: the estimate for the last layer's MLP output
-    is the activation patch itself, at every position."""
-    model = gpt(final_norm=False)
+    """The MLP's output enters the stream, and with no norm after it (OPT-350m's shape: no
+    final norm, the last block's) the logits are linear in it: the estimate for the last
+    layer's MLP output is the activation patch itself, at every position."""
+    model = gpt(OPTConfig, final_norm=False)
     with torch.no_grad():  # MLPs that matter (a random init's barely move the logits)
         for block in model.blocks:
             block.mlp.linear2.weight.mul_(30)
@@ -106,7 +109,7 @@ def test_close_to_activation_patching_on_heads_and_outputs():
         assert torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.99, what
 
 
-SHAPES = [{}, {"parallel": True, "positional": "rope"},
+SHAPES = [{}, {"family": GPTNeoXConfig, "parallel": True},
           {"num_kv_heads": 2, "norm": "rms", "activation": "swiglu"}]  # fmt: skip
 
 

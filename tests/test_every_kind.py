@@ -40,6 +40,7 @@ from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer, WordPieceTokenizer
 from glassformer.inspect import activation_patching, logit_difference, logit_lens
 from glassformer.inspect.patching import per_layer
+from glassformer.models.families import GemmaConfig, GPTNeoXConfig, Qwen2Config, Qwen3Config
 from glassformer.viz.explain import PACKAGE
 
 TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
@@ -53,10 +54,13 @@ LENS = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier", "
 PATCH = LMS | {"encoder lm", "classifier", "gpt classifier", "bert classifier"}
 # Qwen2: biases on q/k/v only and a window shorter than the text; Qwen3: QK-norm and heads
 # wider than d_model / num_heads.
-QWEN2 = dict(bias="qkv", qkv_bias=True, attention_window=4)
-QWEN3 = dict(bias=False, qk_norm=True, head_dim=16)
+# (Their family configs at the modern preset's size.)
+FAMILY = dict(max_len=32, d_model=128, num_heads=4, num_kv_heads=2, num_layers=4, d_ff=344,
+              norm_eps=1e-5, tie_weights=True)  # fmt: skip
+QWEN2 = dict(attention_window=4)
+QWEN3 = dict(head_dim=16)
 # GPT-NeoX: attention and MLP in parallel, half of each head rotated.
-NEOX = dict(positional="rope", rotary_dim=4, parallel=True)
+NEOX = dict(rotary_dim=4, parallel=True)
 # Marian: post-norm, sines then cosines, one table for source, target and output, SiLU, the
 # decoder starting from the pad id.
 MARIAN = dict(positional="sinusoidal_halves", norm_first=False, activation="silu",
@@ -69,10 +73,8 @@ T5 = dict(positional="relative", relative_buckets=8, relative_max_distance=16, n
           scale_embeddings=False)  # fmt: skip
 # Gemma 3: four norms a block, scaled embeddings and scores, a window on the first layer only
 # with its own rotary base, QK-norm, soft-capped logits.
-GEMMA = dict(norm="gemma_rms", activation="geglu_tanh", scale_embeddings=True,
-             sandwich_norms=True, attention_scale=0.3, attention_window=3,
-             full_attention_layers=[1], rope_local_theta=100.0, qk_norm=True,
-             final_softcap=5.0)  # fmt: skip
+GEMMA = dict(version=3, attention_scale=0.3, attention_window=3, full_attention_layers=[1],
+             rope_local_theta=100.0, final_softcap=5.0, head_dim=None)  # fmt: skip
 
 
 def build(kind: str, chars, pieces):
@@ -97,10 +99,10 @@ def build(kind: str, chars, pieces):
         ),
         "gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY)),
         "modern gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32)),
-        "qwen2 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN2)),
-        "gemma gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **GEMMA)),
-        "neox gpt": lambda: GPT(GPTConfig(vocab_size=v, max_len=32, **TINY, **NEOX)),
-        "qwen3 gpt": lambda: GPT(GPTConfig.preset("llama-tiny", vocab_size=v, max_len=32, **QWEN3)),
+        "qwen2 gpt": lambda: GPT(Qwen2Config(vocab_size=v, **FAMILY, **QWEN2)),
+        "gemma gpt": lambda: GPT(GemmaConfig(vocab_size=v, **FAMILY, **GEMMA)),
+        "neox gpt": lambda: GPT(GPTNeoXConfig(vocab_size=v, max_len=32, **TINY, **NEOX)),
+        "qwen3 gpt": lambda: GPT(Qwen3Config(vocab_size=v, **FAMILY, **QWEN3)),
         "encoder lm": lambda: EncoderLM(EncoderLMConfig(vocab_size=v, max_len=32, **TINY)),
         "bert": lambda: BertEncoder(BertConfig(**bert)),
         "bert classifier": lambda: BertClassifier(BertClassifierConfig(**bert, num_classes=3)),

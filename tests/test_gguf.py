@@ -693,9 +693,9 @@ def test_qwen_gguf_files_open_as_the_model_transformers_builds(tmp_path, arch, s
         hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**fields, head_dim=16))
     randomize(hf.eval())
     ours = GPT.from_pretrained(write_family_gguf(tmp_path / "f32.gguf", arch, hf))
-    assert ours.config.qk_norm == (arch == "qwen3") and ours.config.bias == (
-        "qkv" if arch == "qwen2" else False
-    )
+    assert ours.config.family == arch and not ours.config.bias
+    assert ours.config.qkv_bias == (arch == "qwen2")
+    assert (ours.blocks[0].attn.q_norm is not None) == (arch == "qwen3")
     with torch.no_grad():
         torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
     q8 = write_family_gguf(tmp_path / "q8.gguf", arch, hf, Q.Q8_0)

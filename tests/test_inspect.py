@@ -13,6 +13,7 @@ from glassformer.inspect import (
     logit_difference,
     logit_lens,
 )
+from glassformer.models.families import GemmaConfig
 
 V = 40
 
@@ -70,9 +71,9 @@ def test_the_lens_and_attribution_of_a_gemma_shaped_gpt():
     (capped) logits; attribution's parts add up to the logits before the cap, each block's
     normalised attention one part."""
     torch.manual_seed(0)
-    config = GPTConfig.preset(
-        "llama-tiny", vocab_size=V, max_len=32, norm="gemma_rms", sandwich_norms=True,
-        scale_embeddings=True, final_softcap=2.0, activation="geglu_tanh",
+    config = GemmaConfig(
+        version=2, vocab_size=V, max_len=32, d_model=128, num_heads=4, num_kv_heads=2,
+        head_dim=None, num_layers=4, d_ff=344, final_softcap=2.0, attention_scale=32**-0.5,
     )  # fmt: skip
     model = GPT(config).eval()
     with torch.no_grad():

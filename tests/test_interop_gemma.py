@@ -111,17 +111,18 @@ def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, name, support):
 def test_the_parts_follow_the_config(tmp_path):
     _, ours, _ = _gemma(tmp_path, "gemma3-window4-softcap")
     c = ours.config
-    assert c.attention_window == 3 and c.full_attention_layers == [1]
+    assert c.attention_window == 3 and c.full_attention_layers == (1,)
     assert [b.attn.window for b in ours.blocks] == [(3, 0), None, (3, 0)]
     assert ours.blocks[0].attn.rotary.theta == 1e4 and ours.blocks[1].attn.rotary is None
     assert ours.rotary.theta == 1e6 and c.final_softcap == 3.0
     assert c.attention_scale == pytest.approx(24**-0.5)
     _, ours, _ = _gemma(tmp_path, "gemma3-mqa-untied-pattern")
-    assert ours.config.full_attention_layers == [1]  # every second layer global
+    assert ours.config.full_attention_layers == (1,)  # every second layer global
     assert ours.blocks[0].attn.rotary.theta == 100.0 and ours.rotary.theta == 5e4
     _, gemma2, _ = _gemma(tmp_path, "gemma2-softcaps")
-    assert gemma2.config.attention_softcap == 0.5 and not gemma2.config.qk_norm
-    assert gemma2.config.full_attention_layers == [1]  # Gemma 2: odd layers global
+    assert gemma2.config.attention_softcap == 0.5 and gemma2.config.version == 2
+    assert gemma2.blocks[0].attn.q_norm is None
+    assert gemma2.config.full_attention_layers == (1,)  # Gemma 2: odd layers global
 
 
 def test_the_logit_softcap_squashes_the_logits(tmp_path):

@@ -105,7 +105,7 @@ def test_the_parts_follow_the_config(tmp_path):
         (dict(rope_parameters={"rope_type": "linear", "factor": 2.0}), "rope_type='linear'"),
         (
             dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.1}),
-            "rotary_pct=0.1 gives 1 rotated features",
+            r"rotary_pct=0.1 is not supported \(1 of 16 features turned",
         ),
     ],
 )

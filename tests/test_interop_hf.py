@@ -24,7 +24,7 @@ from glassformer import GPT
 from glassformer.checkpoint import CheckpointError
 from glassformer.interop import _hf, load_llama, read_saelens
 from glassformer.interop._hf import build_config
-from glassformer.interop.llama import llama_config
+from glassformer.models.families import LlamaConfig
 
 transformers = pytest.importorskip("transformers")
 hub = pytest.importorskip("huggingface_hub")
@@ -242,7 +242,7 @@ def test_a_config_read_from_a_file_names_that_file(tmp_path):
     config.json beside or inside it."""
     hf = {"model_type": "llama", **SMALL_DECODER, "num_attention_heads": 0}
     with pytest.raises(CheckpointError) as e:
-        build_config(llama_config, hf, tmp_path / "model.gguf")
+        build_config(LlamaConfig.from_hf, hf, tmp_path / "model.gguf")
     assert str(e.value).startswith(f"{tmp_path / 'model.gguf'}: num_attention_heads is 0")
 
 

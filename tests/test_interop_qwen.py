@@ -125,7 +125,7 @@ def test_each_family_is_built_from_its_parts(tmp_path):
     _, windowed, _ = _qwen(tmp_path, "qwen3-window5")
     assert windowed.config.attention_window == 4  # transformers' 5 keys: itself and 4 before
     _, later, _ = _qwen(tmp_path, "qwen2-window4-later-layers")  # layers ≥ 1 slide
-    assert later.config.full_attention_layers == [0]
+    assert later.config.full_attention_layers == (0,)
     assert [b.attn.window for b in later.blocks] == [None, (3, 0), (3, 0)]
 
 
@@ -184,7 +184,8 @@ def _sharded(tmp_path):
 
 def test_a_sharded_qwen2_loads(tmp_path):
     path, _, _ = _sharded(tmp_path)
-    assert GPT.from_pretrained(path).config.bias == "qkv"
+    config = GPT.from_pretrained(path).config
+    assert config.family == "qwen2" and config.qkv_bias and not config.bias
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from glassformer import (
     Seq2SeqTransformer,
     TransformerClassifier,
 )
+from glassformer.models.families import GemmaConfig
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -608,7 +609,17 @@ def test_every_config_names_a_bad_common_value(config_cls, bad, message):
             lambda: GPTConfig(vocab_size=10, layer_norm_eps=float("inf")),
             "layer_norm_eps .* got inf",
         ),
-        (lambda: GPTConfig(vocab_size=10, final_softcap=float("inf")), "final_softcap .* got inf"),
+        (
+            lambda: GemmaConfig(
+                vocab_size=10,
+                d_model=8,
+                num_heads=2,
+                num_layers=1,
+                d_ff=8,
+                final_softcap=float("inf"),
+            ),  # fmt: skip
+            "final_softcap .* got inf",
+        ),
         (
             lambda: Seq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, attention_scale=float("nan")),
             "attention_scale .* got nan",

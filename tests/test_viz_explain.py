@@ -16,6 +16,7 @@ import torch
 from glassformer import GPT, GPTConfig
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer
+from glassformer.models.families import Qwen3Config
 from glassformer.viz.derive import compute, derivations, tensors
 from glassformer.viz.explain import PACKAGE, explain_data, explain_html
 
@@ -145,8 +146,8 @@ def test_a_qk_norm_and_the_rotation_after_it_are_computed_from_q_and_k():
     norm's statistics per head and position."""
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
     torch.manual_seed(0)
-    config = GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, max_len=32,
-                              qk_norm=True, head_dim=16, bias=False)  # fmt: skip
+    config = Qwen3Config(vocab_size=tok.vocab_size, max_len=32, d_model=128, num_heads=4,
+                         num_kv_heads=2, num_layers=4, d_ff=344, head_dim=16)  # fmt: skip
     model = GPT(config).eval()
     data = explain_data(model, tok, TEXT)
     names = [s["name"] for s in data["steps"]]

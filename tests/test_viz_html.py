@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from glassformer import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer
+from glassformer.models.families import GemmaConfig
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz import attention_html, attention_maps, viewer
 
@@ -200,8 +201,9 @@ def test_the_page_scales_the_scores_as_the_model_does(chars):
     """A Gemma-shaped GPT (scores × 0.3, QK-norm) and a T5-shaped translator (scores × 1 and
     a position bias): the page carries each scale, and says what its softmax leaves out."""
     torch.manual_seed(0)
-    config = GPTConfig.preset("llama-tiny", vocab_size=chars.vocab_size, max_len=32,
-                              attention_scale=0.3, qk_norm=True, norm="gemma_rms")  # fmt: skip
+    config = GemmaConfig(vocab_size=chars.vocab_size, max_len=32, d_model=128, num_heads=4,
+                         num_kv_heads=2, head_dim=None, num_layers=4, d_ff=344,
+                         attention_scale=0.3)  # fmt: skip
     model = GPT(config).eval()
     (kind,) = page_data(attention_html(model, chars, TEXT).html)["kinds"]
     assert kind["scale"] == pytest.approx(0.3) and kind["notes"] == []

@@ -20,6 +20,7 @@ from glassformer import (
 )
 from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer
+from glassformer.models.families import GPTNeoXConfig, Qwen3Config
 from glassformer.viz.trace import format_trace, trace
 
 TEXT = "the cat sat"  # 11 characters
@@ -98,12 +99,13 @@ def test_modern_gpt_trace_shows_rope_gqa_rmsnorm_swiglu(tok):
 def test_the_families_parts_are_named_in_the_trace(tok):
     """QK-norm (Qwen3), a partial rotation and parallel blocks (GPT-NeoX) say what they are."""
     torch.manual_seed(0)
-    qwen3 = GPTConfig.preset("llama-tiny", vocab_size=tok.vocab_size, qk_norm=True, head_dim=16)
+    qwen3 = Qwen3Config(vocab_size=tok.vocab_size, d_model=128, num_heads=4, num_kv_heads=2,
+                        num_layers=4, d_ff=344, head_dim=16)  # fmt: skip
     whats = [s.what for s in trace(GPT(qwen3).eval(), tok, TEXT)]
     assert "Q normalised per head: RMSNorm over its 16 features (QK-norm)" in whats
     assert "K normalised per head: RMSNorm over its 16 features (QK-norm)" in whats
-    neox = GPTConfig.preset("tiny", vocab_size=tok.vocab_size, positional="rope", rotary_dim=8,
-                            parallel=True)  # fmt: skip
+    neox = GPTNeoXConfig(vocab_size=tok.vocab_size, max_len=64, d_model=128, num_heads=4,
+                         num_layers=4, d_ff=512, rotary_dim=8, parallel=True)  # fmt: skip
     whats = [s.what for s in trace(GPT(neox).eval(), tok, TEXT)]
     assert "Q rotated by position (RoPE, theta=10000, its first 8 of 32 features)" in whats
     parallel = "block output: x + self-attention(x) + feed-forward(x), in parallel"

@@ -156,6 +156,8 @@ def save_gpt2(model: GPT, path: str | Path) -> Path:
     from glassformer.checkpoint import write_directory_atomically
 
     c = model.config
+    if not isinstance(c, GPTConfig):
+        raise ValueError(f"a {c.title} model cannot be written as GPT-2 (its parts differ)")
     problems = []
     if not c.norm_first:
         problems.append("post-norm blocks (GPT-2 is pre-norm)")

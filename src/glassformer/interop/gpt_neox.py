@@ -22,18 +22,14 @@ Dh rows; glassformer's ``qkv_proj`` holds all of q, then k, then v.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from torch import Tensor
 
-from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.errors import shown
+from glassformer.checkpoint import register_format
 from glassformer.interop._hf import load_directory, taker
-from glassformer.interop.llama import rope_theta
-from glassformer.models.gpt import GPT, GPTConfig
+from glassformer.models.families import GPTNeoXConfig
+from glassformer.models.gpt import GPT
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_fast": "gelu_tanh", "relu": "relu"}  # fmt: skip
 # glassformer name inside a block → GPT-NeoX's, for the weights that are simply renamed.
 _BLOCK = (
     ("ln1", "input_layernorm"),
@@ -44,52 +40,7 @@ _BLOCK = (
 )
 
 
-def gpt_neox_config(hf: dict[str, Any]) -> GPTConfig:
-    """A ``GPTConfig`` equal to a GPT-NeoX ``config.json``; refuses what GPT cannot express."""
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise CheckpointError(
-            f"GPT-NeoX hidden_act={shown(act)} is not supported ({sorted(ACTIVATIONS)})"
-        )
-    if not hf.get("attention_bias", True):
-        raise CheckpointError(
-            "GPT-NeoX attention_bias=False is not supported (its MLP keeps biases: glassformer "
-            "has bias on all or none)"
-        )
-    d_model, num_heads = hf["hidden_size"], hf["num_attention_heads"]
-    head_dim = d_model // num_heads
-    params = hf.get("rope_parameters") or {}
-    fraction = params.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))
-    rotary_dim = int(head_dim * fraction)
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise CheckpointError(
-            f"GPT-NeoX rotary_pct={fraction} gives {rotary_dim} rotated features of "
-            f"{head_dim}; glassformer needs an even number ≥ 2"
-        )
-    theta = rope_theta({"rope_theta": hf.get("rotary_emb_base", 10000.0), **hf}, "GPT-NeoX")
-    return GPTConfig(
-        vocab_size=hf["vocab_size"],
-        max_len=hf.get("max_position_embeddings", 2048),
-        d_model=d_model,
-        num_heads=num_heads,
-        num_layers=hf["num_hidden_layers"],
-        d_ff=hf["intermediate_size"],
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation=ACTIVATIONS[act],  # type: ignore[arg-type]
-        positional="rope",
-        rope_theta=theta,
-        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        parallel=bool(hf.get("use_parallel_residual", True)),
-        norm="layer",
-        norm_eps=hf.get("layer_norm_eps", 1e-5),
-        bias=True,
-        tie_weights=hf.get("tie_word_embeddings", False),
-        pad_id=None,
-    )
-
-
-def from_gpt_neox_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+def from_gpt_neox_state(state: dict[str, Tensor], config: GPTNeoXConfig) -> dict[str, Tensor]:
     """GPT-NeoX weights under Hugging Face's names (``gpt_neox.`` prefix optional) → a GPT
     state dict."""
     state = {k.removeprefix("gpt_neox."): v for k, v in state.items()}
@@ -113,7 +64,7 @@ def from_gpt_neox_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str
 
 def load_gpt_neox(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face GPT-NeoX directory ``path``, in eval mode."""
-    return load_directory(GPT, path, "gpt_neox", gpt_neox_config, from_gpt_neox_state)
+    return load_directory(GPT, path, "gpt_neox", GPTNeoXConfig.from_hf, from_gpt_neox_state)
 
 
 register_format("gpt_neox", "gpt", load_gpt_neox)

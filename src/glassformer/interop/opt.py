@@ -23,15 +23,14 @@ OPT-350m is the exception: post-norm blocks with no final norm (``norm_first=Fal
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.errors import shown
+from glassformer.checkpoint import register_format
 from glassformer.interop._hf import load_directory, taker
-from glassformer.models.gpt import GPT, GPTConfig
+from glassformer.models.families import OPTConfig
+from glassformer.models.gpt import GPT
 
 POSITION_OFFSET = 2  # OPT's table starts two rows before position 0
 _BLOCK = (
@@ -43,44 +42,7 @@ _BLOCK = (
 )
 
 
-def opt_config(hf: dict[str, Any]) -> GPTConfig:
-    """A ``GPTConfig`` equal to an OPT ``config.json``; refuses what GPT cannot express."""
-    d_model = hf["hidden_size"]
-    embed_dim = hf.get("word_embed_proj_dim") or d_model
-    pre_norm = bool(hf.get("do_layer_norm_before", True))
-    refused = {
-        "layer_norm_elementwise_affine": not hf.get("layer_norm_elementwise_affine", True),
-        "enable_bias": not hf.get("enable_bias", True),
-    }
-    for option, unsupported in refused.items():
-        if unsupported:
-            raise CheckpointError(f"OPT {option}={shown(hf.get(option))} is not supported")
-    act = hf.get("activation_function", "relu")
-    if act not in ("relu", "gelu"):
-        raise CheckpointError(f"OPT activation_function={shown(act)} is not supported (relu, gelu)")
-    return GPTConfig(
-        vocab_size=hf["vocab_size"],
-        max_len=hf.get("max_position_embeddings", 2048),
-        d_model=d_model,
-        num_heads=hf["num_attention_heads"],
-        num_layers=hf["num_hidden_layers"],
-        d_ff=hf["ffn_dim"],
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation=act,
-        positional="learned",
-        norm_first=pre_norm,
-        final_norm=pre_norm and not hf.get("_remove_final_layer_norm", False),
-        embed_dim=None if embed_dim == d_model else embed_dim,
-        norm="layer",
-        norm_eps=1e-5,  # OPT's LayerNorms keep torch's default
-        bias=True,
-        tie_weights=hf.get("tie_word_embeddings", True),
-        pad_id=None,
-    )
-
-
-def from_opt_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+def from_opt_state(state: dict[str, Tensor], config: OPTConfig) -> dict[str, Tensor]:
     """OPT weights under Hugging Face's names (``model.decoder.`` or ``decoder.``) → a GPT
     state dict."""
     state = {k.removeprefix("model.").removeprefix("decoder."): v for k, v in state.items()}
@@ -107,7 +69,7 @@ def from_opt_state(state: dict[str, Tensor], config: GPTConfig) -> dict[str, Ten
 
 def load_opt(path: str | Path) -> GPT:
     """A ``GPT`` with the weights of the Hugging Face OPT directory ``path``, in eval mode."""
-    return load_directory(GPT, path, "opt", opt_config, from_opt_state)
+    return load_directory(GPT, path, "opt", OPTConfig.from_hf, from_opt_state)
 
 
 register_format("opt", "gpt", load_opt)

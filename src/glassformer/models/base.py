@@ -34,26 +34,16 @@ from glassformer.modules.hooks import (
     gradients,
     hook_points,
 )
+from glassformer.modules.norms import NORMS
 from glassformer.modules.position import POSITIONAL
 
 __all__ = [
-    "MAX_LAYERS",
-    "MODEL_KINDS",
-    "Activation",
-    "ConfigBase",
-    "ModelConfig",
-    "ModelOutput",
-    "Norm",
-    "Pooling",
-    "Positional",
-    "PretrainedModel",
-    "check_finite",
-    "is_integer",
-]
+    "MAX_LAYERS", "MODEL_KINDS", "Activation", "ConfigBase", "ModelConfig", "ModelOutput",
+    "Norm", "Pooling", "Positional", "PretrainedModel", "check_finite", "is_integer",
+]  # fmt: skip
 
-Activation = Literal[
-    "relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu_tanh"
-]  # the feed-forward's (modules.feedforward)
+# the feed-forward's (modules.feedforward)
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu_tanh"]
 # How positions enter (modules.position); "sinusoidal_halves" is Marian's layout.
 Positional = Literal["sinusoidal", "sinusoidal_halves", "learned", "rope"]
 Norm = Literal["layer", "rms", "gemma_rms"]  # LayerNorm, RMSNorm, Gemma's (modules.norms)
@@ -141,6 +131,14 @@ class ConfigBase:
             raise ValueError(f"global_tokens must be an integer >= 0, got {shown(glob)}")
         if glob and window is None:
             raise ValueError(f"global_tokens={glob} needs an attention_window")
+        choices: tuple[tuple[str, list[Any]], ...] = (
+            ("norm", list(NORMS)),
+            ("bias", [True, False]),
+        )
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                value = shown(getattr(self, name))
+                raise ValueError(f"{name} must be one of {allowed}, got {value}")
         if positional == "sinusoidal" and self.d_model % 2:  # type: ignore[attr-defined]
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")  # type: ignore[attr-defined]
 
@@ -198,6 +196,9 @@ class ModelConfig(ConfigBase):
             linear in the length; None (the paper) attends to all.
         global_tokens: with a window, the first this many positions see and are seen by
             every position (Longformer's [CLS]; in a causal stack, attention sinks).
+        norm, layer_norm_eps: "layer" (LayerNorm, the paper's), "rms" or "gemma_rms"; eps.
+        bias: biases in every linear layer and norm (False: none, q, k and v included).
+        scale_embeddings: the token embeddings × √d_model (the paper's translator).
     """
 
     max_len: int = 512
@@ -214,6 +215,10 @@ class ModelConfig(ConfigBase):
     pad_id: int | None = 0
     attention_window: int | None = None
     global_tokens: int = 0
+    norm: Norm = "layer"
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
+    scale_embeddings: bool = False
 
 
 class PretrainedModel(nn.Module):

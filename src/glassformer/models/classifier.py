@@ -99,7 +99,6 @@ class ClassifierConfig(ModelConfig):
     d_ff: int = 512
     positional: Positional = "learned"
     pooling: Pooling = "mean"
-    scale_embeddings: bool = False
 
     PRESETS: ClassVar[dict] = {
         # Bloem's classifier: k=128, 8 wide heads (each k wide), depth 6, 4k ReLU FF,

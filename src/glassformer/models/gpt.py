@@ -17,7 +17,7 @@ Reading order of one forward: this file, ``models/backbone.py``, ``modules/block
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
 import torch
@@ -31,17 +31,16 @@ from glassformer.models.base import (
     Activation,
     ModelConfig,
     ModelOutput,
-    Norm,
     Positional,
     check_finite,
 )
 from glassformer.models.common import cross_entropy
+from glassformer.models.families import DecoderConfig, Readout, legacy
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.masks import key_mask
-from glassformer.modules.norms import NORMS
 from glassformer.modules.position import TokenEmbedding
 
 
@@ -58,18 +57,9 @@ class GPTConfig(ModelConfig):
     ``norm_eps`` is the norms' epsilon; ``layer_norm_eps`` is its older name, kept equal
     to it (a config giving only one sets both).
 
-    The parts other families bring: ``bias="qkv"`` (biases on the q, k and v projections
-    only: Qwen2), ``qk_norm`` (an RMSNorm over each head's queries and keys before the
-    rotation: Qwen3), ``rotary_dim`` (rotate only the first this many features of each
-    head: GPT-NeoX), ``parallel`` (attention and MLP read the same stream: GPT-NeoX).
-    Gemma's: ``norm="gemma_rms"``, ``scale_embeddings`` (× √d_model), ``attention_scale``
-    (the scores' factor instead of 1/√Dh), ``sandwich_norms`` (each sub-layer's output
-    normalised before the sum), ``full_attention_layers`` (the layers that do not slide
-    although ``attention_window`` is set), ``rope_local_theta`` (the sliding layers' base),
-    ``final_softcap`` (logits = c·tanh(logits / c)), ``attention_softcap`` (the same on
-    every attention score, Gemma 2's). OPT-350m's: ``embed_dim`` (token embeddings narrower
-    than d_model, projected in after the lookup and out before the head) and
-    ``final_norm=False`` (a post-norm stack with no norm after its last block).
+    The pretrained families with parts of their own (Llama, Qwen, Gemma, GPT-NeoX, OPT)
+    have configs of their own in ``models/families/``; ``GPT`` runs any of them, and
+    ``from_dict`` reads a saved one back by its ``family``.
     """
 
     vocab_size: int
@@ -81,26 +71,12 @@ class GPTConfig(ModelConfig):
     activation: Activation = "gelu"
     norm_first: bool = True
     positional: Positional = "learned"
-    bias: bool | Literal["qkv"] = True
     tie_weights: bool = True
-    layer_norm_eps: float = 1e-5
-    norm: Norm = "layer"
     norm_eps: float | None = None
     num_kv_heads: int | None = None
     rope_theta: float = 10000.0
-    qk_norm: bool = False
-    rotary_dim: int | None = None
-    parallel: bool = False
-    scale_embeddings: bool = False
-    attention_scale: float | None = None
-    sandwich_norms: bool = False
-    full_attention_layers: list[int] = field(default_factory=list)
-    rope_local_theta: float | None = None
-    final_softcap: float | None = None
-    attention_softcap: float | None = None
-    embed_dim: int | None = None
-    final_norm: bool = True
 
+    family: ClassVar[str] = "gpt"
     EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("rope",)
     PRESETS: ClassVar[dict] = {
         # nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, context 64.
@@ -134,8 +110,6 @@ class GPTConfig(ModelConfig):
         if self.norm_eps is None:
             self.norm_eps = self.layer_norm_eps
         self.layer_norm_eps = self.norm_eps
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {list(NORMS)}, got {shown(self.norm)}")
         self._check()
         if self.num_kv_heads is not None and (
             self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads
@@ -145,29 +119,37 @@ class GPTConfig(ModelConfig):
                 f"got {self.num_kv_heads}"
             )
         head_dim = self.head_dim or self.d_model // self.num_heads
-        if self.positional == "rope" and (self.rotary_dim or head_dim) % 2:
-            raise ValueError("positional='rope' needs an even head width (or rotary_dim)")
-        if self.rotary_dim is not None and not 0 < self.rotary_dim <= head_dim:
-            raise ValueError(
-                f"rotary_dim must be in 1..{head_dim} (the head width), got {self.rotary_dim}"
-            )
-        if self.bias not in (True, False, "qkv"):
-            raise ValueError(f"bias must be True, False or 'qkv', got {shown(self.bias)}")
-        self.full_attention_layers = list(self.full_attention_layers)
-        if any(not 0 <= i < self.num_layers for i in self.full_attention_layers):
-            raise ValueError(
-                f"full_attention_layers must be layer indices in 0..{self.num_layers - 1}, "
-                f"got {list(self.full_attention_layers)}"
-            )
-        if self.embed_dim is not None and self.embed_dim <= 0:
-            raise ValueError(f"embed_dim must be a positive integer or None, got {self.embed_dim}")
-        for name in ("rope_theta", "attention_scale", "rope_local_theta", "final_softcap",
-                     "attention_softcap"):  # fmt: skip
-            check_finite(name, getattr(self, name), minimum=0.0, above=True)  # None passes
+        if self.positional == "rope" and head_dim % 2:
+            raise ValueError("positional='rope' needs an even head width")
+        check_finite("rope_theta", self.rope_theta, minimum=0.0, above=True)
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(
                 f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})"
             )
+
+    def parts(self) -> dict[str, Any]:
+        """The keyword arguments of ``Backbone`` (``models.parts.decoder_only``)."""
+        return parts.decoder_only(self)
+
+    def readout(self) -> Readout:
+        return Readout()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        """The config ``values`` describe: this class's, or (``"family"`` other than
+        "gpt") that family's; a config saved before the families had files of their own
+        is read as the family its fields describe (``families.legacy``)."""
+        family = values.get("family", "gpt")
+        upgraded = (
+            DecoderConfig.from_dict(values)
+            if family != "gpt"
+            else legacy.upgrade({k: v for k, v in values.items() if k != "family"})
+        )
+        if isinstance(upgraded, DecoderConfig) and cls is not GPTConfig:
+            raise ValueError(f"{cls.__name__} is built on the textbook GPT, not {upgraded.title}")
+        if isinstance(upgraded, DecoderConfig):
+            return upgraded
+        return super().from_dict(upgraded)
 
 
 class GPT(Backbone):
@@ -175,16 +157,20 @@ class GPT(Backbone):
 
     kind = "gpt"
     config_class = GPTConfig
-    config: GPTConfig
+    config: GPTConfig | DecoderConfig
     embed: TokenEmbedding
     HEADS = ("lm_head",)
 
-    def __init__(self, config: GPTConfig) -> None:
-        super().__init__(config, **parts.decoder_only(config))
-        width = config.embed_dim or config.d_model
+    def __init__(self, config: GPTConfig | DecoderConfig) -> None:
+        """``config``: the textbook decoder's (``GPTConfig``) or a family's
+        (``models.families``), whose parts this model runs."""
+        super().__init__(config, **config.parts())
+        readout = config.readout()
+        width = readout.embed_width or config.d_model
         self.project_out = (
-            None if config.embed_dim is None else nn.Linear(config.d_model, width, bias=False)
+            None if readout.embed_width is None else nn.Linear(config.d_model, width, bias=False)
         )
+        self.final_softcap = readout.softcap  # logits = c·tanh(logits / c) (Gemma)
         self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
         self.hook_logits = HookPoint()  # (B, T, V)
         init_gpt_weights(self, config.num_layers)
@@ -250,16 +236,18 @@ class GPT(Backbone):
         if self.project_out is not None:  # OPT-350m: back to the embeddings' width
             x = self.project_out(x)
         logits = self.lm_head(x)
-        cap = self.config.final_softcap
+        cap = self.final_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def new_cache(self) -> DecoderCache:
         """An empty key/value cache for incremental decoding with ``forward(..., cache=)``."""
         reach: list[int | None] = []  # each layer's reach back (None: every key)
+        global_tokens = 0
         for block in self.blocks:
-            window = cast(MultiHeadAttention, cast(Block, block).attn).window
-            reach.append(None if window is None else window[0])
-        return DecoderCache(len(reach), windows=reach, global_tokens=self.config.global_tokens)
+            attn = cast(MultiHeadAttention, cast(Block, block).attn)
+            reach.append(None if attn.window is None else attn.window[0])
+            global_tokens = max(global_tokens, attn.global_tokens)
+        return DecoderCache(len(reach), windows=reach, global_tokens=global_tokens)
 
     @torch.no_grad()
     def generate(

@@ -26,7 +26,6 @@ from glassformer.models.backbone import Backbone
 from glassformer.models.base import (
     ModelConfig,
     ModelOutput,
-    Norm,
     PretrainedModel,
     check_finite,
     is_integer,
@@ -63,9 +62,6 @@ class Seq2SeqConfig(ModelConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-    norm: Norm = "layer"
-    layer_norm_eps: float = 1e-5
-    bias: bool = True
     attention_scale: float | None = None
     relative_buckets: int = 32
     relative_max_distance: int = 128

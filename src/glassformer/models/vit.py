@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
-from glassformer.models.base import Activation, ConfigBase, ModelOutput
+from glassformer.models.base import Activation, ConfigBase, ModelOutput, Norm
 from glassformer.models.common import cross_entropy, pool
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.patches import PatchEmbedding, check_patches
@@ -64,6 +64,9 @@ class ViTConfig(ConfigBase):
     positional: Literal["learned", "sinusoidal"] = "learned"
     pooling: ImagePooling = "cls"
     qkv_bias: bool = True
+    norm: Norm = "layer"
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
 
     PRESETS: ClassVar[dict] = {
         "tiny": dict(d_model=32, num_heads=2, num_layers=2, d_ff=64),

@@ -33,22 +33,28 @@ from glassformer.interop._hf import (
     reset_meta_buffers,
     skeleton,
 )
-from glassformer.interop.gemma import from_gemma_state, gemma_config
+from glassformer.interop.gemma import from_gemma_state
 from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
-from glassformer.interop.gpt_neox import from_gpt_neox_state, gpt_neox_config
-from glassformer.interop.llama import from_llama_state, llama_config
-from glassformer.interop.qwen import qwen2_config, qwen3_config
+from glassformer.interop.gpt_neox import from_gpt_neox_state
+from glassformer.interop.llama import from_llama_state
 from glassformer.kernels.quantize import compute_from_blocks
 from glassformer.kernels.quantized import GGUF_DTYPES
+from glassformer.models.families import (
+    GemmaConfig,
+    GPTNeoXConfig,
+    LlamaConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
 from glassformer.models.gpt import GPT
 
 # model_type → (its config reader, its weight map), as for a Hugging Face directory
 CONFIGS: dict[str, tuple[Any, Any]] = {
-    "llama": (llama_config, lambda s, c: from_llama_state(s, c, "Llama")),
-    "qwen2": (qwen2_config, lambda s, c: from_llama_state(s, c, "Qwen2")),
-    "qwen3": (qwen3_config, lambda s, c: from_llama_state(s, c, "Qwen3")),
-    "gemma3_text": (lambda hf: gemma_config(hf, "Gemma 3"), from_gemma_state),
-    "gpt_neox": (gpt_neox_config, from_gpt_neox_state),
+    "llama": (LlamaConfig.from_hf, lambda s, c: from_llama_state(s, c, "Llama")),
+    "qwen2": (Qwen2Config.from_hf, lambda s, c: from_llama_state(s, c, "Qwen2")),
+    "qwen3": (Qwen3Config.from_hf, lambda s, c: from_llama_state(s, c, "Qwen3")),
+    "gemma3_text": (GemmaConfig.from_hf, from_gemma_state),
+    "gpt_neox": (GPTNeoXConfig.from_hf, from_gpt_neox_state),
 }
 
 

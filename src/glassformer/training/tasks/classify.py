@@ -228,6 +228,10 @@ def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool
         )
         model = TransformerClassifier(config)
     elif source.kind == "gpt":  # the causal blocks, and a head on the last real token
+        if not isinstance(source.config, GPTConfig):
+            raise ValueError(
+                f"a classifier is built on the textbook GPT; {source.config.title} is not one"
+            )
         gpt = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(GPTConfig)}
         model = GPTClassifier(GPTClassifierConfig(**gpt, num_classes=num_classes))
     else:  # bert, sentence: BertConfig's fields are the encoder's shape

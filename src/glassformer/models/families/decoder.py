@@ -1,0 +1,268 @@
+"""What every decoder family shares: the fields, their rules, and what a family file adds.
+
+A family is one file in this folder (``llama.py``, ``gemma.py``, ...). Each holds
+
+- a frozen config of the family's own fields, subclassing ``DecoderConfig`` (the fields
+  every decoder has) and naming itself with ``family`` (the key saved checkpoints carry);
+- ``from_hf(config_dict)``: that config from a Hugging Face ``config.json`` (or a GGUF
+  file's metadata read as one), refusing by name any field it does not know and any value
+  it cannot build;
+- ``parts()``: the keyword arguments of ``Backbone`` (embeddings, blocks, final norm), built
+  from the modules in ``glassformer.modules``; and ``readout()`` where the head differs.
+
+``GPT(config)`` runs any of them; the weight maps from a family's files live in ``interop/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, TypeVar
+
+from glassformer.checkpoint import CheckpointError
+from glassformer.errors import shown
+from glassformer.models.base import ConfigBase, check_finite, is_integer
+from glassformer.modules.attention import check_dropout, check_heads
+
+D = TypeVar("D", bound="DecoderConfig")
+
+# family name → its config class (each family's class adds itself as it is defined)
+FAMILIES: dict[str, type[DecoderConfig]] = {}
+
+# Fields a transformers config.json may carry that do not change the model's numbers: its
+# provenance, the special tokens, generation's defaults, training's initialisation and
+# dropouts (glassformer reads for inference; dropout is 0 there).
+HF_IGNORED = frozenset(
+    [
+        "_name_or_path",
+        "_commit_hash",
+        "_attn_implementation_autoset",
+        "architectures",
+        "attn_implementation",
+        "transformers_version",
+        "model_type",
+        "dtype",
+        "torch_dtype",
+        "use_bfloat16",
+        "use_cache",
+        "torchscript",
+        "tf_legacy_loss",
+        "return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "return_dict_in_generate",
+        "chunk_size_feed_forward",
+        "is_encoder_decoder",
+        "is_decoder",
+        "add_cross_attention",
+        "cross_attention_hidden_size",
+        "tie_encoder_decoder",
+        "pruned_heads",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "problem_type",
+        "finetuning_task",
+        "tokenizer_class",
+        "prefix",
+        "task_specific_params",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "initializer_range",
+        "init_std",
+        "initializer_factor",
+        "classifier_dropout",
+        "hidden_dropout",
+        "attention_dropout",
+        "dropout",
+        "activation_dropout",
+        "resid_pdrop",
+        "embd_pdrop",
+        "attn_pdrop",
+        "layerdrop",
+        "gradient_checkpointing",
+        "cache_implementation",
+        "is_llama_config",
+        "transformers.js_config",
+    ]
+)
+
+
+class Readout(NamedTuple):
+    """How the final states become logits, where a family differs from a plain head:
+    ``embed_width`` (the states projected to the embeddings' narrower width first, OPT-350m)
+    and ``softcap`` (logits = c·tanh(logits / c), Gemma's)."""
+
+    embed_width: int | None = None
+    softcap: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderConfig(ConfigBase):
+    """The fields every decoder family has. A family subclasses it with its own fields
+    and ``parts()``; ``DecoderConfig.from_dict`` reads any family's saved config back."""
+
+    family: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # the family's name in messages ("Llama")
+    HF_READS: ClassVar[frozenset[str]] = frozenset()  # the config.json fields from_hf reads
+
+    vocab_size: int  # tokens in the vocabulary
+    max_len: int = 2048  # the longest sequence (rotary angles are computed this far)
+    d_model: int  # the residual stream's width
+    num_heads: int  # query heads per layer
+    num_kv_heads: int | None = None  # key/value heads (grouped-query); None: num_heads
+    head_dim: int | None = None  # each head's width; None: d_model // num_heads
+    num_layers: int
+    d_ff: int  # the MLP's hidden width
+    norm_eps: float = 1e-6  # every norm's epsilon
+    tie_weights: bool = False  # the vocabulary head reads the token embedding
+    dropout: float = 0.0  # on embeddings and sub-layer outputs (training only)
+    attention_dropout: float = 0.0  # on the attention weights (training only)
+    pad_id: int | None = None  # the padding token; None for vocabularies without one
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "family" in cls.__dict__:
+            FAMILIES[cls.family] = cls
+
+    def __post_init__(self) -> None:
+        self._check_sizes()
+        check_heads(self.d_model, self.num_heads, self.head_dim)
+        check_dropout(self.dropout)
+        check_dropout(self.attention_dropout, "attention_dropout")
+        kv = self.num_kv_heads
+        if kv is not None and (not is_integer(kv) or kv <= 0 or self.num_heads % kv):
+            raise ValueError(
+                f"num_kv_heads must be a positive divisor of num_heads={self.num_heads}, "
+                f"got {shown(kv)}"
+            )
+        if self.pad_id is not None and not (
+            is_integer(self.pad_id) and 0 <= self.pad_id < self.vocab_size
+        ):
+            raise ValueError(f"pad_id={shown(self.pad_id)} is outside [0, {self.vocab_size})")
+        check_finite("norm_eps", self.norm_eps, minimum=0.0)
+
+    @property
+    def width(self) -> int:
+        """Each head's width."""
+        return self.head_dim or self.d_model // self.num_heads
+
+    def parts(self) -> dict[str, Any]:
+        """The keyword arguments of ``Backbone``: the family's embeddings, blocks, norm."""
+        raise NotImplementedError(f"{type(self).__name__} builds no parts")
+
+    def readout(self) -> Readout:
+        """How the head differs from a plain vocabulary projection (by default it does not)."""
+        return Readout()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[D], values: dict[str, Any]) -> D:
+        """The config ``values`` (``to_dict``'s) describe: its ``family``'s class."""
+        family = values.get("family", cls.family)
+        if family not in FAMILIES:
+            raise ValueError(f"unknown model family {shown(family)}; known: {sorted(FAMILIES)}")
+        target = FAMILIES[family]
+        known = {f.name for f in dataclasses.fields(target)}
+        unknown = sorted(set(values) - known - {"family"})
+        if unknown:
+            raise ValueError(
+                f"{target.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
+            )
+        return target(**{k: v for k, v in values.items() if k != "family"})  # type: ignore[return-value]
+
+    @classmethod
+    def check_hf_fields(cls, hf: dict[str, Any]) -> None:
+        """Refuse, naming them, the fields of ``hf`` this family neither reads nor knows to
+        leave the numbers alone: a field glassformer does not know may change the model."""
+        unknown = sorted(set(hf) - cls.HF_READS - HF_IGNORED)
+        if unknown:
+            raise CheckpointError(
+                f"{cls.title} config field(s) {shown(unknown)} are not known to glassformer, "
+                "which cannot tell whether they change the model; it reads "
+                f"{sorted(cls.HF_READS)}"
+            )
+
+
+def refuse(family: str, field: str, value: Any, expected: str = "") -> CheckpointError:
+    """One error: ``family``'s ``field`` has a value glassformer does not build."""
+    wanted = f" ({expected})" if expected else ""
+    return CheckpointError(f"{family} {field}={shown(value)} is not supported{wanted}")
+
+
+def rope_theta(hf: dict[str, Any], family: str, default: float = 10000.0) -> float:
+    """The rotary base of ``hf``, refusing any rope scaling (transformers 4's and 5's
+    spellings): a scaled rotary turns positions otherwise."""
+    params = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling")
+    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
+        raise refuse(family, "rope_scaling", scaling, "only None")
+    if params.get("rope_type", "default") != "default":
+        raise refuse(family, "rope_parameters rope_type", params["rope_type"])
+    return float(params.get("rope_theta", hf.get("rope_theta", default)))
+
+
+def window_from_sliding(family: str, sliding_window: Any) -> int | None:
+    """Hugging Face's ``sliding_window`` W (each query sees W keys, itself included) as the
+    keys before the query that glassformer's windows count: W − 1; None stays None."""
+    if sliding_window is None:
+        return None
+    if not is_integer(sliding_window) or sliding_window < 2:
+        raise refuse(family, "sliding_window", sliding_window, ">= 2")
+    return int(sliding_window) - 1
+
+
+def layer_windows(family: str, hf: dict[str, Any], default_types: list[str]) -> dict[str, Any]:
+    """``attention_window`` and ``full_attention_layers`` of a config whose layers are each
+    "sliding_attention" or "full_attention": its ``layer_types``, or ``default_types`` (the
+    family's own pattern) where it has none."""
+    types = hf.get("layer_types")
+    types = default_types if types is None else types
+    if len(types) != hf["num_hidden_layers"] or set(types) - {
+        "sliding_attention",
+        "full_attention",
+    }:
+        raise refuse(family, "layer_types", types)
+    if "sliding_attention" not in types:
+        return {"attention_window": None, "full_attention_layers": ()}
+    return {
+        "attention_window": window_from_sliding(family, hf.get("sliding_window")),
+        "full_attention_layers": tuple(i for i, t in enumerate(types) if t == "full_attention"),
+    }
+
+
+def check_layers(field: str, layers: tuple[int, ...], num_layers: int) -> None:
+    """``layers`` are layer indices of a ``num_layers``-layer stack."""
+    if any(not is_integer(i) or not 0 <= i < num_layers for i in layers):
+        raise ValueError(
+            f"{field} must be layer indices in 0..{num_layers - 1}, got {shown(list(layers))}"
+        )
