@@ -16,7 +16,7 @@ from glassformer import GatedFeedForward  # noqa: E402
 from glassformer.kernels.gguf_blocks import Q4_0, Q8_0  # noqa: E402
 from glassformer.kernels.gguf_linear import GGUFLinear  # noqa: E402
 from glassformer.kernels.gguf_mlp import FusedGatedFeedForward  # noqa: E402
-from glassformer.modules.hooks import hook_points  # noqa: E402
+from glassformer.modules.hooking import hook_points  # noqa: E402
 
 D, FF = 64, 96
 

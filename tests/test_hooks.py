@@ -24,7 +24,7 @@ from glassformer import (
     VisionTransformer,
     ViTConfig,
 )
-from glassformer.modules.hooks import ActivationCache, hook_points
+from glassformer.modules.hooking import ActivationCache, hook_points
 
 V = 40
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from glassformer import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
-from glassformer.modules.masks import combine_masks
+from glassformer.modules.sdpa import combine_masks
 
 FAST = settings(max_examples=60, deadline=None)
 dims = st.integers(1, 4)

@@ -34,7 +34,7 @@ from glassformer.generation.static import (
     use_whole_buffers,
 )
 from glassformer.modules.cache import DecoderCache
-from glassformer.modules.masks import attention_mask_to_key_mask
+from glassformer.modules.sdpa import attention_mask_to_key_mask
 
 Streamer = Callable[[Tensor], None]  # called with each step's new tokens (B,)
 

@@ -19,7 +19,7 @@ from glassformer.generation.beam import beam_search, decoder_logits, never_speci
 from glassformer.generation.config import GenerationConfig, resolve_config
 from glassformer.generation.protocols import Seq2SeqLM
 from glassformer.generation.sampling import Streamer, apply_repetition_penalty, choose_next
-from glassformer.modules.masks import auto_padding_mask
+from glassformer.modules.sdpa import auto_padding_mask
 
 _SEQ2SEQ_CALL_ARGUMENTS = ("generation_config", "src_mask", "generator", "streamer")
 

@@ -38,7 +38,7 @@ from glassformer.generation.protocols import CausalLM
 from glassformer.kernels.gguf_kernels import kernels
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.cache import DecoderCache, StaticKVCache
-from glassformer.modules.hooks import hook_points
+from glassformer.modules.hooking import hook_points
 
 
 def static_cache(model: CausalLM, batch: int, capacity: int) -> DecoderCache:

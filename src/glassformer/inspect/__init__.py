@@ -28,7 +28,7 @@ from glassformer.inspect.patching import (
 from glassformer.inspect.paths import path_patching
 
 # the cache run_with_cache returns lives with the hook points (models return it)
-from glassformer.modules.hooks import ActivationCache
+from glassformer.modules.hooking import ActivationCache
 
 __all__ = [
     "ActivationCache",

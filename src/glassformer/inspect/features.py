@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from glassformer.models.base import PretrainedModel
-from glassformer.modules.hooks import hook_points, select
+from glassformer.modules.hooking import hook_points, select
 
 
 class _EnoughError(Exception):

@@ -1,4 +1,4 @@
-"""Attention masks in ``keras.ops``, as in ``glassformer.modules.masks``.
+"""Attention masks in ``keras.ops``, as in ``glassformer.modules.sdpa``.
 
 Boolean, True = may attend: ``padding_mask(ids)`` is (B, 1, 1, T), the keys that are real
 tokens; ``causal_mask(Tq, Tk)`` is (Tq, Tk), the keys at or before each query's position.

@@ -24,7 +24,7 @@ from glassformer.kernels.quantize import InferencePrecision, prepare_for_inferen
 from glassformer.models.legacy import upgrade_state_dict
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
-from glassformer.modules.hooks import (
+from glassformer.modules.hooking import (
     OPT_IN,
     ActivationCache,
     HookFn,
@@ -291,7 +291,7 @@ class PretrainedModel(nn.Module):
         )
         return self
 
-    # ---- looking inside: hook points (glassformer.modules.hooks) ----------------------
+    # ---- looking inside: hook points (glassformer.modules.hooks, .hooking) -------------
 
     def hook_names(self) -> list[str]:
         """Every hook point of this model, in the module tree's order (see ``hooks``)."""

@@ -22,7 +22,7 @@ from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ModelConfig, Pooling, Positional
 from glassformer.models.classifier import SequenceClassifier
-from glassformer.modules.masks import key_mask
+from glassformer.modules.sdpa import key_mask
 
 
 @dataclass(kw_only=True)

@@ -28,7 +28,7 @@ from glassformer.models.base import (
 from glassformer.models.common import POOLING, cross_entropy, pool
 from glassformer.models.gpt import GPTClassifierConfig, init_gpt_weights
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.masks import key_mask
+from glassformer.modules.sdpa import key_mask
 
 
 class SequenceClassifier(Backbone):

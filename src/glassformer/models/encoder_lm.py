@@ -16,8 +16,8 @@ from glassformer.models.backbone import Backbone
 from glassformer.models.base import ModelConfig, ModelOutput, Positional
 from glassformer.models.common import cross_entropy
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.masks import key_mask
 from glassformer.modules.position import TokenEmbedding
+from glassformer.modules.sdpa import key_mask
 
 
 @dataclass(kw_only=True)

@@ -26,7 +26,7 @@ from glassformer.errors import CheckpointError, one_line, shown
 from glassformer.models.base import Pooling
 from glassformer.models.bert import BertConfig, BertEncoder
 from glassformer.models.common import POOLING, pool
-from glassformer.modules.masks import key_mask
+from glassformer.modules.sdpa import key_mask
 
 MINILM_NAME = "all-MiniLM-L6-v2"  # the packaged model SentenceEncoder.from_pretrained() loads
 

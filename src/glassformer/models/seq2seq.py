@@ -34,7 +34,7 @@ from glassformer.models.common import cross_entropy
 from glassformer.modules.block import StackOutput
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.masks import key_mask
+from glassformer.modules.sdpa import key_mask
 
 
 @dataclass(kw_only=True)

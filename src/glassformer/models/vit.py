@@ -26,8 +26,8 @@ from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ConfigBase, ModelOutput, Norm
 from glassformer.models.common import cross_entropy, pool
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.patches import PatchEmbedding, check_patches
-from glassformer.modules.position import LearnedPositionalEmbedding, SinusoidalGridEncoding
+from glassformer.modules.patches import PatchEmbedding, SinusoidalGridEncoding, check_patches
+from glassformer.modules.position import LearnedPositionalEmbedding
 
 ImagePooling = Literal["cls", "mean"]
 

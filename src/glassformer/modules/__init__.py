@@ -10,24 +10,24 @@ from glassformer.modules.local_attention import (
     local_attention,
     window_mask,
 )
-from glassformer.modules.masks import (
-    attention_mask_to_key_mask,
-    auto_padding_mask,
-    causal_mask,
-    combine_masks,
-    padding_mask,
-)
 from glassformer.modules.norms import LayerNorm, RMSNorm
-from glassformer.modules.patches import PatchEmbedding
+from glassformer.modules.patches import PatchEmbedding, SinusoidalGridEncoding
 from glassformer.modules.position import (
     LearnedPositionalEmbedding,
-    SinusoidalGridEncoding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
     positional_encoding,
 )
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
-from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
+from glassformer.modules.sdpa import (
+    AttentionOutput,
+    attention_mask_to_key_mask,
+    auto_padding_mask,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLayer, Stack
 
 __all__ = [

@@ -46,8 +46,7 @@ from torch import Tensor
 from glassformer.modules.band import Chunks, fused_band, global_rows, readable_band, unskew
 from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.masks import check_mask
-from glassformer.modules.sdpa import AttentionOutput, scaled_dot_product_attention
+from glassformer.modules.sdpa import AttentionOutput, check_mask, scaled_dot_product_attention
 
 # Queries per chunk: smaller wastes fewer scores (c + L + R computed for W kept), larger
 # makes fewer, bigger matmuls.
