@@ -388,7 +388,7 @@ def test_grouped_query_fused_path_shares_kv_heads_in_the_kernel_and_equals_the_r
 
 def test_one_query_under_compilation_equals_the_fused_kernel():
     """A decoding step's attention, compiled, is spelled out as products the compiler fuses
-    (``sdpa._one_query``): equal to PyTorch's fused kernel, grouped heads and a padding
+    (``one_query.one_query``): equal to PyTorch's fused kernel, grouped heads and a padding
     mask included."""
     from glassformer.kernels import gguf_linear
     from glassformer.modules.sdpa import fused_attention
@@ -403,3 +403,68 @@ def test_one_query_under_compilation_equals_the_fused_kernel():
         compiled = torch.compile(fused_attention, fullgraph=True)(q, k, v, m)
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
         torch.testing.assert_close(compiled, expected, atol=1e-6, rtol=0)
+
+
+# ---- attention from parts: the score part, the window part, the attend registry ---------
+
+
+def _pair(**options):
+    """Two layers with the same weights, ``options`` each."""
+    torch.manual_seed(0)
+    layers = [
+        MultiHeadAttention(d_model=16, num_heads=4, causal=True, **o) for o in options.values()
+    ]
+    for layer in layers[1:]:
+        layer.load_state_dict(layers[0].state_dict())
+    return layers
+
+
+def test_the_score_part_is_the_scale_and_cap_given_one_by_one():
+    from glassformer.modules import Scores
+
+    a, b = _pair(flags=dict(scale=0.3, softcap=2.0), part=dict(scores=Scores(0.3, 2.0)))
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(a(x).output, b(x).output, rtol=0, atol=0)
+    assert (b.scale, b.softcap) == (0.3, 2.0)
+    plain, capped = _pair(plain={}, capped=dict(scores=Scores(softcap=0.05)))
+    assert not torch.allclose(plain(x).output, capped(x).output)  # the cap is applied
+    with pytest.raises(ValueError, match="not both"):
+        MultiHeadAttention(d_model=16, num_heads=4, scale=0.3, scores=Scores(0.3))
+
+
+def test_a_layer_attends_by_the_function_it_names():
+    """``attend="readable"`` spells out what the fused kernel computes; a function registered
+    under a new name is the one a layer naming it calls; unknown names and a fused layer
+    asked to soft-cap are refused."""
+    from glassformer.modules import ATTEND, register_attend
+
+    fused, readable = _pair(fused=dict(attend="fused"), readable=dict(attend="readable"))
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(fused(x).output, readable(x).output, atol=1e-6, rtol=0)
+    calls = []
+
+    @register_attend("counted")
+    def counted(q, k, v, how):
+        calls.append(tuple(q.shape))
+        return ATTEND["readable"](q, k, v, how)
+
+    try:
+        (layer,) = _pair(counted=dict(attend="counted"))
+        layer.load_state_dict(fused.state_dict())
+        torch.testing.assert_close(layer(x).output, fused(x).output, atol=1e-6, rtol=0)
+        assert calls == [(2, 4, 5, 4)]
+    finally:
+        del ATTEND["counted"]
+    with pytest.raises(
+        ValueError, match=r"attend must be one of \['fused', 'readable', 'window'\]"
+    ):
+        MultiHeadAttention(d_model=16, num_heads=4, attend="flash")
+    with pytest.raises(ValueError, match="cannot soft-cap"):
+        MultiHeadAttention(d_model=16, num_heads=4, attend="fused", softcap=5.0)
+
+
+def test_the_window_part_is_the_pair_it_reaches():
+    from glassformer.modules import Window
+
+    layer = MultiHeadAttention(d_model=16, num_heads=4, causal=True, window=(3, 0))
+    assert layer.window == Window(3, 0) == (3, 0) and layer.window.left == 3

@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from glassformer.cache import cache_root
-from glassformer.modules.sdpa import register_one_query
+from glassformer.modules.one_query import register_one_query
 
 SOURCE = Path(__file__).with_name("csrc") / "gguf.c"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC")

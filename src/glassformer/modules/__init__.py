@@ -6,6 +6,7 @@ from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache, Sta
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
 from glassformer.modules.local_attention import (
     LocalWeights,
+    Window,
     band_to_dense,
     local_attention,
     window_mask,
@@ -20,12 +21,15 @@ from glassformer.modules.position import (
 )
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
 from glassformer.modules.sdpa import (
+    ATTEND,
     AttentionOutput,
+    Scores,
     attention_mask_to_key_mask,
     auto_padding_mask,
     causal_mask,
     combine_masks,
     padding_mask,
+    register_attend,
     scaled_dot_product_attention,
 )
 from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLayer, Stack
@@ -33,6 +37,7 @@ from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLay
 __all__ = [
     "ACTIVATIONS",
     "AttentionOutput",
+    "ATTEND",
     "Block",
     "BlockOutput",
     "Decoder",
@@ -53,12 +58,14 @@ __all__ = [
     "RollingKVCache",
     "RotaryAngles",
     "RotaryEmbedding",
+    "Scores",
     "SinusoidalGridEncoding",
     "SinusoidalPositionalEncoding",
     "Stack",
     "StackOutput",
     "StaticKVCache",
     "TokenEmbedding",
+    "Window",
     "attention_mask_to_key_mask",
     "auto_padding_mask",
     "band_to_dense",
@@ -67,6 +74,7 @@ __all__ = [
     "local_attention",
     "padding_mask",
     "positional_encoding",
+    "register_attend",
     "run_blocks",
     "scaled_dot_product_attention",
     "window_mask",

@@ -20,19 +20,18 @@ from torch import Tensor, nn
 from glassformer.modules.cache import KVCache
 from glassformer.modules.heads import check_dropout, check_heads, linear_rows, split_heads
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.local_attention import (
-    attend_window,
-    check_global_tokens,
-    check_window,
-)
+from glassformer.modules.local_attention import Window, check_global_tokens, check_window
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
-from glassformer.modules.sdpa import (
-    AttentionOutput,
-    fused_attention,
-    scaled_dot_product_attention,
-)
+from glassformer.modules.sdpa import ATTEND, Attending, AttentionOutput, Scores
 
-__all__ = ["AttentionOutput", "MultiHeadAttention", "check_dropout", "check_heads"]
+__all__ = [
+    "AttentionOutput",
+    "MultiHeadAttention",
+    "Scores",
+    "Window",
+    "check_dropout",
+    "check_heads",
+]
 
 
 class MultiHeadAttention(nn.Module):
@@ -78,6 +77,11 @@ class MultiHeadAttention(nn.Module):
             they enter attention, so every path (fused, readable, windowed) honours it.
         softcap: squash the scores into (−c, c) as c·tanh(s / c) before the mask (Gemma 2);
             such a layer always attends on the readable path.
+        scores: the two above as one part, ``Scores(scale, softcap)`` (give one or the other).
+        attend: the name in ``modules.sdpa.ATTEND`` of the way this layer always attends
+            ("readable", "fused", "window", or one registered elsewhere); None chooses per
+            call: the window's where there is one, the readable path where the weights, their
+            hooks, a soft cap or a bias need it, else PyTorch's fused kernel.
     """
 
     def __init__(
@@ -98,8 +102,18 @@ class MultiHeadAttention(nn.Module):
         k_norm: nn.Module | None = None,
         scale: float | None = None,
         softcap: float | None = None,
+        scores: Scores | None = None,
+        attend: str | None = None,
     ) -> None:
         super().__init__()
+        if scores is not None and (scale is not None or softcap is not None):
+            raise ValueError("give scores=Scores(scale, softcap) or scale=/softcap=, not both")
+        if attend is not None and attend not in ATTEND:
+            raise ValueError(f"attend must be one of {sorted(ATTEND)} or None, got {attend!r}")
+        if attend == "fused" and (softcap is not None or (scores and scores.softcap)):
+            raise ValueError("the fused kernel cannot soft-cap the scores; attend='readable'")
+        if (attend == "window") != (window is not None) and attend is not None:
+            raise ValueError(f"attend={attend!r} with window={window!r}: a window attends 'window'")
         if (q_norm is None) != (k_norm is None):
             raise ValueError("q_norm and k_norm come together: give both or neither")
         head_dim = check_heads(d_model, num_heads, head_dim)
@@ -133,7 +147,8 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
         self.q_norm, self.k_norm = q_norm, k_norm
-        self.scale, self.softcap = scale, softcap
+        self.scores = Scores(scale, softcap) if scores is None else scores
+        self.attend = attend
         # What a look inside can read or replace (B batch, T positions, H heads):
         self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)
         self.hook_k = HookPoint()  # (B, Tk, Hkv, Dh); this call's keys, not the cached ones
@@ -198,20 +213,39 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
         else:
             q, k, v = self._project_memory(query, key, value, cache)
-        if self.scale is not None:  # scores × scale instead of / √Dh
-            q = q * (self.scale * self.head_dim**0.5)
+        q = self.scores.queries(q)  # scores × scale instead of / √Dh, where it has one
         looking = need_weights or bool(self.hook_attn_scores.fns or self.hook_pattern.fns)
-        plain = self.softcap is None and bias is None  # (the others take the readable path)
-        if self.window is None and not looking and k.dtype == q.dtype and plain:  # the common case
-            dropout_p = self.dropout if self.training else 0.0
-            out = fused_attention(q, k, v, mask, dropout_p, self.causal)
-            return AttentionOutput(self._merge(out), None)
-        out, weights = self._attend(
-            q, k, v, mask, looking, cache, self_attention=key is None, bias=bias
-        )
+        if self.window is not None and key is not None:
+            raise ValueError("a windowed attention layer attends to itself")
+        how = Attending(
+            mask, self.dropout if self.training else 0.0, self.causal, looking,
+            (self.hook_attn_scores, self.hook_pattern), self.scores, bias, self.window,
+            self.global_tokens, cache,
+        )  # fmt: skip
+        path = self.attend or self._path(how, q, k)
+        if k.dtype != q.dtype and path != "fused":  # a cache keeping its keys wider (static)
+            q = q.to(k.dtype)
+        out, weights = ATTEND[path](q, k, v, how)
         if out.dtype != query.dtype:
             out = out.to(query.dtype)
         return AttentionOutput(self._merge(out), weights if need_weights else None)
+
+    @property
+    def scale(self) -> float | None:
+        """What the scores q·k are multiplied by (None: 1/√Dh)."""
+        return self.scores.scale
+
+    @property
+    def softcap(self) -> float | None:
+        """The scores' soft cap c (None: none)."""
+        return self.scores.softcap
+
+    def _path(self, how: Attending, q: Tensor, k: Tensor) -> str:
+        """The attend function a call takes when the layer names none."""
+        if self.window is not None:
+            return "window"
+        plain = self.scores.softcap is None and how.bias is None and k.dtype == q.dtype
+        return "fused" if plain and not how.need_weights else "readable"
 
     def _project_memory(
         self, query: Tensor, key: Tensor, value: Tensor | None, cache: KVCache | None
@@ -249,38 +283,6 @@ class MultiHeadAttention(nn.Module):
             angles = self.rotary.cos_sin(positions, q.dtype)
         q, k = RotaryEmbedding.rotate(q, angles), RotaryEmbedding.rotate(k, angles)
         return self._hooked(self.hook_rot_q, q), self._hooked(self.hook_rot_k, k)
-
-    def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        looking: bool,
-        cache: KVCache | None,
-        *,
-        self_attention: bool,
-        bias: Tensor | None = None,
-    ) -> AttentionOutput:
-        """Each head's weighted sum of values, (B, H, Tq, Dh), and the weights when asked
-        for (or hooked: the scores and weights exist on the readable path only). Keys a
-        cache keeps wider than the queries (the static one, on CPU) are attended in their
-        dtype."""
-        if k.dtype != q.dtype:
-            q = q.to(k.dtype)
-        dropout_p = self.dropout if self.training else 0.0  # k, v keep their Hkv heads
-        hooks = (self.hook_attn_scores, self.hook_pattern)
-        if self.window is None:  # every query against every key it may attend
-            return scaled_dot_product_attention(
-                q, k, v, mask, dropout_p, need_weights=looking, is_causal=self.causal,
-                hooks=hooks, softcap=self.softcap, bias=bias,
-            )  # fmt: skip
-        if bias is not None or not self_attention:
-            raise ValueError("a windowed attention layer attends to itself, with no bias")
-        return attend_window(  # each query against the keys in its window
-            q, k, v, self.window, self.global_tokens, mask, dropout_p, looking, cache, hooks,
-            self.softcap,
-        )  # fmt: skip
 
     def _merge(self, out: Tensor) -> Tensor:
         """The heads' outputs (B, H, Tq, Dh) side by side, projected: (B, Tq, D)."""

@@ -46,7 +46,13 @@ from torch import Tensor
 from glassformer.modules.band import Chunks, fused_band, global_rows, readable_band, unskew
 from glassformer.modules.cache import KVCache
 from glassformer.modules.hooks import HookPoint
-from glassformer.modules.sdpa import AttentionOutput, check_mask, scaled_dot_product_attention
+from glassformer.modules.sdpa import (
+    Attending,
+    AttentionOutput,
+    check_mask,
+    register_attend,
+    scaled_dot_product_attention,
+)
 
 # Queries per chunk: smaller wastes fewer scores (c + L + R computed for W kept), larger
 # makes fewer, bigger matmuls.
@@ -65,8 +71,17 @@ class LocalAttentionOutput(NamedTuple):
     weights: LocalWeights | None  # only when asked for
 
 
-def check_window(window: Sequence[int]) -> tuple[int, int]:
-    """``(left, right)`` as two integers ≥ 0, or a ValueError naming what was given."""
+class Window(NamedTuple):
+    """A sliding window, a layer's mask part: query i attends keys i − left .. i + right
+    (a causal layer's is ``Window(w, 0)``). Equal to the pair ``(left, right)``."""
+
+    left: int
+    right: int
+
+
+def check_window(window: Sequence[int]) -> Window:
+    """``(left, right)`` as a ``Window`` of two integers ≥ 0, or a ValueError naming what was
+    given."""
     ok = (
         isinstance(window, (tuple, list))
         and len(window) == 2
@@ -74,7 +89,7 @@ def check_window(window: Sequence[int]) -> tuple[int, int]:
     )
     if not ok:
         raise ValueError(f"window must be (left, right), two integers >= 0, got {window!r}")
-    return int(window[0]), int(window[1])
+    return Window(int(window[0]), int(window[1]))
 
 
 def check_global_tokens(global_tokens: int) -> int:
@@ -251,3 +266,14 @@ def as_key_mask(mask: Tensor | None, batch: int, key_len: int) -> Tensor | None:
             f"({batch}, 1, 1, {key_len}) (the window does the rest), got {tuple(mask.shape)}"
         )
     return m[:, 0, 0].expand(batch, key_len)
+
+
+@register_attend("window")
+def _windowed(q: Tensor, k: Tensor, v: Tensor, how: Attending) -> AttentionOutput:
+    """A sliding window's attention (``attend_window``), the layer's window given with the call."""
+    if how.window is None or how.bias is not None:
+        raise ValueError("the window path attends a windowed layer's own keys, with no bias")
+    return attend_window(
+        q, k, v, how.window, how.global_tokens, how.mask, how.dropout_p, how.need_weights,
+        how.cache, how.hooks, how.scores.softcap,
+    )  # fmt: skip

@@ -19,22 +19,27 @@ A query row that may attend to no key at all produces zeros (never NaN) on both 
 ``nn.MultiheadAttention``'s ``key_padding_mask`` has the opposite polarity (True =
 ignore); convert with ``~`` before passing one here.
 
-Faster ways to attend a decoding step's one query per head live outside this textbook, in
-the rooms that own them (``glassformer.kernels`` registers its C loop): each is registered
-here with ``register_one_query`` and consulted, in order, before the plain products.
+Which way a layer attends is chosen by name from ``ATTEND``: "fused" (PyTorch's kernel),
+"readable" (spelled out wherever the weights, their hooks, a soft cap or a bias need it) and
+"window" (``modules.local_attention``, a sliding window); a layer may be given one. What the
+scores become before the softmax is the layer's ``Scores`` part. A decoding step's one query
+per head has faster ways of its own outside this textbook (``modules.one_query``, where
+``glassformer.kernels`` registers its C loop).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from glassformer.modules.hooks import HookPoint
+from glassformer.modules.one_query import one_query
 
 # ---- masks ---------------------------------------------------------------------------
 
@@ -167,18 +172,52 @@ def check_mask(mask: Tensor | None) -> None:
 
 # ---- attention -----------------------------------------------------------------------
 
-# A faster one-query attention: (q (B, H, 1, Dh), k, v (B, Hkv, Tk, Dh), key mask (B, 1, 1, Tk)
-# or None, scale) → (B, H, 1, Dv), or None where it does not apply (a dtype, a device).
-OneQuery = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], Tensor | None]
-ONE_QUERY_PATHS: list[OneQuery] = []
+
+@dataclass(frozen=True)
+class Scores:
+    """What the scores become before the mask and the softmax, a layer's score part:
+
+    s = q·kᵀ × scale       (scale None: 1/√Dh, the paper's; Gemma's is its own)
+      + bias              (given with each call: T5's relative positions)
+    s = c·tanh(s / c)      (softcap c: Gemma 2; the readable path only)
+    """
+
+    scale: float | None = None
+    softcap: float | None = None
+
+    def queries(self, q: Tensor) -> Tensor:
+        """q (…, Dh) multiplied so that every path's own 1/√Dh gives ``scale`` instead."""
+        return q if self.scale is None else q * (self.scale * q.size(-1) ** 0.5)
 
 
-def register_one_query(path: OneQuery) -> OneQuery:
-    """Consult ``path`` for a decoding step's attention (compiled, on the CPU) before the
-    plain products; returns it, so that it can be used as a decorator."""
-    if path not in ONE_QUERY_PATHS:
-        ONE_QUERY_PATHS.append(path)
-    return path
+class Attending(NamedTuple):
+    """What one call of an attend function needs besides q, k and v."""
+
+    mask: Tensor | None  # boolean, True = may attend, broadcastable to (B, H, Tq, Tk)
+    dropout_p: float
+    causal: bool
+    need_weights: bool  # the weights wanted, or their hook points in use
+    hooks: tuple[HookPoint, HookPoint]  # the scores' and the weights' hook points
+    scores: Scores
+    bias: Tensor | None = None  # added to every score (T5)
+    window: tuple[int, int] | None = None  # a sliding window's (left, right) reach
+    global_tokens: int = 0  # with a window: positions every query sees, and seen by all
+    cache: Any = None  # the layer's KV cache, for a window's key positions
+
+
+# (q (B, H, Tq, Dh), k, v (B, Hkv, Tk, Dh), the rest) → (output (B, H, Tq, Dv), weights or None)
+Attend = Callable[[Tensor, Tensor, Tensor, Attending], "AttentionOutput"]
+ATTEND: dict[str, Attend] = {}
+
+
+def register_attend(name: str) -> Callable[[Attend], Attend]:
+    """Make an attend function choosable by ``name`` (``MultiHeadAttention(attend=name)``)."""
+
+    def register(fn: Attend) -> Attend:
+        ATTEND[name] = fn
+        return fn
+
+    return register
 
 
 class AttentionOutput(NamedTuple):
@@ -260,9 +299,9 @@ def fused_attention(
     Tq, Tk = q.size(-2), k.size(-2)
     causal = is_causal and Tq > 1  # one query at the end of the keys may see all of them
     group = _group_size(q, k)
-    one_query = Tq == 1 and dropout_p == 0.0 and hooks is None
-    if one_query and q.device.type == "cpu" and torch.compiler.is_compiling():  # measured there
-        return _one_query(q, k, v, mask, group)
+    one_step = Tq == 1 and dropout_p == 0.0 and hooks is None
+    if one_step and q.device.type == "cpu" and torch.compiler.is_compiling():  # measured there
+        return one_query(q, k, v, mask, group)
     if _fused_is_slow(q, k):
         if causal:
             mask = _and(mask, causal_mask(Tq, Tk, device=q.device))
@@ -317,24 +356,6 @@ def _attend(
     return out, weights
 
 
-def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int) -> Tensor:
-    """One query per head (a decoding step), as plain products the compiler fuses into a few
-    loops: each key/value head's ``group`` query heads side by side, no repeated keys.
-    (B, H, 1, Dh) → (B, H, 1, Dv); measured 50 us a layer by the fused kernel, compiled."""
-    B, H, _, Dh = q.shape
-    Hkv, Tk = k.size(1), k.size(2)
-    for path in ONE_QUERY_PATHS:  # registered elsewhere (glassformer.kernels: in C)
-        fast = path(q, k, v, mask, 1 / math.sqrt(Dh))
-        if fast is not None:
-            return fast
-    scores = q.view(B, Hkv, group, Dh) @ k.transpose(-2, -1) / math.sqrt(Dh)  # (B, Hkv, g, Tk)
-    if mask is not None:
-        allowed = mask.expand(B, H, 1, Tk).reshape(B, Hkv, group, Tk)
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    out = scores.softmax(dim=-1) @ v  # (B, Hkv, g, Dv)
-    return out.reshape(B, H, 1, v.size(-1))
-
-
 def _group_size(q: Tensor, k: Tensor) -> int:
     """How many query heads share each key/value head (1: plain multi-head attention)."""
     H, Hkv = q.size(-3), k.size(-3)
@@ -356,3 +377,18 @@ def _fused_is_slow(q: Tensor, k: Tensor) -> bool:
 
 def _and(mask: Tensor | None, other: Tensor) -> Tensor:
     return other if mask is None else mask & other
+
+
+@register_attend("fused")
+def _fused(q: Tensor, k: Tensor, v: Tensor, how: Attending) -> AttentionOutput:
+    """PyTorch's fused kernel: the output only."""
+    return AttentionOutput(fused_attention(q, k, v, how.mask, how.dropout_p, how.causal), None)
+
+
+@register_attend("readable")
+def _readable(q: Tensor, k: Tensor, v: Tensor, how: Attending) -> AttentionOutput:
+    """Spelled out where the weights, their hooks, a soft cap or a bias need it."""
+    return scaled_dot_product_attention(
+        q, k, v, how.mask, how.dropout_p, need_weights=how.need_weights, is_causal=how.causal,
+        hooks=how.hooks, softcap=how.scores.softcap, bias=how.bias,
+    )  # fmt: skip

@@ -29,7 +29,7 @@ from glassformer.models.families.decoder import (
     refuse,
     rope_theta,
 )
-from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.attention import MultiHeadAttention, Scores, Window
 from glassformer.modules.block import Block
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
@@ -119,9 +119,8 @@ class GemmaConfig(DecoderConfig):
             out_bias=False,
             causal=True,
             rotary=rotary,
-            window=(self.attention_window, 0) if sliding else None,  # type: ignore[arg-type]
-            scale=self.attention_scale,
-            softcap=self.attention_softcap,
+            window=Window(self.attention_window, 0) if sliding else None,  # type: ignore[arg-type]
+            scores=Scores(self.attention_scale, self.attention_softcap),
             q_norm=self.norm(self.width) if qk_norm else None,
             k_norm=self.norm(self.width) if qk_norm else None,
         )

@@ -19,7 +19,7 @@ from torch import nn
 from glassformer.checkpoint import CheckpointError
 from glassformer.models.base import check_finite
 from glassformer.models.families.decoder import DecoderConfig, refuse, rope_theta
-from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.attention import MultiHeadAttention, Window
 from glassformer.modules.block import Block
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
@@ -101,7 +101,7 @@ class LlamaConfig(DecoderConfig):
             out_bias=self.bias,
             causal=True,
             rotary=True,  # the angles the model computes once for every layer
-            window=None if window is None else (window, 0),
+            window=None if window is None else Window(window, 0),
             q_norm=self.qk_norm(),
             k_norm=self.qk_norm(),
         )
