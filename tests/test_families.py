@@ -320,3 +320,23 @@ def test_a_made_up_family_is_one_class_and_works_end_to_end(tmp_path):
     again = GPT.from_pretrained(tmp_path / "pico")
     assert again.config == config
     assert "blocks.1.attn.hook_pattern" in again.hook_names()
+
+
+def test_a_classifier_starts_from_a_family_models_blocks(tmp_path):
+    """``train classify --init`` on a pretrained family's model (SmolLM2's kind): the
+    classifier runs the family's own blocks with the source's weights, and saves and loads."""
+    from glassformer.models.backbone import Backbone
+    from glassformer.training.tasks.classify import classifier_from_encoder
+
+    torch.manual_seed(0)
+    source = GPT(made(Qwen3Config, head_dim=16, num_kv_heads=2)).eval()
+    classifier = classifier_from_encoder(source, 3).eval()
+    assert classifier.config.decoder == source.config.to_dict()
+    with torch.no_grad():
+        ours = Backbone.forward(classifier, IDS, None)[0]
+        theirs = Backbone.forward(source, IDS, None)[0]
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    classifier.save_pretrained(tmp_path / "clf")
+    again = type(classifier).from_pretrained(tmp_path / "clf").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(IDS).logits, classifier(IDS).logits, rtol=0, atol=0)

@@ -150,6 +150,6 @@ class GPTClassifier(SequenceClassifier):
     causal = True
 
     def __init__(self, config: GPTClassifierConfig) -> None:
-        super().__init__(config, **parts.decoder_only(config))
+        super().__init__(config, **config.parts())
         init_gpt_weights(self, config.num_layers)  # the backbone as a GPT's is initialised
         self.head.reset_parameters()  # the head as nn.Linear initialises itself

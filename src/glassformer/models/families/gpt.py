@@ -133,10 +133,15 @@ class GPTConfig(ModelConfig):
 class GPTClassifierConfig(GPTConfig):
     """Configuration of ``GPTClassifier``: a GPT's shape, and a head on its last real token
     (``pooling="last"``: the only position that has read the whole text) or on the mean of
-    its states (``"mean"``)."""
+    its states (``"mean"``).
+
+    ``decoder``: a pretrained family's config (its ``to_dict()``: SmolLM2's Llama, a Qwen)
+    whose blocks the classifier runs instead of the parts this config names; the shape
+    fields then repeat the family's."""
 
     num_classes: int = 2
     pooling: Literal["last", "mean"] = "last"
+    decoder: dict[str, Any] | None = None
 
     # "small" is the IMDb classifier of `make demo` (two causal blocks 128 wide, no dropout):
     # the best GPT-shaped recipe measured within 10 CPU minutes (docs: BERT vs GPT).
@@ -151,3 +156,22 @@ class GPTClassifierConfig(GPTConfig):
             raise ValueError(f"num_classes must be at least 2, got {self.num_classes}")
         if self.pooling not in ("last", "mean"):
             raise ValueError(f"pooling must be 'last' or 'mean', got {shown(self.pooling)}")
+        if self.decoder is not None:
+            DecoderConfig.from_dict(self.decoder)  # a family it names, fields it has
+
+    def parts(self) -> dict[str, Any]:
+        """The textbook parts, or the pretrained family's (``decoder``)."""
+        if self.decoder is None:
+            return super().parts()
+        return DecoderConfig.from_dict(self.decoder).parts()
+
+    @classmethod
+    def from_family(cls, family: DecoderConfig, **options: Any) -> GPTClassifierConfig:
+        """A classifier on ``family``'s blocks (``options``: ``num_classes``, ``pooling``)."""
+        shape = {name: getattr(family, name) for name in FAMILY_SHAPE}
+        return cls(**shape, decoder=family.to_dict(), **options)
+
+
+# the fields a classifier on a family's blocks repeats from the family's config
+FAMILY_SHAPE = ("vocab_size", "max_len", "d_model", "num_heads", "num_kv_heads", "head_dim",
+                "num_layers", "d_ff", "dropout", "attention_dropout", "pad_id")  # fmt: skip

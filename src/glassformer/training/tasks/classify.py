@@ -228,12 +228,12 @@ def classifier_from_encoder(source: Any, num_classes: int, *, linear_probe: bool
         )
         model = TransformerClassifier(config)
     elif source.kind == "gpt":  # the causal blocks, and a head on the last real token
-        if not isinstance(source.config, GPTConfig):
-            raise ValueError(
-                f"a classifier is built on the textbook GPT; {source.config.title} is not one"
-            )
-        gpt = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(GPTConfig)}
-        model = GPTClassifier(GPTClassifierConfig(**gpt, num_classes=num_classes))
+        if isinstance(source.config, GPTConfig):
+            gpt = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(GPTConfig)}
+            causal = GPTClassifierConfig(**gpt, num_classes=num_classes)
+        else:  # a pretrained family's blocks (SmolLM2's)
+            causal = GPTClassifierConfig.from_family(source.config, num_classes=num_classes)
+        model = GPTClassifier(causal)
     else:  # bert, sentence: BertConfig's fields are the encoder's shape
         bert = {f.name: getattr(source.config, f.name) for f in dataclasses.fields(BertConfig)}
         bert.pop("pooler")
