@@ -40,7 +40,14 @@ from glassformer.cli import main
 from glassformer.data.tokenizers import CharTokenizer, WordPieceTokenizer
 from glassformer.inspect import activation_patching, logit_difference, logit_lens
 from glassformer.inspect.patching import per_layer
-from glassformer.models.families import GemmaConfig, GPTNeoXConfig, Qwen2Config, Qwen3Config
+from glassformer.models.families import (
+    GemmaConfig,
+    GPTNeoXConfig,
+    MarianConfig,
+    Qwen2Config,
+    Qwen3Config,
+    T5Config,
+)
 from glassformer.viz.explain import PACKAGE
 
 TEXT, OTHER = "the cat sat", "the dog sat"  # the same length, one word apart
@@ -63,14 +70,15 @@ QWEN3 = dict(head_dim=16)
 NEOX = dict(rotary_dim=4, parallel=True)
 # Marian: post-norm, sines then cosines, one table for source, target and output, SiLU, the
 # decoder starting from the pad id.
-MARIAN = dict(positional="sinusoidal_halves", norm_first=False, activation="silu",
-              share_embeddings=True, tie_output=True, bos_id=0, pad_id=0, eos_id=2)  # fmt: skip
+MARIAN = dict(activation="silu", share_embeddings=True, tie_output=True, bos_id=0, pad_id=0,
+              eos_id=2)  # fmt: skip
 # T5: relative position buckets, RMSNorm, no biases, unscaled scores, gated GELU, a tied
 # head reading the states × d^-½.
-T5 = dict(positional="relative", relative_buckets=8, relative_max_distance=16, norm="rms",
-          bias=False, attention_scale=1.0, activation="geglu_tanh", share_embeddings=True,
-          tie_output=True, scale_output=True, bos_id=0, pad_id=0, eos_id=2, norm_first=True,
-          scale_embeddings=False)  # fmt: skip
+T5 = dict(relative_buckets=8, relative_max_distance=16, activation="geglu_tanh", bos_id=0,
+          pad_id=0, eos_id=2)  # fmt: skip
+# (The translators' families at the paper's tiny preset's size.)
+TRANSLATOR = dict(max_len=32, d_model=64, num_heads=4, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=256)  # fmt: skip
 # Gemma 3: four norms a block, scaled embeddings and scores, a window on the first layer only
 # with its own rotary base, QK-norm, soft-capped logits.
 GEMMA = dict(version=3, attention_scale=0.3, attention_window=3, full_attention_layers=[1],
@@ -89,10 +97,10 @@ def build(kind: str, chars, pieces):
             GPTClassifierConfig(vocab_size=v, num_classes=3, max_len=32, **TINY)
         ),
         "t5 translator": lambda: Seq2SeqTransformer(
-            Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32, **T5)
+            T5Config(src_vocab_size=v, tgt_vocab_size=v, **TRANSLATOR, **T5)
         ),
         "marian translator": lambda: Seq2SeqTransformer(
-            Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32, **MARIAN)
+            MarianConfig(src_vocab_size=v, tgt_vocab_size=v, **TRANSLATOR, **MARIAN)
         ),
         "translator": lambda: Seq2SeqTransformer(
             Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v, max_len=32)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from glassformer import GPT, GPTConfig
+from glassformer import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from glassformer.checkpoint import CheckpointError
 from glassformer.models.families import (
     FAMILIES,
@@ -20,10 +20,12 @@ from glassformer.models.families import (
     GemmaConfig,
     GPTNeoXConfig,
     LlamaConfig,
+    MarianConfig,
     MistralConfig,
     OPTConfig,
     Qwen2Config,
     Qwen3Config,
+    T5Config,
 )
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
@@ -340,3 +342,79 @@ def test_a_classifier_starts_from_a_family_models_blocks(tmp_path):
     again = type(classifier).from_pretrained(tmp_path / "clf").eval()
     with torch.no_grad():
         torch.testing.assert_close(again(IDS).logits, classifier(IDS).logits, rtol=0, atol=0)
+
+
+# ---- the translators: T5 and Marian -------------------------------------------------------
+
+TRANSLATOR = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, num_heads=4,
+                  num_encoder_layers=2, num_decoder_layers=2, d_ff=48, max_len=32)  # fmt: skip
+SRC, TGT = torch.tensor([[5, 6, 7, 1]]), torch.tensor([[0, 9, 8]])
+HF_TRANSLATORS = [
+    (T5Config, "T5Config", dict(vocab_size=40, d_model=32, d_kv=8, d_ff=48, num_layers=2,
+                                num_heads=4, feed_forward_proj="gated-gelu")),
+    (MarianConfig, "MarianConfig", dict(vocab_size=40, d_model=32, encoder_layers=2,
+                                        decoder_layers=2, encoder_attention_heads=4,
+                                        decoder_attention_heads=4, encoder_ffn_dim=48,
+                                        decoder_ffn_dim=48, pad_token_id=39,
+                                        decoder_start_token_id=39, eos_token_id=0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "name", "size"), HF_TRANSLATORS, ids=["t5", "marian"])
+def test_every_field_transformers_writes_for_a_translator_is_read_or_known(family, name, size):
+    transformers = pytest.importorskip("transformers")
+    hf = getattr(transformers, name)(**size).to_dict()
+    config = family.from_hf(hf)
+    assert (config.d_model, config.num_encoder_layers, config.src_vocab_size) == (32, 2, 40)
+    with pytest.raises(CheckpointError, match=r"\['rope_wobble'\] are not known"):
+        family.from_hf({**hf, "rope_wobble": 1})
+
+
+def test_an_old_marian_flag_with_another_value_is_refused():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.MarianConfig(**HF_TRANSLATORS[1][2]).to_dict()
+    with pytest.raises(CheckpointError, match="Marian normalize_before=True is not supported"):
+        MarianConfig.from_hf({**hf, "normalize_before": True})
+
+
+@pytest.mark.parametrize(
+    "config",
+    [T5Config(**TRANSLATOR, activation="geglu_tanh", relative_buckets=8, relative_max_distance=16),
+     MarianConfig(**TRANSLATOR, scale_embeddings=True)],
+    ids=["t5", "marian"],
+)  # fmt: skip
+def test_a_saved_translator_loads_as_its_family(tmp_path, config):
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(config).eval()
+    model.save_pretrained(tmp_path / "m")
+    again = Seq2SeqTransformer.from_pretrained(tmp_path / "m").eval()
+    assert again.config == config
+    with torch.no_grad():
+        torch.testing.assert_close(again(SRC, TGT).logits, model(SRC, TGT).logits, rtol=0, atol=0)
+
+
+OLD_T5 = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, num_heads=4, head_dim=8,
+              num_encoder_layers=2, num_decoder_layers=2, d_ff=48, max_len=32, dropout=0.0,
+              activation="geglu_tanh", norm_first=True, norm="rms", layer_norm_eps=1e-6,
+              bias=False, positional="relative", relative_buckets=8, relative_max_distance=16,
+              attention_scale=1.0, scale_embeddings=False, share_embeddings=True,
+              tie_output=True, scale_output=True, pad_id=0, bos_id=0, eos_id=1)  # fmt: skip
+
+
+def test_a_t5_saved_before_the_families_loads_as_a_t5(tmp_path):
+    """A translator config.json in the old Seq2SeqConfig form with T5's fields loads as a
+    T5 with the same weights and logits; one of them at a value T5 lacks is named."""
+    config = Seq2SeqConfig.from_dict(OLD_T5)
+    assert type(config) is T5Config and config.scale_output and config.relative_buckets == 8
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(config).eval()
+    model.save_pretrained(tmp_path / "m")
+    file = tmp_path / "m" / "config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "config": OLD_T5}))
+    again = Seq2SeqTransformer.from_pretrained(tmp_path / "m").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(SRC, TGT).logits, model(SRC, TGT).logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"reads as T5 .*'bias': True"):
+        Seq2SeqConfig.from_dict({**OLD_T5, "bias": True})
+    plain = Seq2SeqConfig.from_dict({**TRANSLATOR, "attention_scale": None, "scale_output": False})
+    assert type(plain) is Seq2SeqConfig  # T5's fields at their old defaults: the paper's

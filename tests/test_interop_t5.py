@@ -131,7 +131,7 @@ def test_int8_int4_and_the_glass_box_tools_run_on_it(tmp_path, support):
 def test_the_parts_follow_the_config(tmp_path):
     _, ours, _ = _t5(tmp_path, "flan-gated-untied-wide-heads")
     c = ours.config
-    assert c.positional == "relative" and c.head_dim == 8 and c.num_heads == 6
+    assert c.family == "t5" and c.head_dim == 8 and c.num_heads == 6
     assert c.activation == "geglu_tanh" and not c.tie_output and not c.scale_output
     assert ours.encoder.relative_bias.bidirectional and not ours.decoder.relative_bias.bidirectional
     _, tied, _ = _t5(tmp_path, "t5-relu-tied")

@@ -1,12 +1,9 @@
 """Hugging Face MarianMT checkpoints (Helsinki-NLP's opus-mt translators) read into
 ``Seq2SeqTransformer``: the encoder-decoder of "Attention Is All You Need".
 
-Marian is the paper's post-norm translator with: sinusoids laid out as all sines then all
-cosines (``positional="sinusoidal_halves"``, never stored), embeddings × √d_model where
-``scale_embedding``, one shared table for source, target and output where the config
-shares them, a SiLU ("swish") or GELU MLP, no final norm, and ``final_logits_bias`` (the
-output projection's bias). Its decoder starts from the pad id (``decoder_start_token_id``),
-so glassformer's ``bos_id`` is the pad id too.
+Marian's config and parts are ``models.families.marian``'s (the paper's post-norm
+translator, sines then cosines); this file maps its weights, ``final_logits_bias`` being the
+output projection's bias.
 
     Marian (MarianMTModel)                                    glassformer Seq2SeqTransformer
     model.shared / model.encoder.embed_tokens                 encoder.embed
@@ -24,18 +21,15 @@ so glassformer's ``bos_id`` is the pad id too.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.errors import shown
+from glassformer.checkpoint import register_format
 from glassformer.interop._hf import load_directory, taker
-from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from glassformer.models.families import MarianConfig
+from glassformer.models.seq2seq import Seq2SeqTransformer
 
-ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
-               "gelu_new": "gelu_tanh"}  # fmt: skip
 _LAYER = (
     ("ln1", "self_attn_layer_norm"),
     ("attn.out_proj", "self_attn.out_proj"),
@@ -46,47 +40,7 @@ _LAYER = (
 _CROSS = (("ln_cross", "encoder_attn_layer_norm"), ("cross_attn.out_proj", "encoder_attn.out_proj"))
 
 
-def marian_config(hf: dict[str, Any]) -> Seq2SeqConfig:
-    """A ``Seq2SeqConfig`` equal to a Marian ``config.json``; refuses what it cannot express."""
-    act = hf.get("activation_function", "gelu")
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"Marian activation_function={shown(act)} is not supported")
-    shapes = {(hf[f"{side}_attention_heads"], hf[f"{side}_ffn_dim"])
-              for side in ("encoder", "decoder")}  # fmt: skip
-    if len(shapes) != 1:
-        raise CheckpointError(
-            f"Marian with encoder and decoder of different heads or widths {sorted(shapes)} "
-            "is not supported"
-        )
-    heads, d_ff = shapes.pop()
-    shared = hf.get("share_encoder_decoder_embeddings", True)
-    vocab = hf["vocab_size"]
-    target = vocab if shared else hf.get("decoder_vocab_size") or vocab
-    pad = hf.get("pad_token_id", vocab - 1)
-    return Seq2SeqConfig(
-        src_vocab_size=vocab,
-        tgt_vocab_size=target,
-        d_model=hf["d_model"],
-        num_heads=heads,
-        num_encoder_layers=hf["encoder_layers"],
-        num_decoder_layers=hf["decoder_layers"],
-        d_ff=d_ff,
-        max_len=hf.get("max_position_embeddings", 1024),
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation=ACTIVATIONS[act],  # type: ignore[arg-type]
-        norm_first=False,
-        positional="sinusoidal_halves",
-        scale_embeddings=bool(hf.get("scale_embedding", False)),
-        share_embeddings=bool(shared),
-        tie_output=bool(hf.get("tie_word_embeddings", True)),
-        pad_id=pad,
-        bos_id=hf.get("decoder_start_token_id", pad),
-        eos_id=hf.get("eos_token_id", 0),
-    )
-
-
-def from_marian_state(state: dict[str, Tensor], config: Seq2SeqConfig) -> dict[str, Tensor]:
+def from_marian_state(state: dict[str, Tensor], config: MarianConfig) -> dict[str, Tensor]:
     """Marian weights under Hugging Face's names → a ``Seq2SeqTransformer`` state dict."""
     state = {k.removeprefix("model."): v for k, v in state.items()}
     take = taker(state, "Marian")
@@ -117,7 +71,9 @@ def from_marian_state(state: dict[str, Tensor], config: Seq2SeqConfig) -> dict[s
 
 def load_marian(path: str | Path) -> Seq2SeqTransformer:
     """A ``Seq2SeqTransformer`` with the weights of the Hugging Face Marian directory ``path``."""
-    return load_directory(Seq2SeqTransformer, path, "marian", marian_config, from_marian_state)
+    return load_directory(
+        Seq2SeqTransformer, path, "marian", MarianConfig.from_hf, from_marian_state
+    )
 
 
 register_format("marian", "seq2seq", load_marian)

@@ -11,8 +11,8 @@ returns the keyword arguments of ``Backbone``:
     bert(c)             BERT: + token types and a norm on the embeddings, post-norm, no final norm
     translator(c, side) the encoder-decoder's two stacks, the decoder's blocks with cross-attention
 
-Pretrained families with parts of their own (Llama, Qwen, Gemma, GPT-NeoX, OPT) are one
-file each in ``models/families/``, which build from the same modules.
+Pretrained families with parts of their own (Llama, Qwen, Gemma, GPT-NeoX, OPT, T5,
+Marian) are one file each in ``models/families/``, which build from the same modules.
 
 The same config fields mean the same part in every model: ``norm`` ("layer" or "rms"),
 ``activation`` (which MLP), ``positional`` (a table added to the embeddings, or rotary
@@ -32,7 +32,6 @@ from glassformer.modules.block import Block, window_of
 from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
 from glassformer.modules.position import TokenEmbedding, positional_encoding
-from glassformer.modules.relative import RelativePositionBias
 from glassformer.modules.rotary import RotaryEmbedding
 
 
@@ -62,7 +61,6 @@ def attention(
     window: int | None = None,
     global_tokens: int = 0,
     num_kv_heads: int | None = None,
-    scale: float | None = None,
 ) -> MultiHeadAttention:
     """Self-attention (causal or not; turning q and k by the model's rotary angles where
     ``rotary``; sliding over ``window`` keys each side where given) or cross-attention."""
@@ -79,7 +77,6 @@ def attention(
         rotary=rotary and not cross,  # True: the angles the model computes once for every layer
         window=span,
         global_tokens=0 if span is None else global_tokens,
-        scale=scale,
     )
 
 
@@ -98,7 +95,7 @@ def norm(c: BlockConfig) -> nn.Module:
 def block(c: BlockConfig, *, cross: bool = False, **attending: Any) -> Block:
     """One block: self-attention (``attending``: ``attention``'s keywords), cross-attention
     too when ``cross``, the MLP and their norms."""
-    crossing = dict(causal=attending["causal"], scale=attending.get("scale"), cross=True)
+    crossing = dict(causal=attending["causal"], cross=True)
     return Block(
         attn=attention(c, **attending),
         cross_attn=attention(c, **crossing) if cross else None,
@@ -116,11 +113,10 @@ def blocks(c: BlockConfig, num_layers: int, **options: Any) -> list[Block]:
     return [block(c, **options) for _ in range(num_layers)]
 
 
-def embeddings(c: Any, vocab_size: int, *, causal: bool = False) -> dict[str, Any]:
+def embeddings(c: Any, vocab_size: int) -> dict[str, Any]:
     """The token embedding (× √d_model where ``scale_embeddings``) and what carries
-    positions: a table added to it, rotary angles that attention applies
-    (``positional="rope"``), or T5's bias on the scores for each query–key distance
-    (``positional="relative"``; bidirectional unless ``causal``)."""
+    positions: a table added to it, or rotary angles that attention applies
+    (``positional="rope"``)."""
     parts: dict[str, Any] = dict(
         embed=TokenEmbedding(vocab_size=vocab_size, d_model=c.d_model, scale=c.scale_embeddings),
         max_len=c.max_len,
@@ -128,11 +124,6 @@ def embeddings(c: Any, vocab_size: int, *, causal: bool = False) -> dict[str, An
     )
     if c.positional == "rope":
         parts["rotary"] = RotaryEmbedding(c.head_dim or c.d_model // c.num_heads, c.rope_theta)
-    elif c.positional == "relative":
-        parts["relative_bias"] = RelativePositionBias(
-            c.num_heads, num_buckets=c.relative_buckets, max_distance=c.relative_max_distance,
-            bidirectional=not causal,
-        )  # fmt: skip
     else:
         parts["pos_embed"] = positional_encoding(c.positional, d_model=c.d_model, max_len=c.max_len)
     return parts
@@ -186,10 +177,8 @@ def translator(c: Any, side: str) -> dict[str, Any]:
     layers = c.num_decoder_layers if decoder else c.num_encoder_layers
     vocab_size = c.tgt_vocab_size if decoder else c.src_vocab_size
     return dict(
-        **embeddings(c, vocab_size, causal=decoder),
-        blocks=blocks(
-            c, layers, causal=decoder, cross=decoder, scale=c.attention_scale, **_windowed(c)
-        ),  # fmt: skip
+        **embeddings(c, vocab_size),
+        blocks=blocks(c, layers, causal=decoder, cross=decoder, **_windowed(c)),  # fmt: skip
         ln_final=norm(c) if c.norm_first else None,
     )
 

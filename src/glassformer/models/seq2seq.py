@@ -14,12 +14,11 @@ Training is teacher forcing: the decoder reads the target shifted right (startin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
-from glassformer.errors import shown
 from glassformer.generation import GenerationConfig, seq2seq_generate
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
@@ -27,11 +26,12 @@ from glassformer.models.base import (
     ModelConfig,
     ModelOutput,
     PretrainedModel,
-    check_finite,
-    is_integer,
 )
 from glassformer.models.common import cross_entropy
-from glassformer.modules.block import StackOutput
+from glassformer.models.families import legacy
+from glassformer.models.families.translator import TranslatorConfig, check_vocabularies
+from glassformer.modules.attention import MultiHeadAttention
+from glassformer.modules.block import Block, StackOutput
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.sdpa import key_mask
@@ -44,11 +44,10 @@ class Seq2SeqConfig(ModelConfig):
     ``share_embeddings`` makes source and target one embedding matrix (needs equal
     vocabularies); ``tie_output`` makes the output projection reuse the target embedding.
 
-    The parts other translators bring: ``positional="relative"`` (T5's learned bias per
-    bucket of query–key distances, ``relative_buckets`` and ``relative_max_distance``),
-    ``norm`` ("layer" or "rms") with ``layer_norm_eps``, ``bias=False`` (no biases in the
-    linear layers or norms), ``attention_scale`` (T5's 1: scores are not divided by √Dh),
-    ``scale_output`` (the decoder's states × d_model^-½ before a tied output projection).
+    ``norm`` ("layer" or "rms") with ``layer_norm_eps`` and ``bias=False`` (no biases in
+    the linear layers or norms) name other parts. The pretrained translators (T5, Marian)
+    have configs of their own in ``models/families/``; ``Seq2SeqTransformer`` runs any of
+    them, and ``from_dict`` reads a saved one back by its ``family``.
     """
 
     src_vocab_size: int
@@ -62,12 +61,8 @@ class Seq2SeqConfig(ModelConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-    attention_scale: float | None = None
-    relative_buckets: int = 32
-    relative_max_distance: int = 128
-    scale_output: bool = False
 
-    EXTRA_POSITIONAL: ClassVar[tuple[str, ...]] = ("relative",)
+    family: ClassVar[str] = "translator"
 
     PRESETS: ClassVar[dict] = {
         "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256),
@@ -79,23 +74,28 @@ class Seq2SeqConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         self._check()
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                "share_embeddings needs src_vocab_size == tgt_vocab_size, got "
-                f"{self.src_vocab_size} and {self.tgt_vocab_size}"
-            )
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
-            if not is_integer(value) or not 0 <= value < self.tgt_vocab_size:
-                raise ValueError(
-                    f"{name}={shown(value)} is outside the target vocabulary "
-                    f"[0, {self.tgt_vocab_size})"
-                )
-        for name in ("relative_buckets", "relative_max_distance"):
-            value = getattr(self, name)
-            if not is_integer(value) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
-        check_finite("attention_scale", self.attention_scale, minimum=0.0, above=True)
+        check_vocabularies(self)
+
+    def parts(self, side: str) -> dict[str, Any]:
+        """The keyword arguments of the ``side`` ``Backbone`` (``models.parts.translator``)."""
+        return parts.translator(self, side)
+
+    @property
+    def output_scale(self) -> float | None:
+        return None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        """The config ``values`` describe: this class's, or (``"family"`` "t5", "marian")
+        that family's; a T5 saved before the families had files of their own (its parts as
+        this config's fields) as a T5."""
+        family = values.get("family", "translator")
+        if family != "translator":
+            return TranslatorConfig.from_dict(values)
+        upgraded = legacy.upgrade_translator({k: v for k, v in values.items() if k != "family"})
+        if isinstance(upgraded, TranslatorConfig):
+            return upgraded
+        return super().from_dict(upgraded)
 
 
 class Seq2SeqTransformer(PretrainedModel):
@@ -104,11 +104,12 @@ class Seq2SeqTransformer(PretrainedModel):
     kind = "seq2seq"
     config_class = Seq2SeqConfig
 
-    def __init__(self, config: Seq2SeqConfig) -> None:
+    def __init__(self, config: Seq2SeqConfig | TranslatorConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.encoder = Backbone(c, **parts.translator(c, "encoder"))
-        self.decoder = Backbone(c, **parts.translator(c, "decoder"))
+        self.encoder = Backbone(c, **c.parts("encoder"))
+        self.decoder = Backbone(c, **c.parts("decoder"))
+        self.output_scale = c.output_scale  # T5's tied head reads the states × d_model^-½
         self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.hook_logits = HookPoint()  # (B, T, V)
         self._init_weights()
@@ -156,18 +157,18 @@ class Seq2SeqTransformer(PretrainedModel):
     def unembed(self, hidden: Tensor) -> Tensor:
         """The decoder's final states (…, D) → logits (…, V): the output projection, after
         scaling the states by d_model^-½ where the config says (T5's tied head)."""
-        if self.config.scale_output:
-            hidden = hidden * self.config.d_model**-0.5
+        if self.output_scale is not None:
+            hidden = hidden * self.output_scale
         return self.output_proj(hidden)
 
     def new_cache(self) -> DecoderCache:
         """An empty decoder cache (self- and cross-attention) for ``decode(..., cache=)``."""
-        c = self.config
+        attn = cast(MultiHeadAttention, cast(Block, self.decoder.blocks[0]).attn)
         return DecoderCache(
-            c.num_decoder_layers,
+            len(self.decoder.blocks),
             cross_attention=True,
-            window=c.attention_window,
-            global_tokens=c.global_tokens,
+            window=None if attn.window is None else attn.window[0],
+            global_tokens=attn.global_tokens,
         )
 
     def forward(

@@ -24,10 +24,10 @@ from glassformer.errors import shown
 from glassformer.models.base import ConfigBase, check_finite, is_integer
 from glassformer.modules.attention import check_dropout, check_heads
 
-D = TypeVar("D", bound="DecoderConfig")
+D = TypeVar("D", bound="FamilyConfig")
 
 # family name → its config class (each family's class adds itself as it is defined)
-FAMILIES: dict[str, type[DecoderConfig]] = {}
+FAMILIES: dict[str, type[FamilyConfig]] = {}
 
 # Fields a transformers config.json may carry that do not change the model's numbers: its
 # provenance, the special tokens, generation's defaults, training's initialisation and
@@ -110,6 +110,8 @@ HF_IGNORED = frozenset(
         "gradient_checkpointing",
         "cache_implementation",
         "is_llama_config",
+        "classif_dropout",
+        "output_past",
         "transformers.js_config",
     ]
 )
@@ -124,14 +126,60 @@ class Readout(NamedTuple):
     softcap: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DecoderConfig(ConfigBase):
-    """The fields every decoder family has. A family subclasses it with its own fields
-    and ``parts()``; ``DecoderConfig.from_dict`` reads any family's saved config back."""
+class FamilyConfig(ConfigBase):
+    """What a family's config is, decoder or translator: a frozen dataclass naming its
+    ``family`` (the key its saved configs carry, registered in its kind's ``REGISTRY`` as
+    the class is defined), the ``title`` its errors use, and the ``config.json`` fields its
+    ``from_hf`` reads (``HF_READS``)."""
 
+    REGISTRY: ClassVar[dict[str, type[FamilyConfig]]] = {}
     family: ClassVar[str] = ""
     title: ClassVar[str] = ""  # the family's name in messages ("Llama")
     HF_READS: ClassVar[frozenset[str]] = frozenset()  # the config.json fields from_hf reads
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "family" in cls.__dict__:
+            cls.REGISTRY[cls.family] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, **dataclasses.asdict(self)}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[D], values: dict[str, Any]) -> D:
+        """The config ``values`` (``to_dict``'s) describe: its ``family``'s class."""
+        registry = cls.REGISTRY
+        family = values.get("family", cls.family)
+        if family not in registry:
+            raise ValueError(f"unknown model family {shown(family)}; known: {sorted(registry)}")
+        target = registry[family]
+        known = {f.name for f in dataclasses.fields(target)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - known - {"family"})
+        if unknown:
+            raise ValueError(
+                f"{target.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
+            )
+        return target(**{k: v for k, v in values.items() if k != "family"})  # type: ignore[return-value]
+
+    @classmethod
+    def check_hf_fields(cls, hf: dict[str, Any]) -> None:
+        """Refuse, naming them, the fields of ``hf`` this family neither reads nor knows to
+        leave the numbers alone: a field glassformer does not know may change the model."""
+        unknown = sorted(set(hf) - cls.HF_READS - HF_IGNORED)
+        if unknown:
+            raise CheckpointError(
+                f"{cls.title} config field(s) {shown(unknown)} are not known to glassformer, "
+                "which cannot tell whether they change the model; it reads "
+                f"{sorted(cls.HF_READS)}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderConfig(FamilyConfig):
+    """The fields every decoder family has. A family subclasses it with its own fields
+    and ``parts()``; ``DecoderConfig.from_dict`` reads any family's saved config back."""
+
+    REGISTRY: ClassVar[dict[str, type[FamilyConfig]]] = FAMILIES
 
     vocab_size: int  # tokens in the vocabulary
     max_len: int = 2048  # the longest sequence (rotary angles are computed this far)
@@ -146,11 +194,6 @@ class DecoderConfig(ConfigBase):
     dropout: float = 0.0  # on embeddings and sub-layer outputs (training only)
     attention_dropout: float = 0.0  # on the attention weights (training only)
     pad_id: int | None = None  # the padding token; None for vocabularies without one
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "family" in cls.__dict__:
-            FAMILIES[cls.family] = cls
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -181,36 +224,6 @@ class DecoderConfig(ConfigBase):
     def readout(self) -> Readout:
         """How the head differs from a plain vocabulary projection (by default it does not)."""
         return Readout()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls: type[D], values: dict[str, Any]) -> D:
-        """The config ``values`` (``to_dict``'s) describe: its ``family``'s class."""
-        family = values.get("family", cls.family)
-        if family not in FAMILIES:
-            raise ValueError(f"unknown model family {shown(family)}; known: {sorted(FAMILIES)}")
-        target = FAMILIES[family]
-        known = {f.name for f in dataclasses.fields(target)}
-        unknown = sorted(set(values) - known - {"family"})
-        if unknown:
-            raise ValueError(
-                f"{target.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
-            )
-        return target(**{k: v for k, v in values.items() if k != "family"})  # type: ignore[return-value]
-
-    @classmethod
-    def check_hf_fields(cls, hf: dict[str, Any]) -> None:
-        """Refuse, naming them, the fields of ``hf`` this family neither reads nor knows to
-        leave the numbers alone: a field glassformer does not know may change the model."""
-        unknown = sorted(set(hf) - cls.HF_READS - HF_IGNORED)
-        if unknown:
-            raise CheckpointError(
-                f"{cls.title} config field(s) {shown(unknown)} are not known to glassformer, "
-                "which cannot tell whether they change the model; it reads "
-                f"{sorted(cls.HF_READS)}"
-            )
 
 
 def refuse(family: str, field: str, value: Any, expected: str = "") -> CheckpointError:

@@ -12,6 +12,11 @@ saved that way names no family; its fields say which it is:
 
 A config with none of them, its family fields at their old defaults, is the textbook GPT's
 (Llama and Mistral were written that way too, and still are).
+
+``Seq2SeqConfig`` gave up T5's parts (``positional="relative"``, ``relative_buckets``,
+``relative_max_distance``, ``attention_scale``, ``scale_output``): a translator saved with
+them reads as a T5 (``upgrade_translator``); Marian's were always the paper's translator's
+own fields, and still are.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from glassformer.models.families.gpt_neox import GPTNeoXConfig
 from glassformer.models.families.opt import OPTConfig
 from glassformer.models.families.qwen2 import Qwen2Config
 from glassformer.models.families.qwen3 import Qwen3Config
+from glassformer.models.families.t5 import T5Config
+from glassformer.models.families.translator import TranslatorConfig
 
 # the fields GPTConfig gave up, at the values that meant "not this part"
 REMOVED: dict[str, Any] = {
@@ -132,3 +139,46 @@ def _own(family: type[DecoderConfig], old: dict[str, Any], plain: dict[str, Any]
 
 def _width(plain: dict[str, Any]) -> int:
     return int(plain.get("head_dim") or plain["d_model"] // plain["num_heads"])
+
+
+# the fields Seq2SeqConfig gave up (T5's), at the values that meant "not this part"
+T5_REMOVED: dict[str, Any] = {"relative_buckets": 32, "relative_max_distance": 128,
+                              "attention_scale": None, "scale_output": False}  # fmt: skip
+# what T5's fixed parts were as Seq2SeqConfig fields
+T5_EXPECTED: dict[str, Any] = dict(positional="relative", norm="rms", bias=False,
+                                   norm_first=True, attention_scale=1.0, scale_embeddings=False,
+                                   share_embeddings=True, attention_window=None)  # fmt: skip
+T5_SHARED = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "head_dim",
+             "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len", "dropout",
+             "attention_dropout", "pad_id", "bos_id", "eos_id", "tie_output")  # fmt: skip
+# Seq2SeqConfig's defaults for the fields a saved config may leave out
+SEQ2SEQ_DEFAULTS: dict[str, Any] = dict(
+    num_encoder_layers=6, num_decoder_layers=6, max_len=5000, d_model=512, num_heads=8,
+    d_ff=2048, dropout=0.1, attention_dropout=0.0, activation="relu", norm_first=False,
+    positional="sinusoidal", scale_embeddings=True, share_embeddings=False, tie_output=False,
+    pad_id=0, bos_id=1, eos_id=2, norm="layer", layer_norm_eps=1e-5, bias=True,
+    attention_window=None,
+)  # fmt: skip
+
+
+def upgrade_translator(values: dict[str, Any]) -> dict[str, Any] | TranslatorConfig:
+    """``values`` of an old ``Seq2SeqConfig``: a T5 where they describe one, else the same
+    values without the fields Seq2SeqConfig gave up (each at its old default)."""
+    old = {**T5_REMOVED, **{k: values[k] for k in T5_REMOVED if k in values}}
+    plain = {k: v for k, v in values.items() if k not in T5_REMOVED}
+    if old == T5_REMOVED and plain.get("positional") != "relative":
+        return plain
+    every = {**SEQ2SEQ_DEFAULTS, **plain, **old}
+    clash = {k: every[k] for k, v in T5_EXPECTED.items() if every[k] != v}
+    if every["activation"] not in ("relu", "geglu_tanh"):
+        clash["activation"] = every["activation"]
+    if clash:
+        raise ValueError(
+            f"this saved translator config reads as T5 (relative positions, T5's fields) but "
+            f"has {shown(clash)}, which T5 does not build; expected {T5_EXPECTED}"
+        )
+    return T5Config(
+        **{k: every[k] for k in T5_SHARED}, activation=every["activation"],
+        norm_eps=every["layer_norm_eps"], relative_buckets=old["relative_buckets"],
+        relative_max_distance=old["relative_max_distance"], scale_output=old["scale_output"],
+    )  # fmt: skip
