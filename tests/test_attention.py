@@ -419,24 +419,27 @@ def _pair(**options):
     return layers
 
 
-def test_the_score_part_is_the_scale_and_cap_given_one_by_one():
+def test_the_score_part_scales_and_caps_the_scores():
+    """``Scores(scale, softcap)``: the weights are softmax(c·tanh(q·kᵀ·scale / c)), computed
+    here from the layer's own q and k."""
     from glassformer.modules import Scores
 
-    a, b = _pair(flags=dict(scale=0.3, softcap=2.0), part=dict(scores=Scores(0.3, 2.0)))
-    x = torch.randn(2, 5, 16)
-    torch.testing.assert_close(a(x).output, b(x).output, rtol=0, atol=0)
-    assert (b.scale, b.softcap) == (0.3, 2.0)
-    plain, capped = _pair(plain={}, capped=dict(scores=Scores(softcap=0.05)))
-    assert not torch.allclose(plain(x).output, capped(x).output)  # the cap is applied
-    with pytest.raises(ValueError, match="not both"):
-        MultiHeadAttention(d_model=16, num_heads=4, scale=0.3, scores=Scores(0.3))
+    (layer,) = _pair(part=dict(scores=Scores(0.3, 2.0)))
+    assert (layer.scale, layer.softcap) == (0.3, 2.0)
+    seen = {}
+    layer.hook_q.fns.append(lambda value, name: seen.setdefault("q", value))  # (B, T, H, Dh)
+    layer.hook_k.fns.append(lambda value, name: seen.setdefault("k", value))
+    weights = layer.eval()(torch.randn(2, 5, 16), need_weights=True).weights
+    scores = torch.einsum("bqhd,bkhd->bhqk", seen["q"], seen["k"]) * 0.3
+    scores = (2.0 * torch.tanh(scores / 2.0)).masked_fill(torch.ones(5, 5).triu(1).bool(), -1e9)
+    torch.testing.assert_close(weights, scores.softmax(-1), atol=1e-6, rtol=0)
 
 
 def test_a_layer_attends_by_the_function_it_names():
     """``attend="readable"`` spells out what the fused kernel computes; a function registered
     under a new name is the one a layer naming it calls; unknown names and a fused layer
     asked to soft-cap are refused."""
-    from glassformer.modules import ATTEND, register_attend
+    from glassformer.modules import ATTEND, Scores, register_attend
 
     fused, readable = _pair(fused=dict(attend="fused"), readable=dict(attend="readable"))
     x = torch.randn(2, 5, 16)
@@ -460,7 +463,7 @@ def test_a_layer_attends_by_the_function_it_names():
     ):
         MultiHeadAttention(d_model=16, num_heads=4, attend="flash")
     with pytest.raises(ValueError, match="cannot soft-cap"):
-        MultiHeadAttention(d_model=16, num_heads=4, attend="fused", softcap=5.0)
+        MultiHeadAttention(d_model=16, num_heads=4, attend="fused", scores=Scores(softcap=5.0))
 
 
 def test_the_window_part_is_the_pair_it_reaches():

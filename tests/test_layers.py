@@ -14,6 +14,7 @@ from torch import nn
 
 from glassformer import Decoder, DecoderLayer, Encoder, EncoderLayer, causal_mask, padding_mask
 from glassformer.interop import from_torch_nn, to_torch_nn
+from glassformer.modules.block import Block
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 D, H, FF = 16, 4, 32
@@ -325,3 +326,21 @@ def test_the_old_part_names_still_read_the_parts():
     )
     assert (dec.norm1, dec.norm2, dec.norm3) == (dec.ln1, dec.ln_cross, dec.ln2)
     assert m["enc"].layers is m["enc"].blocks and m["enc"].norm is m["enc"].ln_final
+
+
+def test_a_block_reads_its_inputs_as_one_bundle_or_as_keywords():
+    """``BlockInputs`` (what the models hand every block) and the same fields as keywords
+    give the same block output; both at once is one error."""
+    from glassformer.modules import BlockInputs
+
+    torch.manual_seed(0)
+    layer = DecoderLayer(d_model=16, num_heads=4, d_ff=32, dropout=0.0).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    keys = padding_mask(torch.tensor([[1, 2, 3, 0, 0], [1, 2, 3, 4, 5]]))
+    bundle = BlockInputs(mask=keys, memory=memory, need_weights=True)
+    one = layer(x, inputs=bundle)
+    other = Block.forward(layer, x, keys, memory=memory, need_weights=True)
+    torch.testing.assert_close(one.hidden, other.hidden, rtol=0, atol=0)
+    assert one.cross_attn_weights.shape == (2, 4, 5, 7)
+    with pytest.raises(ValueError, match="inputs= or their fields as keywords, not both"):
+        layer(x, inputs=bundle, memory=memory)

@@ -101,6 +101,8 @@ def test_linear_layout_is_measured_and_cached_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(
         torch.nn.functional, "linear", lambda x, w: calls.append(tuple(w.shape)) or real(x, w)
     )
+    # timings that noise made too spread are never cached: this test is about the keys
+    monkeypatch.setattr(Measurement, "trusted", property(lambda self: True))
     shapes = [(2, 3, 5)]  # k = 3, n = 5: a (k, n) weight would not fit F.linear
     bf16_measurement(shapes, cache_dir=tmp_path, seconds=0.01, linear=True)
     assert calls and set(calls) == {(5, 3)}

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import PretrainedModel
-from glassformer.modules.block import StackOutput, run_blocks
+from glassformer.modules.block import BlockInputs, StackOutput, run_blocks
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.position import check_length, check_positions
@@ -135,8 +135,9 @@ class Backbone(PretrainedModel):
     ) -> StackOutput:
         """The blocks, then the final norm, on the stream ``x`` (B, T, D) → ``StackOutput``.
 
-        Rotary angles are computed here once, for ``positions`` (or start..start+T-1), and
-        handed to every block. The other arguments are ``Block.forward``'s.
+        What every block reads besides the stream is made here once, as one ``BlockInputs``:
+        the masks and the memory given, the rotary angles for ``positions`` (or
+        start..start+T-1), T5's position bias.
         """
         angles = None
         if self.rotary is not None:
@@ -147,18 +148,8 @@ class Backbone(PretrainedModel):
         if self.relative_bias is not None:  # queries start.., keys 0..start+T-1
             T = x.size(1)
             pos_bias = self.hook_pos_bias(self.relative_bias(T, start + T, start).to(x.dtype))
-        out = run_blocks(
-            self.blocks,
-            x,
-            mask,
-            memory=memory,
-            memory_mask=memory_mask,
-            need_weights=need_weights,
-            cache=cache,
-            positions=positions,
-            angles=angles,
-            pos_bias=pos_bias,
-        )
+        inputs = BlockInputs(mask, memory, memory_mask, positions, angles, pos_bias, need_weights)
+        out = run_blocks(self.blocks, x, inputs, cache)
         if self.ln_final is None:
             return out
         return out._replace(hidden=self.ln_final(out.hidden))

@@ -1,7 +1,14 @@
 """Building blocks, one concept a file."""
 
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.block import Block, BlockOutput, LayerOutput, StackOutput, run_blocks
+from glassformer.modules.block import (
+    Block,
+    BlockInputs,
+    BlockOutput,
+    LayerOutput,
+    StackOutput,
+    run_blocks,
+)
 from glassformer.modules.cache import DecoderCache, KVCache, RollingKVCache, StaticKVCache
 from glassformer.modules.feedforward import ACTIVATIONS, FeedForward, GatedFeedForward
 from glassformer.modules.local_attention import (
@@ -39,6 +46,7 @@ __all__ = [
     "AttentionOutput",
     "ATTEND",
     "Block",
+    "BlockInputs",
     "BlockOutput",
     "Decoder",
     "DecoderCache",

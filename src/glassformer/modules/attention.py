@@ -72,12 +72,11 @@ class MultiHeadAttention(nn.Module):
             before the rotation (QK-norm: Qwen3, Gemma 3); given with ``k_norm``. Its
             output passes its own ``hook_normalized``, seen as (B, T, H, Dh).
         k_norm: the same for the keys, (B, T, Hkv, Dh).
-        scale: what the scores q·k are multiplied by, instead of 1/√Dh (Gemma's
-            ``query_pre_attn_scalar``^-½); applied by scaling the queries by scale·√Dh as
-            they enter attention, so every path (fused, readable, windowed) honours it.
-        softcap: squash the scores into (−c, c) as c·tanh(s / c) before the mask (Gemma 2);
-            such a layer always attends on the readable path.
-        scores: the two above as one part, ``Scores(scale, softcap)`` (give one or the other).
+        scores: what the scores become before the softmax, ``Scores(scale, softcap)``:
+            multiplied by ``scale`` instead of 1/√Dh (Gemma's ``query_pre_attn_scalar``^-½;
+            applied to the queries as they enter attention, so every path honours it), then
+            squashed into (−c, c) as c·tanh(s / c) by ``softcap`` (Gemma 2; such a layer
+            attends on the readable path). None: the paper's scores.
         attend: the name in ``modules.sdpa.ATTEND`` of the way this layer always attends
             ("readable", "fused", "window", or one registered elsewhere); None chooses per
             call: the window's where there is one, the readable path where the weights, their
@@ -100,17 +99,13 @@ class MultiHeadAttention(nn.Module):
         global_tokens: int = 0,
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
-        scale: float | None = None,
-        softcap: float | None = None,
         scores: Scores | None = None,
         attend: str | None = None,
     ) -> None:
         super().__init__()
-        if scores is not None and (scale is not None or softcap is not None):
-            raise ValueError("give scores=Scores(scale, softcap) or scale=/softcap=, not both")
         if attend is not None and attend not in ATTEND:
             raise ValueError(f"attend must be one of {sorted(ATTEND)} or None, got {attend!r}")
-        if attend == "fused" and (softcap is not None or (scores and scores.softcap)):
+        if attend == "fused" and scores is not None and scores.softcap is not None:
             raise ValueError("the fused kernel cannot soft-cap the scores; attend='readable'")
         if (attend == "window") != (window is not None) and attend is not None:
             raise ValueError(f"attend={attend!r} with window={window!r}: a window attends 'window'")
@@ -147,7 +142,7 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
         self.q_norm, self.k_norm = q_norm, k_norm
-        self.scores = Scores(scale, softcap) if scores is None else scores
+        self.scores = Scores() if scores is None else scores
         self.attend = attend
         # What a look inside can read or replace (B batch, T positions, H heads):
         self.hook_q = HookPoint()  # (B, Tq, H, Dh), projected (before any rotation)

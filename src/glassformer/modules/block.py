@@ -39,6 +39,19 @@ from glassformer.modules.hooks import HookPoint
 from glassformer.modules.rotary import RotaryAngles
 
 
+class BlockInputs(NamedTuple):
+    """What a block reads besides its stream: the same for every block of a stack in one
+    call, made once (by the model, ``Backbone.run_stack``) and handed down as one bundle."""
+
+    mask: Tensor | None = None  # self-attention's, broadcastable to (B, H, T, Tk)
+    memory: Tensor | None = None  # what cross-attention reads, (B, S, D)
+    memory_mask: Tensor | None = None  # cross-attention's, usually (B, 1, 1, S)
+    positions: Tensor | None = None  # where the tokens are, for rotary attention
+    angles: RotaryAngles | None = None  # the rotation, computed once for every block
+    pos_bias: Tensor | None = None  # added to every self-attention score (T5), (1, H, T, Tk)
+    need_weights: bool = False  # return the attention maps
+
+
 class BlockOutput(NamedTuple):
     """One block's result. Weights are (B, H, Tq, Tk), None unless asked for."""
 
@@ -119,36 +132,32 @@ class Block(nn.Module):
         x: Tensor,
         mask: Tensor | None = None,
         *,
-        memory: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        need_weights: bool = False,
+        inputs: BlockInputs | None = None,
         cache: KVCache | None = None,
         memory_cache: KVCache | None = None,
-        positions: Tensor | None = None,
-        angles: RotaryAngles | None = None,
-        pos_bias: Tensor | None = None,
+        **given: Any,
     ) -> BlockOutput:
         """Run the block on the stream ``x`` (B, T, D).
 
         Args:
-            mask: self-attention mask, broadcastable to (B, H, T, Tk) (causality, if the
-                attention is causal, is built in).
-            memory: what cross-attention reads, (B, S, D) (blocks with ``cross_attn``).
-            memory_mask: cross-attention mask, usually the source padding (B, 1, 1, S).
-            need_weights: return the attention maps.
+            inputs: what it reads besides the stream (``BlockInputs``: the masks, the
+                memory, the positions, the angles, T5's position bias, whether to return the
+                attention maps). ``mask`` and ``BlockInputs``' fields as keywords
+                (``block(x, mask, memory=m)``) make one for this call.
             cache: self-attention keys/values of earlier positions (decoding); ``x`` then
                 holds only the new positions.
             memory_cache: the memory's keys/values, filled on the first call.
-            positions: where the tokens are, for rotary attention.
-            angles: the rotation computed once by the model for every block (rotary).
-            pos_bias: what the model adds to every self-attention score for the positions
-                (T5's relative buckets), (1, H, T, Tk).
         """
+        if inputs is None:
+            inputs = BlockInputs(mask, **given)
+        elif mask is not None or given:
+            raise ValueError("give a block its inputs= or their fields as keywords, not both")
+        mask, memory, need_weights = inputs.mask, inputs.memory, inputs.need_weights
         x = self.hook_resid_pre(x)
         attn = self.attn(
             self._in(x, self.ln1), mask=mask, need_weights=need_weights, cache=cache,
-            positions=positions, angles=angles,
-            **({"bias": pos_bias} if pos_bias is not None else {}),
+            positions=inputs.positions, angles=inputs.angles,
+            **({"bias": inputs.pos_bias} if inputs.pos_bias is not None else {}),
         )  # fmt: skip
         attn_out = self.hook_attn_out(_post(self.ln1_post, attn.output))
         if self.parallel:  # both sub-layers read the block's input
@@ -161,7 +170,7 @@ class Block(nn.Module):
             if memory is None:
                 raise ValueError("a block with cross-attention needs the memory it reads")
             cross = self.cross_attn(
-                self._in(x, self.ln_cross), memory, mask=memory_mask,
+                self._in(x, self.ln_cross), memory, mask=inputs.memory_mask,
                 need_weights=need_weights, cache=memory_cache,
             )  # fmt: skip
             x = self._add(x, self.hook_cross_attn_out(cross.output), self.ln_cross)
@@ -229,41 +238,22 @@ class StackOutput(NamedTuple):
 def run_blocks(
     blocks: Iterable[nn.Module],
     x: Tensor,
-    mask: Tensor | None = None,
-    *,
-    memory: Tensor | None = None,
-    memory_mask: Tensor | None = None,
-    need_weights: bool = False,
+    inputs: BlockInputs,
     cache: DecoderCache | None = None,
-    positions: Tensor | None = None,
-    angles: RotaryAngles | None = None,
-    pos_bias: Tensor | None = None,
 ) -> StackOutput:
-    """Each block in turn on the stream ``x`` (B, T, D) → ``StackOutput``.
-
-    Arguments as ``Block.forward`` takes them; ``cache`` holds one key/value cache per
-    block (and per cross-attention, for a decoder), from ``DecoderCache``.
-    """
+    """Each block in turn on the stream ``x`` (B, T, D), each reading ``inputs`` →
+    ``StackOutput``; ``cache`` holds one key/value cache per block (and per cross-attention,
+    for a decoder), from ``DecoderCache``."""
     self_weights, cross_weights = [], []
     for i, block in enumerate(blocks):
         caches: dict[str, Any] = {}
         if cache is not None:
             caches["cache"] = cache.self_attn[i]
             caches["memory_cache"] = cache.cross_attn[i] if cache.cross_attn else None
-        x, w_self, w_cross = block(
-            x,
-            mask=mask,
-            memory=memory,
-            memory_mask=memory_mask,
-            need_weights=need_weights,
-            positions=positions,
-            angles=angles,
-            **({"pos_bias": pos_bias} if pos_bias is not None else {}),
-            **caches,
-        )
+        x, w_self, w_cross = block(x, inputs=inputs, **caches)
         self_weights.append(w_self)
         cross_weights.append(w_cross)
-    if not need_weights:
+    if not inputs.need_weights:
         return StackOutput(x)
-    crossed = memory is not None
+    crossed = inputs.memory is not None
     return StackOutput(x, tuple(self_weights), tuple(cross_weights) if crossed else None)

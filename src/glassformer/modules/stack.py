@@ -21,12 +21,14 @@ from torch import Tensor, nn
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import (
     Block,
+    BlockInputs,
     BlockOutput,
     StackOutput,
     rename_old_keys,
     run_blocks,
     window_of,
 )
+from glassformer.modules.cache import DecoderCache
 from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
 from glassformer.modules.rotary import RotaryEmbedding
@@ -156,12 +158,15 @@ class DecoderLayer(Block):
     def forward(  # type: ignore[override]
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None = None,
         mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         **options,
     ) -> BlockOutput:
-        """``Block.forward`` with the memory second, as ``nn.TransformerDecoderLayer`` takes it."""
+        """``Block.forward`` with the memory second, as ``nn.TransformerDecoderLayer`` takes it
+        (or in ``inputs=``, as a stack hands it)."""
+        if memory is None and mask is None and memory_mask is None:
+            return super().forward(x, **options)
         return super().forward(x, mask, memory=memory, memory_mask=memory_mask, **options)
 
 
@@ -188,10 +193,18 @@ class Stack(nn.Module):
     layers = property(lambda self: self.blocks)
     norm = property(lambda self: self.ln_final)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, **options: Any) -> StackOutput:
-        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → ``StackOutput``; the options
-        are ``run_blocks``'s (``memory``, ``cache``, ``need_weights``, ...)."""
-        out = run_blocks(self.blocks, x, mask, **options)
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        cache: DecoderCache | None = None,
+        **inputs: Any,
+    ) -> StackOutput:
+        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → ``StackOutput``; ``inputs``
+        are ``BlockInputs``' other fields (``memory``, ``need_weights``, ...), ``cache`` a
+        ``DecoderCache``."""
+        out = run_blocks(self.blocks, x, BlockInputs(mask, **inputs), cache)
         if self.ln_final is None:
             return out
         return out._replace(hidden=self.ln_final(out.hidden))
