@@ -22,7 +22,7 @@ from glassformer.modules.heads import check_dropout, check_heads, linear_rows, s
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.local_attention import Window, check_global_tokens, check_window
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
-from glassformer.modules.sdpa import ATTEND, Attending, AttentionOutput, Scores
+from glassformer.modules.sdpa import ATTEND, Attending, AttentionOutput, Scores, fused_attention
 
 __all__ = [
     "AttentionOutput",
@@ -79,8 +79,8 @@ class MultiHeadAttention(nn.Module):
             attends on the readable path). None: the paper's scores.
         attend: the name in ``modules.sdpa.ATTEND`` of the way this layer always attends
             ("readable", "fused", "window", or one registered elsewhere); None chooses per
-            call: the window's where there is one, the readable path where the weights, their
-            hooks, a soft cap or a bias need it, else PyTorch's fused kernel.
+            call: PyTorch's fused kernel where nothing needs more (called directly: the
+            common case), else the window's where there is one, else the readable path.
     """
 
     def __init__(
@@ -208,16 +208,21 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
         else:
             q, k, v = self._project_memory(query, key, value, cache)
-        q = self.scores.queries(q)  # scores × scale instead of / √Dh, where it has one
+        if self.scores.scale is not None:  # scores × scale instead of / √Dh
+            q = self.scores.queries(q)
         looking = need_weights or bool(self.hook_attn_scores.fns or self.hook_pattern.fns)
+        dropout_p = self.dropout if self.training else 0.0
+        plain = self.scores.softcap is None and bias is None and k.dtype == q.dtype
+        if self.attend is None and self.window is None and plain and not looking:
+            out = fused_attention(q, k, v, mask, dropout_p, self.causal)  # the common case
+            return AttentionOutput(self._merge(out), None)
         if self.window is not None and key is not None:
             raise ValueError("a windowed attention layer attends to itself")
         how = Attending(
-            mask, self.dropout if self.training else 0.0, self.causal, looking,
-            (self.hook_attn_scores, self.hook_pattern), self.scores, bias, self.window,
-            self.global_tokens, cache,
+            mask, dropout_p, self.causal, looking, (self.hook_attn_scores, self.hook_pattern),
+            self.scores, bias, self.window, self.global_tokens, cache,
         )  # fmt: skip
-        path = self.attend or self._path(how, q, k)
+        path = self.attend or ("window" if self.window is not None else "readable")
         if k.dtype != q.dtype and path != "fused":  # a cache keeping its keys wider (static)
             q = q.to(k.dtype)
         out, weights = ATTEND[path](q, k, v, how)
@@ -234,13 +239,6 @@ class MultiHeadAttention(nn.Module):
     def softcap(self) -> float | None:
         """The scores' soft cap c (None: none)."""
         return self.scores.softcap
-
-    def _path(self, how: Attending, q: Tensor, k: Tensor) -> str:
-        """The attend function a call takes when the layer names none."""
-        if self.window is not None:
-            return "window"
-        plain = self.scores.softcap is None and how.bias is None and k.dtype == q.dtype
-        return "fused" if plain and not how.need_weights else "readable"
 
     def _project_memory(
         self, query: Tensor, key: Tensor, value: Tensor | None, cache: KVCache | None
