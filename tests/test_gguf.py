@@ -980,3 +980,32 @@ def test_a_loads_memory_is_the_models_weights_whatever_the_table_says(tmp_path):
     assert peaks["clean"] <= 2 * weights, (peaks, weights)
     assert peaks["unused"] <= peaks["clean"] + 8 * 2**20, (peaks, weights)  # noise: 2 MiB
     assert peaks["aliased"] <= peaks["clean"], (peaks, weights)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gptneox"])
+def test_the_gguf_weight_map_gives_each_weight_the_rows_the_hugging_face_route_does(
+    tmp_path, arch
+):
+    """``interop.gguf.maps`` states which tensors and rows each weight takes (a llama file's q
+    and k in rotary order, Qwen2's biases, Gemma's norms less one, NeoX's fused q/k/v). Read
+    by it, a file of every layout and of block and float types, its blocks decoded, holds the
+    same numbers as the file read under Hugging Face's names through the families' weight
+    maps, for every weight the model has, bit for bit."""
+    from test_fuzz_gguf_file import write_seed
+
+    from glassformer import GPT
+    from glassformer.interop.gguf import read_gguf_mapped
+    from glassformer.kernels.gguf_linear import GGUFLinear
+
+    path = write_seed(tmp_path / f"{arch}.gguf", arch)
+    model = GPT.from_pretrained(path)
+    expected = dict(model.named_parameters(remove_duplicate=False))
+    _, numbers, parts = read_gguf_mapped(path)
+    assert numbers and parts and set(numbers) | set(parts) == set(expected)
+    for name, weight in expected.items():
+        got = (
+            numbers[name]
+            if name in numbers
+            else GGUFLinear(parts[name], weight.shape[-1]).dequantized().view(weight.shape)
+        )
+        assert torch.equal(got, weight.detach()), name

@@ -336,8 +336,8 @@ def test_a_file_read_straight_into_its_blocks_is_read_once_and_never_decoded(
     from glassformer.kernels.gguf_linear import GGUFLinear
 
     reads = []
-    real = gguf_model.read_gguf_rows
-    monkeypatch.setattr(gguf_model, "read_gguf_rows", lambda p: reads.append(p) or real(p))
+    real = gguf_model.read_gguf_mapped
+    monkeypatch.setattr(gguf_model, "read_gguf_mapped", lambda p: reads.append(p) or real(p))
 
     def refused(*args, **kwargs):
         raise AssertionError("the weights were dequantised")

@@ -13,7 +13,9 @@ asked and checks the numbers that size a model; ``shapes`` checks that the metad
 tensors agree and names the tensors the model reads, the only ones ``tensors`` then reads
 (into the process's memory, never a memory map). ``dequant`` decodes F32, F16, BF16 and the
 block types; ``layout`` and ``families`` map names and the config and undo llama.cpp's row
-orders; ``tokenizer`` builds the BPE tokenizer. Every problem with a file is one
+orders; ``maps`` states, for each of glassformer's weights, the file tensors and rows it takes
+(``read_gguf_mapped``: a model read straight into its blocks); ``tokenizer`` builds the BPE
+tokenizer. Every problem with a file is one
 ``CheckpointError`` line that starts with its path.
 """
 
@@ -32,6 +34,7 @@ from glassformer.interop.gguf.dequant import NAMES
 from glassformer.interop.gguf.families import family_config, family_name, family_tensor
 from glassformer.interop.gguf.header import Header, read_header
 from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
+from glassformer.interop.gguf.maps import gathered, value, weight_map
 from glassformer.interop.gguf.metadata import Metadata
 from glassformer.interop.gguf.shapes import needed_shapes
 from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_tensor
@@ -100,19 +103,49 @@ def read_gguf_weights(
     return config, state
 
 
-def read_gguf_rows(
-    path: str | Path,
-) -> tuple[dict[str, Any], dict[str, Tensor], list[tuple[int, Tensor]]]:
-    """``read_gguf_weights`` with every 2-D tensor of a block type that
-    ``glassformer.kernels.gguf_linear`` computes from left as blocks: ``(hf_config, state,
-    blocks)``. In ``state`` such a tensor is a column of row numbers (rows, 1), float64,
-    counting on from one tensor to the next, and arranged as its weight's rows are (the
-    reordered rotary rows of q and k, NeoX's regrouped heads); ``blocks`` lists each such
-    tensor's (ggml type, its rows' bytes (rows, bytes per row) uint8, read from the file's
-    memory map). A model's weight map then moves the row numbers as it moves weights."""
-    blocks: list[tuple[int, Tensor]] = []
-    config, state, _ = _checked_read(path, torch.float32, with_tokenizer=False, blocks=blocks)
-    return config, state, blocks
+def read_gguf_mapped(
+    path: str | Path, *, numbers: bool = True
+) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, list[tuple[int, Tensor]]]]:
+    """A GGUF file read by its weight map (``maps``), under glassformer's names: ``(hf_config,
+    numbers, parts)``. A weight whose tensors are all 2-D of a block type that
+    ``glassformer.kernels.gguf_linear`` computes from is left as blocks: ``parts[name]`` lists
+    each tensor's (ggml type, the rows it takes: (rows, bytes per row) uint8). Every other
+    weight is decoded to fp32 into ``numbers`` (unless ``numbers=False``)."""
+    path = Path(path)
+    try:
+        arch, _, config, tensors = _survey(_require_gguf(), path)
+        by_name = {t.name: t for t in tensors}
+        sources = weight_map(arch, config, {t.name: tuple(reversed(t.dims)) for t in tensors})
+        as_blocks = kept_as_blocks(tensors)
+        decoded: dict[str, Tensor] = {}
+        parts: dict[str, list[tuple[int, Tensor]]] = {}
+        tied: dict[tuple[str, ...], str] = {}  # tensors decoded whole → the weight holding them
+        with open(path, "rb") as f:
+            rows = {name: read_rows(f, by_name[name]) for name in sorted(as_blocks)}
+            for name, taken in sources.items():
+                if all(s.tensor in as_blocks for s in taken):
+                    parts[name] = [(by_name[s.tensor].ggml_type, _taken(rows[s.tensor], s.rows))
+                                   for s in taken]  # fmt: skip
+                    continue
+                whole = tuple(s.tensor for s in taken) if all(s.rows is None for s in taken) else ()
+                if whole in tied:  # a tied head: the token table's own tensor, not a copy
+                    decoded[name] = decoded[tied[whole]]
+                elif numbers:
+                    values = [read_tensor(f, by_name[s.tensor]) for s in taken]
+                    values = [value(arch, s.tensor, v) for s, v in zip(taken, values, strict=True)]
+                    decoded[name] = gathered(values, taken)
+                    if whole:
+                        tied[whole] = name
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
+    return config, decoded, parts
+
+
+def _taken(rows: Tensor, which: Tensor | None) -> Tensor:
+    """A tensor's rows of blocks as a weight takes them: all (a view), or some, gathered."""
+    return rows if which is None else rows[which]
 
 
 def _checked_read(
@@ -120,14 +153,13 @@ def _checked_read(
     dtype: torch.dtype,
     *,
     with_tokenizer: bool,
-    blocks: list[tuple[int, Tensor]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dtype {dtype} is not supported; use torch.float32 or torch.bfloat16")
     path = Path(path)
     gguf = _require_gguf()
     try:
-        return _read(gguf, path, dtype, with_tokenizer, blocks)
+        return _read(gguf, path, dtype, with_tokenizer)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
 
@@ -160,14 +192,10 @@ def _open(gguf: Any, path: Path) -> tuple[Header, Metadata]:
     return header, meta
 
 
-def _read(
-    gguf: Any,
-    path: Path,
-    dtype: torch.dtype,
-    with_tokenizer: bool,
-    blocks: list[tuple[int, Tensor]] | None = None,
-) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
-    """The config, the tensors a model of it reads (no other is read) and the tokenizer."""
+def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[Any]]:
+    """(architecture, metadata, config, the tensors a model of it reads) of a checked file: every
+    tensor of a type decoded here, every name with a place, every needed shape as the
+    metadata gives it."""
     header, meta = _open(gguf, path)
     for t in header.tensors:
         if t.ggml_type not in NAMES:
@@ -181,26 +209,33 @@ def _read(
     shapes = {t.name: tuple(reversed(t.dims)) for t in header.tensors}
     config = family_config(arch, meta, shapes) if family else hf_config(meta, shapes, arch)
     to_hf = functools.partial(family_name, arch) if family else hf_name
-    names = {t.name: to_hf(t.name) for t in header.tensors}  # refuses a name with no place
+    for t in header.tensors:
+        to_hf(t.name)  # refuses a name with no place
     needed = needed_shapes(arch, config, shapes, to_hf)
-    tensors = [t for t in header.tensors if t.name in needed]
-    as_blocks = kept_as_blocks(tensors) if blocks is not None else set()
+    return arch, meta, config, [t for t in header.tensors if t.name in needed]
+
+
+def _read(
+    gguf: Any, path: Path, dtype: torch.dtype, with_tokenizer: bool
+) -> tuple[dict[str, Any], dict[str, Tensor], GGUFTokenizer | None]:
+    """The config, the tensors a model of it reads (no other is read) under Hugging Face's
+    names, and the tokenizer."""
+    arch, meta, config, tensors = _survey(gguf, path)
+    to_hf = functools.partial(family_name, arch) if arch in FAMILIES else hf_name
     state: dict[str, Tensor] = {}
     try:
         with open(path, "rb") as f:
             for t in tensors:
-                value = _row_numbers(blocks, t.ggml_type, read_rows(f, t)) if (
-                    blocks is not None and t.name in as_blocks
-                ) else read_tensor(f, t)  # fmt: skip
-                value = _as_hugging_face(arch, names[t.name], value, config)
-                state[names[t.name]] = value if value.dtype == torch.float64 else value.to(dtype)
+                name = to_hf(t.name)
+                state[name] = _as_hugging_face(arch, name, read_tensor(f, t), config).to(dtype)
     except OSError as e:
         raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
-    return config, state, build_tokenizer(meta) if with_tokenizer else None
+    tokenizer = build_tokenizer(meta) if with_tokenizer else None
+    return config, state, tokenizer
 
 
 def _as_hugging_face(arch: str, name: str, value: Tensor, config: dict[str, Any]) -> Tensor:
-    """A tensor (or its row numbers) as Hugging Face holds it: a family's own changes
+    """A tensor as Hugging Face holds it: a family's own changes
     (``family_tensor``); a Llama file's q and k rows back in rotary order."""
     if arch in FAMILIES:
         return family_tensor(arch, name, value, config["num_attention_heads"])
@@ -208,15 +243,6 @@ def _as_hugging_face(arch: str, name: str, value: Tensor, config: dict[str, Any]
         heads = config["num_attention_heads" if projection == "q_proj" else "num_key_value_heads"]
         return unpermute_rope_rows(value, heads)
     return value
-
-
-def _row_numbers(blocks: list[tuple[int, Tensor]] | None, kind: int, rows: Tensor) -> Tensor:
-    """Keep a tensor's rows of blocks (``read_gguf_rows``); its row numbers, (rows, 1)
-    float64, counting on from the tensors kept before it."""
-    assert blocks is not None
-    first = sum(len(b) for _, b in blocks)
-    blocks.append((kind, rows))
-    return torch.arange(first, first + len(rows), dtype=torch.float64)[:, None]
 
 
 def _require_gguf() -> Any:

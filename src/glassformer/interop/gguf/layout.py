@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from glassformer.errors import CheckpointError, shown
@@ -66,12 +67,17 @@ def unpermute_rope_rows(weight: Tensor, num_heads: int) -> Tensor:
         weight: (H·Dh, ...) as llama.cpp stores it (a weight, or a bias).
         num_heads: H (the query heads for q_proj, the key/value heads for k_proj).
     """
-    rows = weight.shape[0]
+    return weight[rotary_rows(weight.shape[0], num_heads)]
+
+
+def rotary_rows(rows: int, num_heads: int) -> Tensor:
+    """Which stored row each of Hugging Face's ``rows`` q (or k) rows is, for ``num_heads``
+    heads: within a head, HF row i is stored at 2i and HF row Dh/2 + i at 2i + 1."""
     if rows % (2 * num_heads):
         raise CheckpointError(f"{rows} projection rows do not split into {num_heads} heads")
     pairs = rows // num_heads // 2
-    heads = weight.reshape(num_heads, pairs, 2, *weight.shape[1:])  # (H, Dh/2, 2, ...)
-    return heads.transpose(1, 2).reshape(weight.shape)  # (H, 2, Dh/2, ...) → (H·Dh, ...)
+    stored = torch.arange(rows).reshape(num_heads, pairs, 2)  # (H, Dh/2, 2)
+    return stored.transpose(1, 2).reshape(rows)  # (H, 2, Dh/2): the halves, each in order
 
 
 def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> dict[str, Any]:

@@ -6,7 +6,7 @@ model, as for a Hugging Face directory.
 
 The model keeps where it came from: ``model.for_inference("gguf")`` puts the file's own
 blocks back in its linear layers (``gguf_parts``: which rows of which tensors each layer's
-weight is, found by passing row numbers through the same weight map).
+weight is, as the file's weight map, ``interop.gguf.maps``, states them).
 
 ``GPT.from_pretrained("model.gguf", dtype="gguf")`` (or ``"gguf-q8"``) reads the file once,
 straight into those layers: the model is built on the meta device, its block-typed weights
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from glassformer.checkpoint import FOREIGN_TOKENIZERS, register_format
 from glassformer.errors import CheckpointError
@@ -34,9 +34,10 @@ from glassformer.interop._hf import (
     skeleton,
 )
 from glassformer.interop.gemma import from_gemma_state
-from glassformer.interop.gguf import read_gguf_rows, read_gguf_weights
+from glassformer.interop.gguf import read_gguf_mapped, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state
 from glassformer.interop.llama import from_llama_state
+from glassformer.kernels.gguf_linear import Part
 from glassformer.kernels.quantize import compute_from_blocks
 from glassformer.kernels.quantized import GGUF_DTYPES
 from glassformer.models.families import (
@@ -86,26 +87,20 @@ def _mapped(hf: dict[str, Any], state: dict[str, Tensor], path: Path) -> tuple[A
 
 def _read_into_blocks(path: Path, dtype: str) -> GPT:
     """The model of ``path`` computing from its blocks (``dtype`` "gguf" or "gguf-q8"), the
-    file read once: built on the meta device, the weights that are numbers assigned, the
-    block-typed ones made layers of their parts (``compute_from_blocks``)."""
-    hf, state, file_blocks = read_gguf_rows(path)
-    config, weights = _mapped(hf, state, path)
-    rows = {name: w for name, w in weights.items() if w.dtype == torch.float64}
-    numbers = {name: w for name, w in weights.items() if w.dtype != torch.float64}
-    blocks = {name: _parts(w, file_blocks) for name, w in rows.items()}
-    del state, weights, file_blocks  # the parts hold the rows they need, no more
+    file read once by its weight map: built on the meta device, the weights that are numbers
+    assigned, the block-typed ones made layers of their parts (``compute_from_blocks``)."""
+    hf, numbers, blocks = read_gguf_mapped(path)
+    make, _ = CONFIGS[hf["model_type"]]
+    config = build_config(make, hf, path)
     with naming(path):
         model = skeleton(GPT, config, numbers)
         missing, unexpected = model.load_state_dict(numbers, strict=False, assign=True)
-        unmet = set(missing) - set(blocks) - {"lm_head.weight"}  # a tied head comes later
-        if unexpected or unmet:
-            names = sorted(unexpected or unmet)
+        unmet = set(missing) - set(blocks)
+        if unexpected or unmet or set(blocks) - set(model.state_dict()):
+            names = sorted(unexpected or unmet or set(blocks) - set(model.state_dict()))
             raise CheckpointError(f"the weights do not fit the config: {names[:5]}")
         compute_from_blocks(model, blocks, rounded=dtype == "gguf-q8")
     reset_meta_buffers(model)
-    head = model.lm_head
-    if isinstance(head, nn.Linear) and head.weight.is_meta and config.tie_weights:
-        model.tie_weights()  # tied, and not among the blocks: reads the token table
     unread = [name for name, p in model.named_parameters() if p.is_meta]
     if unread:
         raise CheckpointError(f"{path}: no tensor for {unread[:5]}")
@@ -118,39 +113,10 @@ def remembering_blocks(model: GPT, path: Path) -> GPT:
     return model
 
 
-Part = tuple[int, Tensor]
-
-
 def gguf_parts(path: str | Path) -> dict[str, list[Part]]:
     """``{weight name: parts}`` for every weight of the model of ``path`` whose tensors are
-    of a type computed from blocks: the (type, rows) of each stretch of its rows."""
-    hf, state, blocks = read_gguf_rows(path)
-    _, weights = _mapped(hf, state, Path(path))
-    return {
-        name: _parts(rows, blocks) for name, rows in weights.items() if rows.dtype == torch.float64
-    }
-
-
-def _parts(rows: Tensor, blocks: list[Part]) -> list[Part]:
-    """A weight's row numbers (N, 1) → its parts: each run of rows from one tensor, a view
-    of the file's rows where they are in order, else gathered (q and k's rotary order)."""
-    counts = torch.tensor([len(b) for _, b in blocks])
-    firsts = torch.cumsum(counts, 0) - counts
-    if rows.dim() != 2 or rows.shape[1] != 1 or not bool((rows == rows.round()).all()):
-        raise CheckpointError("a weight map changed a quantised tensor; keep it in fp32")
-    ids = rows[:, 0].long()
-    which = torch.searchsorted(firsts, ids, right=True) - 1
-    ends = (torch.nonzero(which[1:] != which[:-1])[:, 0] + 1).tolist() + [len(ids)]
-    parts, start = [], 0
-    for end in ends:
-        k = int(which[start])
-        kind, raw = blocks[k]
-        local = ids[start:end] - firsts[k]
-        first = int(local[0])
-        in_order = bool((local == torch.arange(first, first + len(local))).all())
-        parts.append((kind, raw[first : first + len(local)] if in_order else raw[local]))
-        start = end
-    return parts
+    of a type computed from blocks: the (type, rows) of each tensor it takes (``maps``)."""
+    return read_gguf_mapped(path, numbers=False)[2]
 
 
 def _tokenizer(path: Path) -> Any:

@@ -1,0 +1,130 @@
+"""Where each weight of a model read from a GGUF file comes from: which of the file's tensors,
+and which of their rows.
+
+    glassformer weight               llama.cpp tensors (rows)
+    embed.weight                     token_embd.weight
+    blocks.N.ln1.weight              blk.N.attn_norm.weight
+    blocks.N.attn.qkv_proj.weight    blk.N.attn_q.weight, blk.N.attn_k.weight, blk.N.attn_v.weight
+                                     (a ``llama`` file's q and k rows in rotary order)
+    blocks.N.attn.out_proj.weight    blk.N.attn_output.weight
+    blocks.N.ln2.weight              blk.N.ffn_norm.weight
+    blocks.N.mlp.gate/up/down_proj   blk.N.ffn_gate / ffn_up / ffn_down
+    ln_final.weight                  output_norm.weight
+    lm_head.weight                   output.weight (a tied head: token_embd.weight)
+
+Qwen2 adds the q/k/v biases, Qwen3 the QK-norm weights, Gemma 3 both sandwich norms (and
+stores each RMSNorm scale as 1 + w: ``value`` takes the one off); GPT-NeoX's fused q/k/v is
+stored as glassformer holds it, [all q; all k; all v].
+
+A weight whose tensors are kept as blocks becomes a layer computing from them (its parts:
+the rows it takes of each tensor); any other is decoded to numbers. Nothing is read twice
+and no weight map is run on stand-ins to find where rows went: the rows are stated here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from glassformer.errors import CheckpointError
+from glassformer.interop.gguf.layout import rotary_rows
+
+
+class Source(NamedTuple):
+    """One file tensor's share of a weight."""
+
+    tensor: str  # the file's name for it: "blk.0.attn_q.weight"
+    rows: Tensor | None = None  # its rows in the weight's order (int64); None: all, as stored
+
+
+WeightMap = dict[str, tuple[Source, ...]]
+
+# glassformer's name inside block N → the file's tensors under "blk.N." (stacked in order)
+_LLAMA_BLOCK: dict[str, tuple[str, ...]] = {
+    "ln1.weight": ("attn_norm.weight",),
+    "attn.qkv_proj.weight": ("attn_q.weight", "attn_k.weight", "attn_v.weight"),
+    "attn.qkv_proj.bias": ("attn_q.bias", "attn_k.bias", "attn_v.bias"),  # qwen2
+    "attn.q_norm.weight": ("attn_q_norm.weight",),  # qwen3, gemma3
+    "attn.k_norm.weight": ("attn_k_norm.weight",),
+    "attn.out_proj.weight": ("attn_output.weight",),
+    "ln2.weight": ("ffn_norm.weight",),
+    "mlp.gate_proj.weight": ("ffn_gate.weight",),
+    "mlp.up_proj.weight": ("ffn_up.weight",),
+    "mlp.down_proj.weight": ("ffn_down.weight",),
+}
+_GEMMA_BLOCK = _LLAMA_BLOCK | {
+    "ln1_post.weight": ("post_attention_norm.weight",),
+    "ln2_post.weight": ("post_ffw_norm.weight",),
+}
+_NEOX_BLOCK: dict[str, tuple[str, ...]] = {
+    f"{ours}.{kind}": (f"{theirs}.{kind}",)
+    for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv_proj", "attn_qkv"),
+                         ("attn.out_proj", "attn_output"), ("ln2", "ffn_norm"),
+                         ("mlp.linear1", "ffn_up"), ("mlp.linear2", "ffn_down"))
+    for kind in ("weight", "bias")
+}  # fmt: skip
+_TOP: dict[str, tuple[str, ...]] = {
+    "embed.weight": ("token_embd.weight",),
+    "ln_final.weight": ("output_norm.weight",),
+    "ln_final.bias": ("output_norm.bias",),  # gptneox
+}
+_BLOCKS: dict[str, dict[str, tuple[str, ...]]] = {
+    "llama": _LLAMA_BLOCK, "qwen2": _LLAMA_BLOCK, "qwen3": _LLAMA_BLOCK,
+    "gemma3": _GEMMA_BLOCK, "gptneox": _NEOX_BLOCK,
+}  # fmt: skip
+
+
+def weight_map(arch: str, config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> WeightMap:
+    """``{glassformer weight: its sources}`` for a model of an ``arch`` file.
+
+    Args:
+        arch: the file's ``general.architecture``.
+        config: the Hugging Face config fields its metadata gives (the heads, the layers).
+        shapes: the tensors the model reads (``needed_shapes``), by name: a weight is mapped
+            where its tensors are there (a bias only where the file has one).
+
+    Raises:
+        CheckpointError: a weight with some of its tensors and not the others, or a tensor
+            no weight takes.
+    """
+    head = "output.weight" if "output.weight" in shapes else "token_embd.weight"
+    wanted: dict[str, tuple[str, ...]] = {**_TOP, "lm_head.weight": (head,)}
+    for i in range(config["num_hidden_layers"]):
+        for name, tensors in _BLOCKS[arch].items():
+            wanted[f"blocks.{i}.{name}"] = tuple(f"blk.{i}.{t}" for t in tensors)
+    out: WeightMap = {}
+    for name, tensors in wanted.items():
+        there = [t in shapes for t in tensors]
+        if any(there) and not all(there):
+            gone = [t for t, ok in zip(tensors, there, strict=True) if not ok]
+            raise CheckpointError(f"{name} needs the tensor {gone[0]}, which is missing")
+        if all(there):
+            out[name] = tuple(Source(t, _rows(arch, t, config, shapes[t][0])) for t in tensors)
+    unused = set(shapes) - {source.tensor for sources in out.values() for source in sources}
+    if unused:
+        raise CheckpointError(f"the tensor {sorted(unused)[0]} has no place in the model")
+    return out
+
+
+def _rows(arch: str, tensor: str, config: dict[str, Any], count: int) -> Tensor | None:
+    """The rows a weight takes of ``tensor`` (``count`` rows), in its order: llama.cpp's
+    rotary order undone for a ``llama`` file's q and k (``layout``), else all, as stored."""
+    if arch != "llama" or tensor.split(".")[-2] not in ("attn_q", "attn_k"):
+        return None
+    heads = config["num_attention_heads" if ".attn_q." in tensor else "num_key_value_heads"]
+    return rotary_rows(count, heads)
+
+
+def value(arch: str, tensor: str, decoded: Tensor) -> Tensor:
+    """A decoded tensor as the model holds it: Gemma 3 stores each RMSNorm scale as 1 + w."""
+    if arch == "gemma3" and tensor.endswith("norm.weight"):
+        return decoded - 1.0
+    return decoded
+
+
+def gathered(values: list[Tensor], sources: tuple[Source, ...]) -> Tensor:
+    """One weight from its sources' decoded tensors: each one's rows, stacked in order."""
+    taken = [v if s.rows is None else v[s.rows] for v, s in zip(values, sources, strict=True)]
+    return taken[0] if len(taken) == 1 else torch.cat(taken)
