@@ -344,3 +344,28 @@ def test_a_block_reads_its_inputs_as_one_bundle_or_as_keywords():
     assert one.cross_attn_weights.shape == (2, 4, 5, 7)
     with pytest.raises(ValueError, match="inputs= or their fields as keywords, not both"):
         layer(x, inputs=bundle, memory=memory)
+
+
+def test_every_model_runs_its_blocks_as_one_stack_after_its_embeddings():
+    """A ``Backbone`` is a ``Stack``: the same blocks and final norm, run by ``Stack.run`` on
+    the embedded ids, give the model's hidden states, and its module tree (and state dict)
+    lists the embeddings before the blocks, in the order they run."""
+    from glassformer import GPT, GPTConfig
+    from glassformer.modules import Stack
+    from glassformer.modules.block import BlockInputs
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("llama-tiny", vocab_size=50, dropout=0.0)).eval()
+    assert isinstance(model, Stack)
+    ids = torch.randint(0, 50, (2, 7))
+    positions = torch.arange(7)
+    with torch.no_grad():
+        hidden = model.run_stack(model.embed_tokens(ids), positions=positions).hidden
+        angles = model.rotary.cos_sin(positions, torch.float32)
+        alone = Stack(list(model.blocks), model.ln_final)
+        inputs = BlockInputs(positions=positions, angles=angles)
+        expected = alone.run(model.embed_tokens(ids), inputs).hidden
+    assert torch.equal(hidden, expected)
+    children = [name for name, _ in model.named_children()]
+    assert children.index("embed") < children.index("blocks") < children.index("ln_final")
+    assert next(iter(model.state_dict())) == "embed.weight"

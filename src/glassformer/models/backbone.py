@@ -1,4 +1,4 @@
-"""The body every model shares: embeddings, blocks, a final norm.
+"""The body every model shares: embeddings, then a stack of blocks and a final norm.
 
     ids (B, T) → embed (+ pos_embed, + token_type; ln_embed) → dropout
                → blocks.0 … blocks.{L-1} → ln_final → hidden states (B, T, D)
@@ -31,15 +31,16 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import PretrainedModel
-from glassformer.modules.block import BlockInputs, StackOutput, run_blocks
+from glassformer.modules.block import BlockInputs, Stack, StackOutput
 from glassformer.modules.cache import DecoderCache
 from glassformer.modules.hooks import HookPoint
 from glassformer.modules.position import check_length, check_positions
 from glassformer.modules.rotary import RotaryEmbedding
 
 
-class Backbone(PretrainedModel):
-    """Embeddings, blocks and a final norm: ids (B, T) → hidden states (B, T, D).
+class Backbone(Stack, PretrainedModel):
+    """Embeddings, then a ``Stack`` (blocks and a final norm): ids (B, T) → hidden states
+    (B, T, D).
 
     Args:
         config: the model's config (kept as ``config``).
@@ -77,7 +78,7 @@ class Backbone(PretrainedModel):
         project_in: nn.Module | None = None,
         dropout: float = 0.0,
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # the stack is taken last: the module tree in running order
         self.config = config
         self.max_len = max_len
         self.embed = embed
@@ -93,8 +94,7 @@ class Backbone(PretrainedModel):
         self.relative_bias = relative_bias
         if relative_bias is not None:
             self.hook_pos_bias = HookPoint()  # (1, H, T, Tk), added to every score
-        self.blocks = nn.ModuleList(blocks)
-        self.ln_final = ln_final
+        self.hold(blocks, ln_final)
 
     def embed_tokens(
         self,
@@ -149,12 +149,9 @@ class Backbone(PretrainedModel):
             T = x.size(1)
             pos_bias = self.hook_pos_bias(self.relative_bias(T, start + T, start).to(x.dtype))
         inputs = BlockInputs(mask, memory, memory_mask, positions, angles, pos_bias, need_weights)
-        out = run_blocks(self.blocks, x, inputs, cache)
-        if self.ln_final is None:
-            return out
-        return out._replace(hidden=self.ln_final(out.hidden))
+        return self.run(x, inputs, cache)
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         ids: Tensor,
         mask: Tensor | None = None,

@@ -6,6 +6,7 @@ from glassformer.modules.block import (
     BlockInputs,
     BlockOutput,
     LayerOutput,
+    Stack,
     StackOutput,
     run_blocks,
 )
@@ -39,7 +40,7 @@ from glassformer.modules.sdpa import (
     register_attend,
     scaled_dot_product_attention,
 )
-from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLayer, Stack
+from glassformer.modules.stack import Decoder, DecoderLayer, Encoder, EncoderLayer
 
 __all__ = [
     "ACTIVATIONS",

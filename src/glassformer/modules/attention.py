@@ -326,8 +326,9 @@ class MultiHeadAttention(nn.Module):
                 qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
                 q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill
                 return self._hooked_qkv(q, k, v)
-            q, k, v = qkv.split(sizes, dim=-1)  # (B, T, H·Dh), (B, T, Hkv·Dh) twice
-            q, k, v = split_heads(q, H), split_heads(k, Hkv), split_heads(v, Hkv)
+            q, k, v = (  # (B, T, H·Dh), (B, T, Hkv·Dh) twice → (B, heads, T, Dh)
+                x.view(B, T, -1, Dh).transpose(1, 2) for x in qkv.split(sizes, dim=-1)
+            )
             return self._hooked_qkv(q, k, v)
 
         value = key if value is None else value

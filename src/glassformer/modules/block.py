@@ -20,15 +20,16 @@ Every value on the way passes a hook point, named as TransformerLens names it
 ``hook_resid_mid_cross``), and the parts carry their own (``attn.hook_pattern``,
 ``mlp.hook_post``, ``ln1.hook_normalized``, ...).
 
-``run_blocks`` runs a list of blocks one after another (what every stack does), handing
-each its own key/value cache when decoding and collecting the attention maps when asked.
-The paper's ``EncoderLayer`` and ``DecoderLayer``, blocks built from keyword arguments, are
-in ``modules.stack`` with the stacks made of them.
+A ``Stack`` is blocks and a final norm: ``run_blocks`` runs the blocks one after another,
+handing each its own key/value cache when decoding and collecting the attention maps when
+asked, and the norm follows. Every model's ``Backbone`` is a stack with embeddings in
+front. The paper's ``EncoderLayer`` and ``DecoderLayer``, blocks built from keyword
+arguments, and its ``Encoder`` and ``Decoder`` stacks are in ``modules.stack``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from torch import Tensor, nn
@@ -257,3 +258,48 @@ def run_blocks(
         return StackOutput(x)
     crossed = inputs.memory is not None
     return StackOutput(x, tuple(self_weights), tuple(cross_weights) if crossed else None)
+
+
+class Stack(nn.Module):
+    """Blocks and a final norm (or none): the stream (B, T, D) → ``StackOutput``.
+
+    Args:
+        blocks: the blocks, run in order (held as ``blocks.{i}``).
+        ln_final: the norm after the last block (pre-norm stacks need one: their last
+            residual sum is otherwise never normalised), or None.
+    """
+
+    blocks: nn.ModuleList
+    ln_final: nn.Module | None
+
+    def __init__(self, blocks: Sequence[nn.Module], ln_final: nn.Module | None = None) -> None:
+        super().__init__()
+        self.hold(blocks, ln_final)
+
+    def hold(self, blocks: Sequence[nn.Module], ln_final: nn.Module | None) -> None:
+        """Take ``blocks`` and ``ln_final`` (a ``Backbone`` does after its embeddings, so
+        that its module tree lists them in the order they run)."""
+        if not blocks:
+            raise ValueError("a stack needs at least one block")
+        self.blocks = nn.ModuleList(blocks)
+        self.ln_final = ln_final
+
+    def run(self, x: Tensor, inputs: BlockInputs, cache: DecoderCache | None = None) -> StackOutput:
+        """The blocks on ``x`` (B, T, D), each reading ``inputs``, then the final norm."""
+        out = run_blocks(self.blocks, x, inputs, cache)
+        if self.ln_final is None:
+            return out
+        return out._replace(hidden=self.ln_final(out.hidden))
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        cache: DecoderCache | None = None,
+        **inputs: Any,
+    ) -> StackOutput:
+        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → ``StackOutput``; ``inputs``
+        are ``BlockInputs``' other fields (``memory``, ``need_weights``, ...), ``cache`` a
+        ``DecoderCache``."""
+        return self.run(x, BlockInputs(mask, **inputs), cache)

@@ -3,12 +3,9 @@
 Shapes: B batch, T length, S memory length, D d_model, H heads.
 
 ``EncoderLayer`` and ``DecoderLayer`` are ``Block``s whose parts are chosen as
-``nn.TransformerEncoderLayer``'s are. ``Stack`` is blocks and a final norm (pre-norm stacks
-need one: their last residual sum is otherwise never normalised), run by
-``modules.block.run_blocks``; ``Encoder`` and ``Decoder`` build one from the keyword
-arguments of their layers. The models hold their blocks themselves (``model.blocks``),
-beside their embeddings and final norm, and run them with the same ``run_blocks``
-(``Backbone.run_stack``).
+``nn.TransformerEncoderLayer``'s are; ``Encoder`` and ``Decoder`` are ``Stack``s
+(``modules.block``: blocks and a final norm) built from the keyword arguments of their
+layers. The models' ``Backbone`` is the same ``Stack`` with embeddings in front.
 """
 
 from __future__ import annotations
@@ -21,14 +18,12 @@ from torch import Tensor, nn
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import (
     Block,
-    BlockInputs,
     BlockOutput,
+    Stack,
     StackOutput,
     rename_old_keys,
-    run_blocks,
     window_of,
 )
-from glassformer.modules.cache import DecoderCache
 from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
 from glassformer.modules.rotary import RotaryEmbedding
@@ -170,47 +165,23 @@ class DecoderLayer(Block):
         return super().forward(x, mask, memory=memory, memory_mask=memory_mask, **options)
 
 
-class Stack(nn.Module):
-    """A list of blocks and a final norm (or none): (B, T, D) → (B, T, D).
+class TorchStack(Stack):
+    """A ``Stack`` that also answers to ``nn.TransformerEncoder``'s names (``layers``,
+    ``norm``) and loads weights saved under them (as the paper's stacks were before blocks
+    took parts)."""
 
-    Args:
-        blocks: the blocks, run in order (``model.blocks`` holds them as ``blocks.{i}``).
-        ln_final: the norm after the last block (pre-norm stacks), or None.
-    """
-
-    def __init__(self, blocks: Sequence[nn.Module], ln_final: nn.Module | None = None) -> None:
-        super().__init__()
-        if not blocks:
-            raise ValueError("a stack needs at least one block")
-        self.blocks = nn.ModuleList(blocks)
-        self.ln_final = ln_final
+    def __init__(self, blocks: Sequence[nn.Module], ln_final: nn.Module | None) -> None:
+        super().__init__(blocks, ln_final)
         self.register_load_state_dict_pre_hook(rename_old_keys)  # layers.N, norm: before
 
     def old_names(self) -> dict[str, str]:
-        """The names a stack's parts had before blocks took parts (``nn.TransformerEncoder``'s)."""
         return {"layers": "blocks", "norm": "ln_final"}
 
     layers = property(lambda self: self.blocks)
     norm = property(lambda self: self.ln_final)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        *,
-        cache: DecoderCache | None = None,
-        **inputs: Any,
-    ) -> StackOutput:
-        """x (B, T, D), mask broadcastable to (B, H, T, Tk) → ``StackOutput``; ``inputs``
-        are ``BlockInputs``' other fields (``memory``, ``need_weights``, ...), ``cache`` a
-        ``DecoderCache``."""
-        out = run_blocks(self.blocks, x, BlockInputs(mask, **inputs), cache)
-        if self.ln_final is None:
-            return out
-        return out._replace(hidden=self.ln_final(out.hidden))
 
-
-class Encoder(Stack):
+class Encoder(TorchStack):
     """A stack of ``EncoderLayer``s, with a final LayerNorm under pre-norm.
 
     Args:
@@ -227,7 +198,7 @@ class Encoder(Stack):
         super().__init__(layers, _final_norm(final_norm, layer_kwargs))
 
 
-class Decoder(Stack):
+class Decoder(TorchStack):
     """A stack of ``DecoderLayer``s, with a final LayerNorm under pre-norm.
 
     Args:
