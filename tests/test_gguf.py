@@ -983,9 +983,7 @@ def test_a_loads_memory_is_the_models_weights_whatever_the_table_says(tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gptneox"])
-def test_the_gguf_weight_map_gives_each_weight_the_rows_the_hugging_face_route_does(
-    tmp_path, arch
-):
+def test_the_gguf_weight_map_gives_each_weight_the_rows_the_hugging_face_route_does(tmp_path, arch):
     """``interop.gguf.maps`` states which tensors and rows each weight takes (a llama file's q
     and k in rotary order, Qwen2's biases, Gemma's norms less one, NeoX's fused q/k/v). Read
     by it, a file of every layout and of block and float types, its blocks decoded, holds the
