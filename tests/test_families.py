@@ -434,3 +434,14 @@ def test_bert_reads_every_field_transformers_writes_and_refuses_the_rest():
         BertConfig.from_hf({**hf, "rope_wobble": 1})
     with pytest.raises(CheckpointError, match="BERT is_decoder=True is not supported"):
         BertConfig.from_hf({**hf, "is_decoder": True})
+
+
+@pytest.mark.parametrize("family", [MistralConfig, Qwen2Config, Qwen3Config, GemmaConfig])
+@pytest.mark.parametrize("window", [0, -4, "64", True, 2.5])
+def test_a_sliding_familys_window_is_a_positive_integer(family, window):
+    """Every family with a window refuses one that is not a positive integer, naming it."""
+    with pytest.raises(
+        ValueError, match=f"attention_window must be a positive integer or None, got {window!r}"
+    ):
+        made(family, attention_window=window)
+    assert made(family, attention_window=4).attention_window == 4

@@ -8,7 +8,6 @@ subclasses register themselves so a checkpoint can be loaded without knowing its
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from torch import Tensor, nn
 from glassformer.checkpoint import MODEL_KINDS, load_checkpoint, save_checkpoint
 from glassformer.errors import shown
 from glassformer.kernels.quantize import InferencePrecision, prepare_for_inference
+from glassformer.models.checks import check_finite, check_window, fields_of, is_integer
 from glassformer.models.legacy import upgrade_state_dict
 from glassformer.modules.attention import check_dropout, check_heads
 from glassformer.modules.feedforward import check_activation
@@ -100,13 +100,7 @@ class ConfigBase:
 
     @classmethod
     def from_dict(cls: type[C], values: dict[str, Any]) -> C:
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"{cls.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
-            )
-        return cls(**values)
+        return cls(**fields_of(cls, values))
 
     def _check(self) -> None:
         """Checks common to all configs; each config's ``__post_init__`` calls this."""
@@ -120,12 +114,7 @@ class ConfigBase:
         if positional not in allowed:
             raise ValueError(f"positional must be one of {allowed}, got {shown(positional)}")
         window = getattr(self, "attention_window", None)
-        if window is not None and (
-            not isinstance(window, int) or isinstance(window, bool) or window <= 0
-        ):
-            raise ValueError(
-                f"attention_window must be a positive integer or None, got {shown(window)}"
-            )
+        check_window(window)
         glob = getattr(self, "global_tokens", 0)
         if not isinstance(glob, int) or isinstance(glob, bool) or glob < 0:
             raise ValueError(f"global_tokens must be an integer >= 0, got {shown(glob)}")
@@ -154,23 +143,6 @@ class ConfigBase:
                 raise ValueError(f"{name} must be at most {MAX_LAYERS}, got {shown(value)}")
         for name in ("layer_norm_eps", "norm_eps"):
             check_finite(name, getattr(self, name, None), minimum=0.0)
-
-
-def is_integer(value: Any) -> bool:
-    """An int that is not a bool (JSON's true is 1 to ``isinstance``)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_finite(name: str, value: Any, *, minimum: float, above: bool = False) -> None:
-    """``value`` (None passes) is a finite number >= ``minimum`` (> where ``above``): NaN
-    or Infinity read from a config would poison every output without an error."""
-    if value is None:
-        return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (above and value == minimum):
-        relation = ">" if above else ">="
-        expected = f"a finite number {relation} {minimum:g}"
-        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
 
 
 @dataclass(kw_only=True)

@@ -21,7 +21,8 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from glassformer.checkpoint import CheckpointError
 from glassformer.errors import shown
-from glassformer.models.base import ConfigBase, check_finite, is_integer
+from glassformer.models.base import ConfigBase
+from glassformer.models.checks import check_finite, fields_of, is_integer
 from glassformer.modules.attention import check_dropout, check_heads
 
 D = TypeVar("D", bound="FamilyConfig")
@@ -153,13 +154,8 @@ class FamilyConfig(ConfigBase):
         if family not in registry:
             raise ValueError(f"unknown model family {shown(family)}; known: {sorted(registry)}")
         target = registry[family]
-        known = {f.name for f in dataclasses.fields(target)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - known - {"family"})
-        if unknown:
-            raise ValueError(
-                f"{target.__name__} has no field(s) {shown(unknown)}; known: {sorted(known)}"
-            )
-        return target(**{k: v for k, v in values.items() if k != "family"})  # type: ignore[return-value]
+        own = fields_of(target, {k: v for k, v in values.items() if k != "family"})
+        return target(**own)  # type: ignore[return-value]
 
     @classmethod
     def check_hf_fields(cls, hf: dict[str, Any]) -> None:

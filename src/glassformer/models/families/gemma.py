@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from torch import nn
 
-from glassformer.models.base import check_finite, is_integer
+from glassformer.models.base import check_finite, check_window
 from glassformer.models.families.decoder import (
     DecoderConfig,
     Readout,
@@ -93,9 +93,7 @@ class GemmaConfig(DecoderConfig):
             raise ValueError(f"version must be 2 or 3, got {self.version!r}")
         object.__setattr__(self, "full_attention_layers", tuple(self.full_attention_layers))
         check_layers("full_attention_layers", self.full_attention_layers, self.num_layers)
-        w = self.attention_window
-        if w is not None and (not is_integer(w) or w <= 0):
-            raise ValueError(f"attention_window must be a positive integer or None, got {w!r}")
+        check_window(self.attention_window)
         for name in ("rope_theta", "rope_local_theta", "attention_scale", "attention_softcap",
                      "final_softcap"):  # fmt: skip
             check_finite(name, getattr(self, name), minimum=0.0, above=True)  # None passes

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from glassformer.models.base import is_integer
+from glassformer.models.checks import check_window
 from glassformer.models.families.decoder import refuse, window_from_sliding
 from glassformer.models.families.llama import LLAMA_READS, LlamaConfig
 
@@ -27,9 +27,7 @@ class MistralConfig(LlamaConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        w = self.attention_window
-        if w is not None and (not is_integer(w) or w <= 0):
-            raise ValueError(f"attention_window must be a positive integer or None, got {w!r}")
+        check_window(self.attention_window)
 
     def window(self, layer: int) -> int | None:
         return self.attention_window

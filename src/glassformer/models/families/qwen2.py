@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from glassformer.models.base import is_integer
+from glassformer.models.checks import check_window
 from glassformer.models.families.decoder import check_layers, layer_windows, refuse
 from glassformer.models.families.llama import LLAMA_READS, LlamaConfig
 
@@ -35,9 +35,7 @@ class Qwen2Config(LlamaConfig):
         super().__post_init__()
         object.__setattr__(self, "full_attention_layers", tuple(self.full_attention_layers))
         check_layers("full_attention_layers", self.full_attention_layers, self.num_layers)
-        w = self.attention_window
-        if w is not None and (not is_integer(w) or w <= 0):
-            raise ValueError(f"attention_window must be a positive integer or None, got {w!r}")
+        check_window(self.attention_window)
 
     def window(self, layer: int) -> int | None:
         return None if layer in self.full_attention_layers else self.attention_window
