@@ -291,7 +291,7 @@ def _long_shard_name(path: Path) -> str:
 LONG_CASES = [  # (family, config changed, files changed: the file named, what the line says)
     ("llama", dict(hidden_act=LONG), None, ("hidden_act='xxx", "' (100,000 characters) is not")),
     ("llama", dict(rope_scaling={"type": LONG}), None,
-     ("rope_scaling={'type': 'xxx", "'} (100,012 characters) is not")),
+     ("rope_scaling rope_type='xxx", "' (100,000 characters) is not supported")),
     ("llama", dict(rope_scaling=LONG), None, ("rope_scaling is 'xxx", "' (100,000 characters);")),
     ("gpt2", dict(activation_function=LONG), None,
      ("activation_function 'xxx", "' (100,000 characters) has no")),

@@ -120,8 +120,22 @@ def _with_config(path, **changes):
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
-        (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}), "rope_type='llama3'"),
+        (
+            dict(rope_scaling={"rope_type": "proportional", "factor": 2.0}),
+            "rope_scaling rope_type='proportional' is not supported",
+        ),
+        (
+            dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}),
+            "llama3 scaling needs a factor > 0, got None",
+        ),
+        (
+            dict(rope_scaling={"type": "linear", "factor": 2.0, "wobble": 1}),
+            r"linear rope_scaling field\(s\)=\['wobble'\]",
+        ),
+        (
+            dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5}),
+            "partial_rotary_factor=0.5",
+        ),
         (dict(attention_bias=True, mlp_bias=False), "attention_bias=True with mlp_bias=False"),
         (dict(hidden_act="gelu"), "hidden_act='gelu'"),
         (dict(pretraining_tp=2), "pretraining_tp=2"),
@@ -225,3 +239,61 @@ def test_int8_int4_and_the_glass_box_tools_run_on_llama_and_mistral(tmp_path, su
     _, mistral = _mistral(tmp_path, "mistral-window4-gqa2")
     check_precisions_and_tools(mistral, (IDS_LONG,))
     support("Mistral", "int8/int4", "lens/patching/viewer")
+
+
+# Llama 3.x and the rope scaling rules every Llama-shaped family reads: a short trained
+# context (16) so that the scaling moves every position the tests use.
+SCALED = {
+    "llama3": dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16, rope_theta=500000.0),
+    "linear": dict(rope_type="linear", factor=4.0, rope_theta=10000.0),
+    "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+                 rope_theta=10000.0),
+    "dynamic": dict(rope_type="dynamic", factor=2.0, rope_theta=10000.0),
+}  # fmt: skip
+
+
+def _scaled_llama(tmp_path, name):
+    dynamic = name == "dynamic"  # trained on 16: decoding to 28 tokens grows the base
+    config = transformers.LlamaConfig(
+        **{**SMALL_DECODER, "max_position_embeddings": 16 if dynamic else 64},
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=name == "llama3",
+        rope_parameters=SCALED[name],
+    )
+    hf = transformers.LlamaForCausalLM(config).eval()
+    randomize(hf)
+    return hf, save_and_open(hf, tmp_path / name)
+
+
+@pytest.mark.parametrize("name", sorted(SCALED))
+def test_scaled_rotary_llamas_equal_transformers_in_every_activation(tmp_path, name):
+    """Llama 3.x's llama3 rule, linear, YaRN and dynamic NTK scaling: logits and every
+    shared activation within 1e-4 of transformers'."""
+    hf, ours = _scaled_llama(tmp_path, name)
+    assert ours.config.rope_scaling.rope_type == name
+    compared = compare_activations(hf, ours, IDS_LONG, LLAMA_SHAPED)
+    assert compared > 10
+
+
+@pytest.mark.parametrize("name", sorted(SCALED))
+def test_scaled_rotary_llamas_decode_transformers_tokens(tmp_path, name):
+    """20 greedy tokens equal transformers', with the cache and without (dynamic NTK's
+    cached keys keep the base they were turned with, in both libraries, so each mode is
+    held against the same mode)."""
+    hf, ours = _scaled_llama(tmp_path, name)
+    prompt = IDS_LONG[:, :8]
+    for cache in (True, False):
+        ref = hf.generate(prompt, max_new_tokens=20, do_sample=False, use_cache=cache)
+        assert torch.equal(ours.generate(prompt, 20, use_cache=cache), ref), cache
+
+
+def test_a_scaled_llama_saves_and_loads_its_scaling(tmp_path):
+    """The rule is part of the saved config: the model read back is the same model."""
+    _, ours = _scaled_llama(tmp_path, "llama3")
+    ours.save_pretrained(tmp_path / "saved")
+    again = GPT.from_pretrained(tmp_path / "saved")
+    assert again.config == ours.config
+    with torch.no_grad():
+        assert torch.equal(again(IDS_LONG).logits, ours(IDS_LONG).logits)

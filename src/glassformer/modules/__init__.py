@@ -27,6 +27,7 @@ from glassformer.modules.position import (
     TokenEmbedding,
     positional_encoding,
 )
+from glassformer.modules.rope_scaling import RopeScaling
 from glassformer.modules.rotary import RotaryAngles, RotaryEmbedding
 from glassformer.modules.sdpa import (
     ATTEND,
@@ -66,6 +67,7 @@ __all__ = [
     "RMSNorm",
     "RollingKVCache",
     "RotaryAngles",
+    "RopeScaling",
     "RotaryEmbedding",
     "Scores",
     "SinusoidalGridEncoding",

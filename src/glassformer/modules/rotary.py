@@ -8,7 +8,9 @@ rotated by the angle p · θ_i, where θ_i = rope_theta^(-2i/Dh). A dot product 
 query at p and a key at p' then depends on p − p' only.
 
 The pairing (i, i + Dh/2) is Hugging Face Llama's ``rotate_half`` convention, so its
-q/k projection weights load without any permutation of rows.
+q/k projection weights load without any permutation of rows. Checkpoints made to read
+past their training context scale θ_i (Llama 3, YaRN, LongRoPE, ...): a ``scaling`` rule
+from ``modules.rope_scaling``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+from glassformer.modules.rope_scaling import RopeScaling, frequencies
 
 
 class RotaryAngles(NamedTuple):
@@ -40,11 +44,15 @@ class RotaryEmbedding(nn.Module):
         head_dim: Dh, the width of one head (even).
         theta: the base ``rope_theta`` (10000 in the paper and Llama 2; larger values
             stretch the wavelengths for longer contexts).
+        scaling: how the frequencies are scaled for a longer context (``RopeScaling``),
+            or None.
     """
 
     inv_freq: Tensor
 
-    def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
+    def __init__(
+        self, head_dim: int, theta: float = 10000.0, scaling: RopeScaling | None = None
+    ) -> None:
         super().__init__()
         if head_dim <= 0 or head_dim % 2 != 0:
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
@@ -52,10 +60,18 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rope_theta must be positive, got {theta}")
         self.head_dim = head_dim
         self.theta = theta
+        self.scaling = scaling
+        self.attention_factor = 1.0  # what cos and sin are multiplied by (yarn, longrope)
         # Not saved in the state dict: it follows from the config.
         self.register_buffer("inv_freq", self._frequencies(), persistent=False)  # (Dh/2,)
 
-    def _frequencies(self) -> Tensor:
+    def _frequencies(self, length: Tensor | None = None) -> Tensor:
+        """θ_i, (Dh/2,): for the context trained on, or for ``length`` positions read."""
+        if self.scaling is not None:
+            theta, self.attention_factor = frequencies(
+                self.scaling, self.theta, self.head_dim, length
+            )
+            return theta
         exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
         return 1.0 / self.theta**exponents  # (Dh/2,)
 
@@ -73,12 +89,16 @@ class RotaryEmbedding(nn.Module):
         in ``dtype``; computed once, they rotate every layer's q and k (``rotate``)."""
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)  # (1, T)
+        theta = self.inv_freq
+        if self.scaling is not None and self.scaling.varies:  # by the length read
+            theta = self._frequencies(positions.max() + 1).to(positions.device)
         # Angles in float32 whatever x's dtype, as Hugging Face does.
-        angles = positions.float()[..., None] * self.inv_freq.float()  # (B, T, Dh/2)
+        angles = positions.float()[..., None] * theta.float()  # (B, T, Dh/2)
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, Dh): pair i with i + Dh/2
-        cos = angles.cos().to(dtype).unsqueeze(1)  # (B, 1, T, Dh), broadcast over heads
-        sin = angles.sin().to(dtype).unsqueeze(1)
-        return RotaryAngles(cos, sin)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:  # yarn, longrope: sharper attention
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return RotaryAngles(cos.to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1))  # (B, 1, T, Dh)
 
     @staticmethod
     def rotate(x: Tensor, angles: RotaryAngles) -> Tensor:
@@ -91,4 +111,5 @@ class RotaryEmbedding(nn.Module):
         return x * angles.cos + rotate_half(x) * angles.sin
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, theta={self.theta}"
+        scaled = "" if self.scaling is None else f", scaling={self.scaling.rope_type}"
+        return f"head_dim={self.head_dim}, theta={self.theta}{scaled}"

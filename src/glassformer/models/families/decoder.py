@@ -24,6 +24,7 @@ from glassformer.errors import shown
 from glassformer.models.base import ConfigBase
 from glassformer.models.checks import check_finite, fields_of, is_integer
 from glassformer.modules.attention import check_dropout, check_heads
+from glassformer.modules.rope_scaling import KINDS, RopeScaling
 
 D = TypeVar("D", bound="FamilyConfig")
 
@@ -236,14 +237,56 @@ def refuse(family: str, field: str, value: Any, expected: str = "") -> Checkpoin
 
 def rope_theta(hf: dict[str, Any], family: str, default: float = 10000.0) -> float:
     """The rotary base of ``hf``, refusing any rope scaling (transformers 4's and 5's
-    spellings): a scaled rotary turns positions otherwise."""
-    params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling")
-    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
-        raise refuse(family, "rope_scaling", scaling, "only None")
-    if params.get("rope_type", "default") != "default":
-        raise refuse(family, "rope_parameters rope_type", params["rope_type"])
-    return float(params.get("rope_theta", hf.get("rope_theta", default)))
+    spellings): for the families that build none (a scaled rotary turns positions
+    otherwise)."""
+    theta, scaling = rope(hf, family, default)
+    if scaling is not None:
+        raise refuse(family, "rope_scaling rope_type", scaling.rope_type, "only the default")
+    return theta
+
+
+# Hugging Face's rope scaling fields → RopeScaling's
+_SCALING_FIELDS = {
+    "factor": "factor", "original_max_position_embeddings": "original_max_len",
+    "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor",
+    "beta_fast": "beta_fast", "beta_slow": "beta_slow", "mscale": "mscale",
+    "mscale_all_dim": "mscale_all_dim", "attention_factor": "attention_factor",
+    "truncate": "truncate", "short_factor": "short_factor", "long_factor": "long_factor",
+}  # fmt: skip
+
+
+def rope(
+    hf: dict[str, Any], family: str, default: float = 10000.0
+) -> tuple[float, RopeScaling | None]:
+    """(the rotary base, its scaling or None) of ``hf``: transformers 5's ``rope_parameters``
+    or 4's ``rope_scaling`` (``type`` or ``rope_type``) beside ``rope_theta``. A rope type or
+    a field of it that glassformer does not know is refused by name."""
+    # transformers takes a rope_scaling in place of rope_parameters, the base then from
+    # rope_theta (or its default)
+    raw = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    if not isinstance(raw, dict):
+        raise refuse(family, "rope_scaling", raw, "a dict")
+    spec = dict(raw)
+    kind = spec.pop("rope_type", None) or spec.pop("type", None) or "default"
+    spec.pop("type", None)
+    theta = float(spec.pop("rope_theta", None) or hf.get("rope_theta") or default)
+    spec.pop("partial_rotary_factor", None)  # the families that rotate part read it apart
+    if kind == "default":
+        return theta, None
+    if kind not in KINDS:
+        raise refuse(family, "rope_scaling rope_type", kind, f"one of {list(KINDS)}")
+    unknown = sorted(set(spec) - set(_SCALING_FIELDS))
+    if unknown:
+        raise refuse(family, f"{kind} rope_scaling field(s)", unknown)
+    values = {_SCALING_FIELDS[k]: v for k, v in spec.items() if v is not None}
+    if hf.get("original_max_position_embeddings") is not None:  # Phi-3's: it wins
+        values["original_max_len"] = hf["original_max_position_embeddings"]
+    if kind in ("llama3", "yarn", "longrope"):
+        values.setdefault("original_max_len", hf.get("max_position_embeddings"))
+    try:
+        return theta, RopeScaling(kind, max_len=hf.get("max_position_embeddings"), **values)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{family} rope_scaling: {e}") from None
 
 
 def window_from_sliding(family: str, sliding_window: Any) -> int | None:

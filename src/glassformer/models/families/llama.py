@@ -18,12 +18,13 @@ from torch import nn
 
 from glassformer.checkpoint import CheckpointError
 from glassformer.models.base import check_finite
-from glassformer.models.families.decoder import DecoderConfig, refuse, rope_theta
+from glassformer.models.families.decoder import DecoderConfig, refuse, rope
 from glassformer.modules.attention import MultiHeadAttention, Window
 from glassformer.modules.block import Block
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
 from glassformer.modules.position import TokenEmbedding
+from glassformer.modules.rope_scaling import RopeScaling
 from glassformer.modules.rotary import RotaryEmbedding
 
 # the config.json fields every Llama-shaped family reads
@@ -42,6 +43,8 @@ LLAMA_READS = frozenset(
         "rope_theta",
         "rope_scaling",
         "rope_parameters",
+        "original_max_position_embeddings",
+        "partial_rotary_factor",
         "tie_word_embeddings",
         "attention_bias",
         "mlp_bias",
@@ -61,10 +64,17 @@ class LlamaConfig(DecoderConfig):
     HF_READS: ClassVar[frozenset[str]] = LLAMA_READS
 
     rope_theta: float = 10000.0  # the rotary base (> 0)
+    rope_scaling: RopeScaling | None = None  # Llama 3's, YaRN, ... (modules.rope_scaling)
     bias: bool = False  # biases on q, k, v, o and the MLP's three layers
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if isinstance(self.rope_scaling, dict):  # a saved config's
+            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
+        if not isinstance(self.rope_scaling, RopeScaling | None):
+            raise ValueError(
+                f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}"
+            )
         if self.width % 2:
             raise ValueError(f"rotary positions need an even head width, got {self.width}")
         if not isinstance(self.bias, bool):
@@ -124,7 +134,7 @@ class LlamaConfig(DecoderConfig):
     def parts(self) -> dict[str, Any]:
         return dict(
             embed=TokenEmbedding(vocab_size=self.vocab_size, d_model=self.d_model),
-            rotary=RotaryEmbedding(self.width, self.rope_theta),
+            rotary=RotaryEmbedding(self.width, self.rope_theta, self.rope_scaling),
             blocks=[self.block(i) for i in range(self.num_layers)],
             ln_final=RMSNorm(self.d_model, eps=self.norm_eps),
             max_len=self.max_len,
@@ -157,9 +167,16 @@ class LlamaConfig(DecoderConfig):
             raise refuse(family, "rope_interleaved", True, "false")
         d_model, num_heads = hf["hidden_size"], hf["num_attention_heads"]
         head_dim = hf.get("head_dim") or d_model // num_heads
+        partial = (hf.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)
+        if hf.get("partial_rotary_factor", partial) != 1.0:  # every feature is turned
+            raise refuse(family, "partial_rotary_factor", hf.get("partial_rotary_factor", partial))
+        theta, scaling = rope(hf, family)
+        max_len = hf.get("max_position_embeddings", 2048)
+        if scaling is not None and scaling.rope_type == "dynamic":  # reads s times further
+            max_len = int(max_len * (scaling.factor or 1.0))
         return dict(
             vocab_size=hf["vocab_size"],
-            max_len=hf.get("max_position_embeddings", 2048),
+            max_len=max_len,
             d_model=d_model,
             num_heads=num_heads,
             num_kv_heads=hf.get("num_key_value_heads") or num_heads,
@@ -167,7 +184,8 @@ class LlamaConfig(DecoderConfig):
             num_layers=hf["num_hidden_layers"],
             d_ff=hf["intermediate_size"],
             attention_dropout=hf.get("attention_dropout", 0.0),
-            rope_theta=rope_theta(hf, family),
+            rope_theta=theta,
+            rope_scaling=scaling,
             norm_eps=hf.get("rms_norm_eps", 1e-6),
             bias=bool(attention_bias),
             tie_weights=hf.get("tie_word_embeddings", False),
