@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import math
 import re
 import struct
 import sys
@@ -325,11 +326,27 @@ def test_unknown_pre_tokenizer_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "drop", "needles"),
     [
-        (lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR), None, ["'linear'"]),
+        (lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN), None, ["'yarn'"]),
+        (
+            lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR),
+            None,
+            ["rope.scaling.factor", "missing"],
+        ),
+        (
+            lambda w: w.add_tensor("rope_freqs.weight", np.ones(5, dtype=np.float32)),
+            None,
+            ["rope_freqs.weight has shape [5]", "8 pairs"],
+        ),
         (lambda w: w.add_key_length(8), None, ["rotary", "8"]),
         (None, "model.layers.0.mlp.up_proj.weight", ["up_proj", "missing"]),
     ],
-    ids=["rope-scaling", "partial-rotary", "missing-tensor"],
+    ids=[
+        "rope-yarn",
+        "rope-linear-no-factor",
+        "rope-freqs-shape",
+        "partial-rotary",
+        "missing-tensor",
+    ],
 )
 def test_llama_files_glassformer_cannot_express_are_one_line(tmp_path, extra, drop, needles):
     hf = {k: v for k, v in hf_tensors().items() if k != drop}
@@ -1007,3 +1024,66 @@ def test_the_gguf_weight_map_gives_each_weight_the_rows_the_hugging_face_route_d
             else GGUFLinear(parts[name], weight.shape[-1]).dequantized().view(weight.shape)
         )
         assert torch.equal(got, weight.detach()), name
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}  # fmt: skip
+
+
+def _llama_cpp_rope_freqs(theta: float, scaling: dict) -> np.ndarray:
+    """What llama.cpp's converter writes as ``rope_freqs`` for Llama 3.x's rule: per pair,
+    1 where the wavelength is short, ``factor`` where long, the blend's inverse between."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    out = []
+    for i in range(0, DH, 2):
+        wavelength = 2 * math.pi * theta ** (i / DH)
+        if wavelength < old / high:
+            out.append(1.0)
+        elif wavelength > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelength - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+@pytest.mark.parametrize("rule", ["llama3", "linear"])
+def test_a_llama_3_file_turns_positions_as_transformers_does(tmp_path, rule):
+    """A Llama 3.x GGUF (its llama3 rule as llama.cpp writes it: a ``rope_freqs`` tensor) and
+    a linearly scaled one (``rope.scaling.type``/``factor``): logits within 1e-4 of
+    transformers' model of the same weights; read straight into its blocks, the file's
+    Q8_0 twin gives its dequantised model's logits."""
+    transformers = pytest.importorskip("transformers")
+    from glassformer import GPT
+
+    scaling = LLAMA3 if rule == "llama3" else {"rope_type": "linear", "factor": 4.0}
+    # weights of a trained model's size (norms near 1), so that 1e-4 is a tight bound
+    tensors = {k: 0.1 * v + ("norm" in k) for k, v in hf_tensors(3).items()}
+    config = transformers.LlamaConfig(
+        vocab_size=len(_tokens()), hidden_size=D, intermediate_size=FF, num_hidden_layers=1,
+        num_attention_heads=H, num_key_value_heads=KV, head_dim=DH, rms_norm_eps=1e-5,
+        max_position_embeddings=256, tie_word_embeddings=False,
+        rope_parameters={**scaling, "rope_theta": 50000.0},
+    )  # fmt: skip
+    hf = transformers.LlamaForCausalLM(config).eval()
+    hf.load_state_dict(tensors)
+
+    def extra(w):
+        if rule == "llama3":
+            w.add_tensor("rope_freqs.weight", _llama_cpp_rope_freqs(50000.0, LLAMA3))
+        else:
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(4.0)
+
+    path = write_gguf(tmp_path / "m.gguf", tensors, extra=extra)
+    ids = torch.randint(0, len(_tokens()), (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = GPT.from_pretrained(path)
+        assert plain.config.rope_scaling.rope_type == ("factors" if rule == "llama3" else rule)
+        torch.testing.assert_close(plain(ids).logits, hf(ids).logits, atol=1e-4, rtol=0)
+        # the same file in blocks (Q8_0): the straight read turns positions alike
+        quantised = write_gguf(tmp_path / "q8.gguf", tensors, qtype=Q.Q8_0, extra=extra)
+        dequantised = GPT.from_pretrained(quantised)(ids).logits
+        blocks = GPT.from_pretrained(quantised, dtype="gguf")(ids).logits
+    assert ((blocks - dequantised).norm() / dequantised.norm()).item() < 1e-5

@@ -38,6 +38,13 @@ GEMMA3 = {
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
                          "full_attention": {"rope_type": "default", "rope_theta": 5e4}},
     ),
+    "gemma3-linear-scaling": dict(  # Gemma 3 from 4B: the global layers' rotary × 1/8
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1e6}},
+    ),
 }  # fmt: skip
 GEMMA2 = {
     "gemma2-softcaps": dict(
@@ -141,16 +148,19 @@ def test_the_logit_softcap_squashes_the_logits(tmp_path):
     "changes, message",
     [
         (dict(hidden_activation="silu"), "Gemma 3 hidden_activation='silu'"),
-        (dict(rope_scaling={"rope_type": "linear", "factor": 8.0}), "Gemma 3 rope_scaling"),
+        (
+            dict(rope_scaling={"rope_type": "proportional", "factor": 8.0}),
+            "Gemma 3 rope_scaling rope_type='proportional' is not supported",
+        ),
         (
             dict(
                 rope_parameters={
-                    "full_attention": {"rope_type": "linear", "factor": 8.0},
-                    "sliding_attention": {"rope_type": "default"},
+                    "full_attention": {"rope_type": "default"},
+                    "sliding_attention": {"rope_type": "linear", "factor": 2.0},
                 }
             ),
-            "rope_type='linear'",
-        ),  # fmt: skip
+            "rope_scaling rope_type='linear' is not supported \\(only the default\\)",
+        ),
         (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
         (
             dict(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
@@ -164,3 +174,17 @@ def test_what_glassformer_cannot_express_is_one_error(tmp_path, changes, message
     with pytest.raises(CheckpointError, match=message) as error:
         GPT.from_pretrained(path)
     assert "\n" not in str(error.value)
+
+
+def test_gemma3s_scaling_reads_the_same_in_transformers_4s_spelling(tmp_path):
+    """A Gemma 3 config.json as transformers 4 wrote it (``rope_scaling`` for the global
+    layers beside ``rope_theta`` and ``rope_local_base_freq``) is the same model as
+    transformers 5's nested ``rope_parameters``."""
+    hf, ours, path = _gemma(tmp_path, "gemma3-linear-scaling")
+    assert ours.config.rope_scaling.rope_type == "linear" and ours.config.rope_local_theta == 1e4
+    with_config(path, rope_parameters=None, rope_theta=1e6, rope_local_base_freq=1e4,
+                rope_scaling={"rope_type": "linear", "factor": 8.0})  # fmt: skip
+    again = GPT.from_pretrained(path)
+    assert again.config == ours.config
+    with torch.no_grad():
+        torch.testing.assert_close(again(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)

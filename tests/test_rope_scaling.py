@@ -128,6 +128,7 @@ def test_a_scaled_rotary_turns_positions_as_transformers_does(name, T):
          "0 < low_freq_factor < high_freq_factor"),
         (dict(rope_type="dynamic", factor=2.0), "dynamic scaling needs max_len"),
         (dict(rope_type="longrope", original_max_len=64), "short_factor and long_factor"),
+        (dict(rope_type="factors"), "factors scaling needs its factors"),
     ],
 )  # fmt: skip
 def test_a_rule_missing_a_number_or_of_no_known_kind_is_refused(kwargs, message):

@@ -16,6 +16,8 @@ checkpoints that read further scale θ_i, each family its own way (Hugging Face'
               beta_slow); and cos, sin × (0.1·ln s + 1), sharpening the attention
     longrope  θ_i / f_i with a factor per pair: the short factors up to L, the long ones
               past it (Phi-3); cos, sin × √(1 + ln s / ln L)
+    factors   θ_i / f_i with fixed factors per pair: a GGUF file's ``rope_freqs`` tensor,
+              where llama.cpp's converter writes a Llama 3.x's llama3 rule
 
 ``dynamic`` and ``longrope`` depend on the length read, the longest position of the call
 plus one. (Hugging Face keeps the longest length seen so far between calls; here each call
@@ -33,7 +35,7 @@ import torch
 from torch import Tensor
 
 # What each rule reads besides the factor (the rest must be left at their defaults).
-KINDS = ("linear", "dynamic", "llama3", "yarn", "longrope")
+KINDS = ("linear", "dynamic", "llama3", "yarn", "longrope", "factors")
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class RopeScaling:
     """One rotary scaling rule and its numbers, as a config states them.
 
     Attributes:
-        rope_type: "linear", "dynamic", "llama3", "yarn" or "longrope".
+        rope_type: "linear", "dynamic", "llama3", "yarn", "longrope" or "factors".
         factor: s, how many times longer the context read than the one trained on.
         original_max_len: L, the context trained on (``original_max_position_embeddings``).
         max_len: the model's longest context (``max_position_embeddings``): dynamic's L, and
@@ -53,6 +55,7 @@ class RopeScaling:
             longrope); None: from s.
         truncate: yarn rounds the ramp's ends outward to whole pairs.
         short_factor, long_factor: longrope's per-pair factors, d/2 each.
+        factors: the fixed per-pair factors of "factors" (llama.cpp's ``rope_freqs``).
     """
 
     rope_type: str
@@ -69,11 +72,12 @@ class RopeScaling:
     truncate: bool = True
     short_factor: tuple[float, ...] = ()
     long_factor: tuple[float, ...] = ()
+    factors: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rope_type not in KINDS:
             raise ValueError(f"rope_type must be one of {list(KINDS)}, got {self.rope_type!r}")
-        for name in ("short_factor", "long_factor"):
+        for name in ("short_factor", "long_factor", "factors"):
             factors = getattr(self, name)
             if not isinstance(factors, (list, tuple)) or not all(map(_positive, factors)):
                 raise ValueError(f"{name} must be a list of numbers > 0, got {factors!r}")
@@ -86,7 +90,7 @@ class RopeScaling:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if not isinstance(self.truncate, bool):
             raise ValueError(f"truncate must be true or false, got {self.truncate!r}")
-        if self.rope_type != "longrope" and not _positive(self.factor):
+        if self.rope_type not in ("longrope", "factors") and not _positive(self.factor):
             raise ValueError(f"{self.rope_type} scaling needs a factor > 0, got {self.factor!r}")
         needs_l = self.rope_type in ("llama3", "yarn", "longrope")
         if needs_l and not (_whole(self.original_max_len)):
@@ -103,6 +107,8 @@ class RopeScaling:
             )
         if self.rope_type == "longrope" and not (self.short_factor and self.long_factor):
             raise ValueError("longrope scaling needs short_factor and long_factor")
+        if self.rope_type == "factors" and not self.factors:
+            raise ValueError("factors scaling needs its factors, one per rotated pair")
 
     @property
     def varies(self) -> bool:
@@ -203,6 +209,15 @@ def _longrope(s: RopeScaling, base: float, exponents: Tensor, length: Tensor | N
     return torch.where(length > L, long, short), temperature
 
 
+def _fixed_factors(s: RopeScaling, base: float, exponents: Tensor, length: Tensor | None):
+    if len(s.factors) != len(exponents):
+        raise ValueError(
+            f"rope factors: {len(s.factors)} given; the rotated width {2 * len(exponents)} "
+            f"needs {len(exponents)}"
+        )
+    return 1.0 / (torch.tensor(s.factors) * base**exponents), 1.0
+
+
 def _factor(s: RopeScaling) -> float:
     assert s.factor is not None  # checked when made
     return float(s.factor)
@@ -229,4 +244,5 @@ RULES: dict[str, Rule] = {
     "llama3": _llama3,
     "yarn": _yarn,
     "longrope": _longrope,
+    "factors": _fixed_factors,
 }

@@ -41,6 +41,7 @@ from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_ten
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
 
 FAMILIES = ("gemma3", "gptneox")  # laid out unlike Llama (``families``)
+ROPE_FREQS = "rope_freqs.weight"  # a Llama 3.x file's rotary factors, one per pair
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -209,10 +210,32 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
     shapes = {t.name: tuple(reversed(t.dims)) for t in header.tensors}
     config = family_config(arch, meta, shapes) if family else hf_config(meta, shapes, arch)
     to_hf = functools.partial(family_name, arch) if family else hf_name
+    freqs = next((t for t in header.tensors if t.name == ROPE_FREQS and arch == "llama"), None)
     for t in header.tensors:
-        to_hf(t.name)  # refuses a name with no place
+        if t is not freqs:
+            to_hf(t.name)  # refuses a name with no place
+    if freqs is not None:  # Llama 3.x's llama3 rule, as llama.cpp writes it: θ_i / f_i
+        pairs = config["head_dim"] // 2
+        if list(freqs.dims) != [pairs]:  # checked before a byte of it is read
+            raise CheckpointError(
+                f"the tensor {ROPE_FREQS} has shape {list(reversed(freqs.dims))}; the rotary "
+                f"turns {pairs} pairs"
+            )
+        config["rope_scaling"] = {"rope_type": "factors", "factors": _read_freqs(path, freqs)}
     needed = needed_shapes(arch, config, shapes, to_hf)
     return arch, meta, config, [t for t in header.tensors if t.name in needed]
+
+
+def _read_freqs(path: Path, t: Any) -> list[float]:
+    """The per-pair rotary factors of the ``rope_freqs`` tensor ``t``: 1-D, finite, > 0."""
+    try:
+        with open(path, "rb") as f:
+            values = read_tensor(f, t)
+    except OSError as e:
+        raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
+    if values.dim() != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
+        raise CheckpointError(f"{ROPE_FREQS} must be 1-D, finite and > 0: {shown(values.tolist())}")
+    return values.tolist()
 
 
 def _read(

@@ -111,7 +111,7 @@ def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> 
             "a Llama config rotates all of them"
         )
     scaling = meta(key("rope.scaling.type"), str, "none")
-    if scaling != "none":
+    if scaling not in ("none", "linear"):
         raise CheckpointError(f"rope scaling {shown(scaling)} is not supported")
     vocab_size = vocab(meta, key("vocab_size"), shapes)
     config: dict[str, Any] = {
@@ -131,6 +131,9 @@ def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> 
         "attention_bias": "blk.0.attn_q.bias" in shapes,
         "mlp_bias": False,
     }
+    if scaling == "linear":
+        factor = float(meta.positive(key("rope.scaling.factor"), ...))
+        config["rope_scaling"] = {"rope_type": "linear", "factor": factor}
     for name in ("bos", "eos", "padding"):  # ids in the vocabulary
         token_id = meta.count(f"tokenizer.ggml.{name}_token_id", None, 0, vocab_size - 1)
         config[f"{'pad' if name == 'padding' else name}_token_id"] = token_id

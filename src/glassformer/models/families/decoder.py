@@ -252,6 +252,7 @@ _SCALING_FIELDS = {
     "beta_fast": "beta_fast", "beta_slow": "beta_slow", "mscale": "mscale",
     "mscale_all_dim": "mscale_all_dim", "attention_factor": "attention_factor",
     "truncate": "truncate", "short_factor": "short_factor", "long_factor": "long_factor",
+    "factors": "factors",  # a GGUF file's rope_freqs (llama.cpp's)
 }  # fmt: skip
 
 

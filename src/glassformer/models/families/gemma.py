@@ -20,13 +20,14 @@ from typing import Any, ClassVar, Literal
 
 from torch import nn
 
-from glassformer.models.base import check_finite, check_window
+from glassformer.models.checks import check_finite, check_window
 from glassformer.models.families.decoder import (
     DecoderConfig,
     Readout,
     check_layers,
     layer_windows,
     refuse,
+    rope,
     rope_theta,
 )
 from glassformer.modules.attention import MultiHeadAttention, Scores, Window
@@ -34,6 +35,7 @@ from glassformer.modules.block import Block
 from glassformer.modules.feedforward import GatedFeedForward
 from glassformer.modules.norms import RMSNorm
 from glassformer.modules.position import TokenEmbedding
+from glassformer.modules.rope_scaling import RopeScaling
 from glassformer.modules.rotary import RotaryEmbedding
 
 ACTIVATIONS = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # GELU's tanh approximation
@@ -80,6 +82,7 @@ class GemmaConfig(DecoderConfig):
     head_dim: int | None = 256
     tie_weights: bool = True
     rope_theta: float = 1e6  # the global layers' rotary base
+    rope_scaling: RopeScaling | None = None  # the global layers' scaling (Gemma 3 from 4B)
     rope_local_theta: float | None = None  # the sliding layers' (Gemma 3); None: rope_theta
     attention_window: int | None = None  # keys before each query a sliding layer sees
     full_attention_layers: tuple[int, ...] = ()  # the layers that do not slide
@@ -89,6 +92,10 @@ class GemmaConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if isinstance(self.rope_scaling, dict):  # a saved config's
+            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
+        if not isinstance(self.rope_scaling, RopeScaling | None):
+            raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling}")
         if self.version not in (2, 3):
             raise ValueError(f"version must be 2 or 3, got {self.version!r}")
         object.__setattr__(self, "full_attention_layers", tuple(self.full_attention_layers))
@@ -143,7 +150,7 @@ class GemmaConfig(DecoderConfig):
     def parts(self) -> dict[str, Any]:
         return dict(
             embed=TokenEmbedding(vocab_size=self.vocab_size, d_model=self.d_model, scale=True),
-            rotary=RotaryEmbedding(self.width, self.rope_theta),
+            rotary=RotaryEmbedding(self.width, self.rope_theta, self.rope_scaling),
             blocks=[self.block(i) for i in range(self.num_layers)],
             ln_final=self.norm(),
             max_len=self.max_len,
@@ -164,10 +171,8 @@ class GemmaConfig(DecoderConfig):
         for option in ("attention_bias", "use_bidirectional_attention"):
             if hf.get(option):
                 raise refuse(family, option, hf[option])
-        if hf.get("rope_scaling"):
-            raise refuse(family, "rope_scaling", hf["rope_scaling"])
         windows = _windows(hf, family, version)
-        theta, local = _thetas(hf, family, version)
+        theta, scaling, local = _thetas(hf, family, version)
         return cls(
             version=version,  # type: ignore[arg-type]
             vocab_size=hf["vocab_size"],
@@ -179,6 +184,7 @@ class GemmaConfig(DecoderConfig):
             num_layers=hf["num_hidden_layers"],
             d_ff=hf["intermediate_size"],
             rope_theta=theta,
+            rope_scaling=scaling,
             rope_local_theta=local if windows["attention_window"] is not None else None,
             norm_eps=hf.get("rms_norm_eps", 1e-6),
             attention_scale=hf.get("query_pre_attn_scalar", 256) ** -0.5,
@@ -199,16 +205,30 @@ def _windows(hf: dict[str, Any], family: str, version: int) -> dict[str, Any]:
     return layer_windows(family, hf, default)
 
 
-def _thetas(hf: dict[str, Any], family: str, version: int) -> tuple[float, float | None]:
-    """(the global layers' rotary base, the sliding layers' or None); a table per kind of
-    layer (``rope_parameters.full_attention``/``sliding_attention``) or one for all."""
-    rope = hf.get("rope_parameters") or {}
+def _thetas(
+    hf: dict[str, Any], family: str, version: int
+) -> tuple[float, RopeScaling | None, float | None]:
+    """(the global layers' rotary base, their scaling, the sliding layers' base or None): a
+    table per kind of layer (transformers 5's ``rope_parameters.full_attention`` and
+    ``sliding_attention``) or one for all with ``rope_local_base_freq`` (transformers 4's,
+    whose ``rope_scaling`` is the global layers'; Gemma 2 has no scaling)."""
     if version != 3:
-        return rope_theta({"rope_parameters": rope}, family, hf.get("rope_theta", 1e4)), None
-    nested = "full_attention" in rope or "sliding_attention" in rope
-    full = rope.get("full_attention") if nested else rope or None
-    local = rope.get("sliding_attention") if nested else None
-    return (
-        rope_theta({"rope_parameters": full or {}}, family, hf.get("rope_theta", 1e6)),
-        rope_theta({"rope_parameters": local or {}}, family, hf.get("rope_local_base_freq", 1e4)),
-    )
+        return rope_theta(hf, family, 1e4), None, None
+    params = hf.get("rope_parameters") or {}
+    nested = "full_attention" in params or "sliding_attention" in params
+    full = hf
+    if nested:  # a rope_scaling beside the table is the global layers' (as transformers reads)
+        legacy = hf.get("rope_scaling") or {}
+        if not isinstance(legacy, dict):
+            raise refuse(family, "rope_scaling", legacy, "a dict")
+        legacy = dict(legacy)
+        if "type" in legacy:
+            legacy.setdefault("rope_type", legacy.pop("type"))
+        table = {**(params.get("full_attention") or {}), **legacy}
+        full = {
+            "rope_parameters": table,
+            "max_position_embeddings": hf.get("max_position_embeddings"),
+        }
+    theta, scaling = rope(full, family, hf.get("rope_theta") or 1e6)
+    local = {"rope_parameters": (params.get("sliding_attention") or {}) if nested else {}}
+    return theta, scaling, rope_theta(local, family, hf.get("rope_local_base_freq", 1e4))
