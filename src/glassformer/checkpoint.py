@@ -37,6 +37,7 @@ from safetensors.torch import load_file, save_model
 from glassformer._version import __version__
 from glassformer.atomic import previous_name, write_directory_atomically
 from glassformer.errors import CheckpointError, CheckpointSaveError, one_line, shown
+from glassformer.hub import resolve as resolve_hub_id
 from glassformer.kernels.quantized import QUANTISED
 
 CONFIG_NAME = "config.json"
@@ -45,15 +46,9 @@ TRAINING_STATE_NAME = "training_state.pt"
 CHECKPOINT_SUBDIR = "checkpoint"  # inside a training run directory
 
 __all__ = [
-    "CHECKPOINT_SUBDIR",
-    "MODEL_KINDS",
-    "CheckpointError",
-    "CheckpointSaveError",
-    "load_checkpoint",
-    "register_format",
-    "register_named",
-    "save_checkpoint",
-]
+    "CHECKPOINT_SUBDIR", "MODEL_KINDS", "CheckpointError", "CheckpointSaveError",
+    "load_checkpoint", "register_format", "register_named", "save_checkpoint",
+]  # fmt: skip
 
 # The registries that let this module load any model without importing one (models sit
 # above checkpoints; interop above models):
@@ -162,6 +157,7 @@ def load_checkpoint(
     *,
     kind: str | None = None,
     map_location: str | torch.device = "cpu",
+    revision: str | None = None,
     **options: Any,
 ) -> Any:
     """Load the model saved in directory ``path``, or the packaged model of that name.
@@ -169,10 +165,11 @@ def load_checkpoint(
     Args:
         path: a checkpoint directory written by ``save_checkpoint`` (or a training run
             directory holding one), a foreign directory a reader was registered for
-            (Hugging Face GPT-2 and BERT: see ``glassformer.interop``), or the name of a
-            packaged model (``"all-MiniLM-L6-v2"``).
+            (Hugging Face GPT-2 and BERT: see ``glassformer.interop``), a packaged model's
+            name (``"all-MiniLM-L6-v2"``) or a Hub id (``"org/name"``: ``glassformer.hub``).
         kind: if given, the model kind expected (e.g. "gpt"); another kind is an error.
         map_location: device for the weights.
+        revision: a Hub id's branch, tag or commit.
         options: passed to a packaged model's loader (``cache_dir=`` for MiniLM) or a GGUF
             file's (``dtype="gguf"``: computing from the file's blocks, read straight into them).
     """
@@ -181,6 +178,7 @@ def load_checkpoint(
         if kind is not None and kind != named_kind:
             raise CheckpointError(f"{path!r} is a {named_kind!r} model, expected {kind!r}")
         return loader(**options)
+    path = resolve_hub_id(path, revision)
     if Path(path).suffix == ".gguf" and Path(path).is_file():  # llama.cpp's one-file format
         return _load_foreign(Path(path), ".gguf", kind, **options)
     if options:

@@ -25,12 +25,15 @@ from glassformer.data.batching import pad_batch
 from glassformer.data.images import IMAGE_PROCESSOR_FILE, load_image_processor
 from glassformer.data.tokenizers import load_tokenizer
 from glassformer.generation import GenerationConfig
+from glassformer.hub import resolve as resolve_hub_id
 from glassformer.models.base import PretrainedModel
 
 LABELS_FILE = "labels.json"
 
 
-def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tuple[Any, Any]:
+def load_run(
+    path: str | Path, *, kind: str | None = None, revision: str | None = None, **options: Any
+) -> tuple[Any, Any]:
     """(model, tokenizer) of a run directory (or the checkpoint directory in one), a
     sentence-transformers directory, a llama.cpp GGUF file (its tokenizer read from the file),
     or a packaged model by name
@@ -43,9 +46,12 @@ def load_run(path: str | Path, *, kind: str | None = None, **options: Any) -> tu
             ``checkpoint/``, or a packaged model's name.
         kind: the model kind expected ("gpt", "seq2seq", "classifier", ...); another is
             an error.
+        revision: for a Hugging Face Hub id (``"org/name"``), its branch, tag or commit.
         options: for a packaged model or a GGUF file, its loader's (``dtype=torch.bfloat16``
             or ``dtype="gguf"``: computing from the file's blocks, read straight into them).
     """
+    if str(path) not in NAMED_MODELS:
+        path = resolve_hub_id(path, revision)  # org/name: a Hub id, from the Hub's cache
     if str(path) in NAMED_MODELS:
         model = load_checkpoint(str(path), kind=kind, **options)
         if str(path) not in NAMED_TOKENIZERS:

@@ -32,6 +32,7 @@ from glassformer.cli import (
     train,
     translate,
 )
+from glassformer.hub import resolve as resolve_hub_id
 
 SUBCOMMANDS = {
     "train": train,
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if isinstance(getattr(args, "model", None), str):  # org/name: the Hub's cached folder
+            args.model = str(resolve_hub_id(args.model))
         return args.run(args) or 0
     except (ValueError, TypeError, OSError, FloatingPointError) as e:
         print(f"glassformer {args.command}: error: {e}", file=sys.stderr)

@@ -16,8 +16,8 @@ checkpoints that read further scale θ_i, each family its own way (Hugging Face'
               beta_slow); and cos, sin × (0.1·ln s + 1), sharpening the attention
     longrope  θ_i / f_i with a factor per pair: the short factors up to L, the long ones
               past it (Phi-3); cos, sin × √(1 + ln s / ln L)
-    factors   θ_i / f_i with fixed factors per pair: a GGUF file's ``rope_freqs`` tensor,
-              where llama.cpp's converter writes a Llama 3.x's llama3 rule
+    factors   θ_i / f_i with fixed factors per pair: the ``rope_freqs`` tensor in which
+              llama.cpp's converter writes a Llama 3.x's llama3 rule
 
 ``dynamic`` and ``longrope`` depend on the length read, the longest position of the call
 plus one. (Hugging Face keeps the longest length seen so far between calls; here each call

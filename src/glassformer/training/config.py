@@ -180,7 +180,8 @@ class RunConfig:
         None,
         "fine-tuning",
         "classify: start the encoder (and take the tokenizer) from a pretrained one: an mlm "
-        "or lm run directory, all-MiniLM-L6-v2, a sentence-transformers or BERT directory",
+        "or lm run directory, all-MiniLM-L6-v2, a sentence-transformers or BERT directory, "
+        "or a Hugging Face Hub id (org/name)",
     )
     encoder_lr: float | None = _opt(
         None,
