@@ -18,6 +18,7 @@ from glassformer.models.families import (
     FAMILIES,
     DecoderConfig,
     GemmaConfig,
+    GPTNeoConfig,
     GPTNeoXConfig,
     LlamaConfig,
     MarianConfig,
@@ -45,6 +46,7 @@ HF = [
     (GemmaConfig, "Gemma3TextConfig", {"head_dim": 8}),
     (GPTNeoXConfig, "GPTNeoXConfig", {}),
     (OPTConfig, "OPTConfig", {}),
+    (GPTNeoConfig, "GPTNeoConfig", {"attention_types": [[["global", "local"], 1]]}),
 ]
 HF_SIZE = dict(vocab_size=40, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
                intermediate_size=48, max_position_embeddings=32)  # fmt: skip
@@ -61,6 +63,10 @@ def hf_config(name: str, needs: dict[str, Any]) -> dict[str, Any]:
     size = dict(HF_SIZE)
     if name == "OPTConfig":
         size.update(ffn_dim=size.pop("intermediate_size"), word_embed_proj_dim=32)
+    if name == "GPTNeoConfig":  # its own names for the heads and layers
+        size.update(
+            num_heads=size.pop("num_attention_heads"), num_layers=size.pop("num_hidden_layers")
+        )
     return getattr(transformers, name)(**size, **needs).to_dict()
 
 
@@ -123,6 +129,8 @@ def test_a_family_config_is_frozen_and_checked():
         made(Qwen2Config, attention_window=3, full_attention_layers=[2])
     with pytest.raises(ValueError, match="rotary_dim must be an even number"):
         made(GPTNeoXConfig, rotary_dim=3)
+    with pytest.raises(ValueError, match="local_layers need an attention_window"):
+        made(GPTNeoConfig, local_layers=[1])
 
 
 @pytest.mark.parametrize(
@@ -142,6 +150,7 @@ def test_a_family_config_is_frozen_and_checked():
         made(GemmaConfig, version=2, attention_softcap=0.5),
         made(GPTNeoXConfig, rotary_dim=4),
         made(OPTConfig, embed_dim=16, norm_first=False, final_norm=False),
+        made(GPTNeoConfig, attention_window=3, local_layers=[1]),
     ],
     ids=lambda c: c.family,
 )

@@ -5,6 +5,7 @@ from glassformer.interop.gemma import from_gemma_state, load_gemma2, load_gemma3
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gguf.model import load_gguf
 from glassformer.interop.gpt2 import from_gpt2_state, load_gpt2, save_gpt2, to_gpt2_state
+from glassformer.interop.gpt_neo import from_gpt_neo_state, load_gpt_neo
 from glassformer.interop.gpt_neox import from_gpt_neox_state, load_gpt_neox
 from glassformer.interop.llama import from_llama_state, load_llama, load_mistral
 from glassformer.interop.marian import from_marian_state, load_marian
@@ -27,6 +28,7 @@ __all__ = [
     "from_bert_state",
     "from_gpt2_state",
     "from_gemma_state",
+    "from_gpt_neo_state",
     "from_gpt_neox_state",
     "from_llama_state",
     "from_marian_state",
@@ -39,6 +41,7 @@ __all__ = [
     "load_gemma2",
     "load_gemma3",
     "load_gguf",
+    "load_gpt_neo",
     "load_gpt_neox",
     "load_llama",
     "load_marian",

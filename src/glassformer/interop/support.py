@@ -23,6 +23,7 @@ FAMILIES = (
     ("Qwen3", "qwen3", "GPT"),
     ("Gemma 2", "gemma2", "GPT"),
     ("Gemma 3", "gemma3_text", "GPT"),
+    ("GPT-Neo", "gpt_neo", "GPT"),
     ("GPT-NeoX", "gpt_neox", "GPT"),
     ("OPT", "opt", "GPT"),
     ("MarianMT", "marian", "Seq2SeqTransformer"),

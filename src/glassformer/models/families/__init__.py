@@ -6,6 +6,7 @@
     qwen3.py      Qwen2 without the biases, with QK-norm
     gpt.py        the textbook decoder: GPT-2's block, or the modern one, by its fields
     gemma.py      Gemma 2 and 3: sandwich norms, soft caps, sliding layers, scaled embeddings
+    gpt_neo.py    GPT-Neo (TinyStories): GPT-2's block, global and local layers, unscaled
     gpt_neox.py   GPT-NeoX / Pythia: partial rotary, parallel attention and MLP
     opt.py        OPT: GPT-2's parts with ReLU; OPT-350m's post-norm and narrow embeddings
     t5.py         T5, Flan-T5: positions as a bias on the scores, RMSNorm, no biases
@@ -24,6 +25,7 @@ describe (``legacy.py``).
 from glassformer.models.families.decoder import FAMILIES, DecoderConfig, Readout
 from glassformer.models.families.gemma import GemmaConfig
 from glassformer.models.families.gpt import GPTClassifierConfig, GPTConfig
+from glassformer.models.families.gpt_neo import GPTNeoConfig
 from glassformer.models.families.gpt_neox import GPTNeoXConfig
 from glassformer.models.families.llama import LlamaConfig
 from glassformer.models.families.marian import MarianConfig
@@ -39,6 +41,7 @@ __all__ = [
     "DecoderConfig",
     "GPTClassifierConfig",
     "GPTConfig",
+    "GPTNeoConfig",
     "GPTNeoXConfig",
     "GemmaConfig",
     "LlamaConfig",
