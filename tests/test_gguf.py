@@ -337,6 +337,15 @@ def test_unknown_pre_tokenizer_is_one_line(tmp_path):
             None,
             ["rope_freqs.weight has shape [5]", "8 pairs"],
         ),
+        (
+            lambda w: (
+                w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR),
+                w.add_rope_scaling_factor(2.0),
+                w.add_tensor("rope_freqs.weight", np.ones(8, dtype=np.float32)),
+            ),
+            None,
+            ["rope_freqs.weight beside rope.scaling.type"],
+        ),
         (lambda w: w.add_key_length(8), None, ["rotary", "8"]),
         (None, "model.layers.0.mlp.up_proj.weight", ["up_proj", "missing"]),
     ],
@@ -344,6 +353,7 @@ def test_unknown_pre_tokenizer_is_one_line(tmp_path):
         "rope-yarn",
         "rope-linear-no-factor",
         "rope-freqs-shape",
+        "rope-freqs-and-linear",
         "partial-rotary",
         "missing-tensor",
     ],

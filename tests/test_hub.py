@@ -4,6 +4,8 @@ offline: nothing is downloaded."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -101,3 +103,12 @@ def test_without_huggingface_hub_a_hub_id_says_how_to_install(hub_cache, monkeyp
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'glassformer\[hub\]'"):
         GPT.from_pretrained("org/tiny")
+
+
+def test_a_commands_default_model_and_a_mistyped_path_are_never_looked_up(hub_cache, capsys):
+    """``glassformer generate`` with its default ``runs/lm`` says no such run, as before;
+    ``runs/lm2`` beside a ``runs`` folder is a mistyped path, not a Hub id."""
+    assert main(["generate", "--prompt", "Hi"]) == 2
+    assert "Hugging Face" not in capsys.readouterr().err
+    Path("runs").mkdir()
+    assert not is_hub_id("runs/lm2") and is_hub_id("org/tiny")

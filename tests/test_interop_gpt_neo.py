@@ -110,6 +110,7 @@ def test_unscaled_scores_are_what_makes_it_gpt_neo(tmp_path):
         (dict(attention_layers=["global"] * 4), "attention_layers"),
         (dict(window_size=1), "GPT-Neo sliding_window=1"),
         (dict(attention_types="global"), "attention_types"),
+        (dict(attention_types=[[["local"] * 100000, 4]]), r"characters\) is not supported"),
     ],
 )
 def test_what_glassformer_cannot_express_is_one_error(tmp_path, changes, message):
@@ -118,3 +119,16 @@ def test_what_glassformer_cannot_express_is_one_error(tmp_path, changes, message
     with pytest.raises(CheckpointError, match=message) as error:
         GPT.from_pretrained(path)
     assert "\n" not in str(error.value)
+
+
+def test_a_config_written_by_transformers_4_with_its_summary_fields_loads(tmp_path):
+    """Released GPT-Neo and TinyStories config.json files carry a sequence-summary head's
+    fields (``summary_type``, ...), which transformers 5 no longer writes."""
+    hf, _, path = _neo(tmp_path, "global-local-window4")
+    _with_config(path, summary_type="cls_index", summary_use_proj=True,
+                 summary_activation=None, summary_proj_to_labels=True,
+                 summary_first_dropout=0.1)  # fmt: skip
+    with torch.no_grad():
+        torch.testing.assert_close(
+            GPT.from_pretrained(path)(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0
+        )

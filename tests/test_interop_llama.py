@@ -136,6 +136,10 @@ def _with_config(path, **changes):
             dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5}),
             "partial_rotary_factor=0.5",
         ),
+        (
+            dict(rope_theta=1.0, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+            "yarn scaling with base 1.0",
+        ),
         (dict(attention_bias=True, mlp_bias=False), "attention_bias=True with mlp_bias=False"),
         (dict(hidden_act="gelu"), "hidden_act='gelu'"),
         (dict(pretraining_tp=2), "pretraining_tp=2"),

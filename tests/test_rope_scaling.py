@@ -162,3 +162,19 @@ def test_a_hostile_number_in_a_rule_is_refused_when_made_not_when_used(kwargs, m
     field), not left for ``math.log`` to meet as the model is built."""
     with pytest.raises(ValueError, match=message):
         RopeScaling(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "scaling, base, dim, message",
+    [
+        (RopeScaling("yarn", 4.0, original_max_len=64), 1.0, 64, "yarn scaling with base 1.0"),
+        (RopeScaling("dynamic", 2.0, max_len=64), 10000.0, 2, "dynamic scaling with base"),
+    ],
+)
+def test_a_rule_that_cannot_turn_these_features_is_refused_when_checked(
+    scaling, base, dim, message
+):
+    """A base of 1 (yarn divides by its log) or a 2-feature head (dynamic's d/(d−2)) is a
+    ValueError naming the rule, which the family configs raise as they are made."""
+    with pytest.raises(ValueError, match=message):
+        scaling.check(base, dim)

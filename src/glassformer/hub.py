@@ -33,9 +33,13 @@ _BIN = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 
 
 def is_hub_id(name: str | Path) -> bool:
-    """Whether ``name`` is shaped like a Hub id and is not a local path."""
+    """Whether ``name`` is a string shaped like a Hub id and is not a local path: neither it
+    nor its folder exists here (``runs/lm2`` beside a ``runs`` folder is a mistyped path)."""
+    if isinstance(name, Path):  # a Path is a path, whatever its spelling
+        return False
     text = str(name)
-    return bool(_HUB_ID.fullmatch(text)) and ".." not in text and not Path(text).exists()
+    local = Path(text).exists() or Path(text).parent.exists()
+    return bool(_HUB_ID.fullmatch(text)) and ".." not in text and not local
 
 
 def resolve(name: str | Path, revision: str | None = None) -> Path | str:
@@ -53,19 +57,18 @@ def resolve(name: str | Path, revision: str | None = None) -> Path | str:
         return name
     hub, errors = _require_hub()
     repo, cache, offline = str(name), cache_dir(), _offline()
-    try:
-        if offline:
-            return Path(_snapshot(hub, repo, revision, cache, local=True))
-        folder = _snapshot(hub, repo, revision, cache, local=False, patterns=_SAFETENSORS)
+    try:  # the same files asked for online and offline: what a download here keeps
+        folder = _snapshot(hub, repo, revision, cache, local=offline, patterns=_SAFETENSORS)
         if not any(Path(folder).glob("*.safetensors")):  # an older repository: .bin weights
-            folder = _snapshot(hub, repo, revision, cache, local=False, patterns=_BIN)
+            folder = _snapshot(hub, repo, revision, cache, local=offline, patterns=_BIN)
         return Path(folder)
     except errors.LocalEntryNotFoundError:
         at = "" if revision is None else f" at revision {revision!r}"
+        why = "HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached"
         raise CheckpointError(
-            f"{repo!r}{at} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is "
-            f"set: fetch it once online (huggingface-cli download {repo}), or unset "
-            "HF_HUB_OFFLINE"
+            f"{repo!r}{at} is not in the Hugging Face cache ({cache}) and {why}: fetch it "
+            f"once online (huggingface-cli download {repo})"
+            + (", or unset HF_HUB_OFFLINE" if offline else "")
         ) from None
     except (errors.HfHubHTTPError, errors.HFValidationError, OSError, ValueError) as e:
         raise CheckpointError(
@@ -102,7 +105,7 @@ def _snapshot(
             revision=revision,
             cache_dir=cache,
             local_files_only=local,
-            allow_patterns=None if local else [*_FILES, *patterns],
+            allow_patterns=[*_FILES, *patterns],
         )
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from glassformer._version import __version__
 from glassformer.cli import (
@@ -84,10 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
-        if isinstance(getattr(args, "model", None), str):  # org/name: the Hub's cached folder
-            args.model = str(resolve_hub_id(args.model))
+        if isinstance(getattr(args, "model", None), str):
+            given = any(a == "--model" or a.startswith("--model=") for a in argv)
+            # org/name given: the Hub's cached folder; a default (runs/lm) is always a path
+            args.model = str(resolve_hub_id(args.model)) if given else Path(args.model)
         return args.run(args) or 0
     except (ValueError, TypeError, OSError, FloatingPointError) as e:
         print(f"glassformer {args.command}: error: {e}", file=sys.stderr)

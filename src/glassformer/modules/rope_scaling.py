@@ -110,6 +110,18 @@ class RopeScaling:
         if self.rope_type == "factors" and not self.factors:
             raise ValueError("factors scaling needs its factors, one per rotated pair")
 
+    def check(self, base: float, dim: int) -> None:
+        """That this rule turns ``dim`` features with ``base`` into finite frequencies (one
+        error naming the rule, not a ZeroDivisionError when the model is built)."""
+        try:
+            for length in (None, torch.tensor(4 * (self.max_len or self.original_max_len or 1))):
+                theta, factor = frequencies(self, base, dim, length)
+                if not (bool(torch.isfinite(theta).all()) and math.isfinite(factor)):
+                    raise ValueError("frequencies that are not finite numbers")
+        except (ArithmeticError, ValueError) as e:
+            problem = f"{self.rope_type} scaling with base {base} on {dim} features: {e}"
+            raise ValueError(problem) from None
+
     @property
     def varies(self) -> bool:
         """Whether the frequencies depend on the length read (dynamic, longrope)."""

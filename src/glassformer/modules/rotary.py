@@ -91,7 +91,7 @@ class RotaryEmbedding(nn.Module):
             positions = positions.unsqueeze(0)  # (1, T)
         theta = self.inv_freq
         if self.scaling is not None and self.scaling.varies:  # by the length read
-            theta = self._frequencies(positions.max() + 1).to(positions.device)
+            theta = self._frequencies((positions.max() + 1).cpu()).to(positions.device)
         # Angles in float32 whatever x's dtype, as Hugging Face does.
         angles = positions.float()[..., None] * theta.float()  # (B, T, Dh/2)
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, Dh): pair i with i + Dh/2

@@ -221,6 +221,8 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
                 f"the tensor {ROPE_FREQS} has shape {list(reversed(freqs.dims))}; the rotary "
                 f"turns {pairs} pairs"
             )
+        if config.get("rope_scaling"):  # llama.cpp would apply both; one rule is read here
+            raise CheckpointError(f"{ROPE_FREQS} beside rope.scaling.type is not supported")
         config["rope_scaling"] = {"rope_type": "factors", "factors": _read_freqs(path, freqs)}
     needed = needed_shapes(arch, config, shapes, to_hf)
     return arch, meta, config, [t for t in header.tensors if t.name in needed]

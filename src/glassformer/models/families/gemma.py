@@ -96,6 +96,8 @@ class GemmaConfig(DecoderConfig):
             object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
         if not isinstance(self.rope_scaling, RopeScaling | None):
             raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling}")
+        if self.rope_scaling is not None:
+            self.rope_scaling.check(self.rope_theta, self.width)
         if self.version not in (2, 3):
             raise ValueError(f"version must be 2 or 3, got {self.version!r}")
         object.__setattr__(self, "full_attention_layers", tuple(self.full_attention_layers))

@@ -53,6 +53,12 @@ class GPTNeoConfig(DecoderConfig):
             "tie_word_embeddings",
             "resid_dropout",  # the dropouts matter to training only
             "embed_dropout",
+            # a sequence-summary head's (transformers 4 wrote them into every GPT-Neo config)
+            "summary_type",
+            "summary_use_proj",
+            "summary_activation",
+            "summary_proj_to_labels",
+            "summary_first_dropout",
         ]
     )
 
@@ -138,6 +144,8 @@ def _layer_kinds(family: str, hf: dict[str, Any]) -> list[str]:
         for pattern, repeats in types:
             if not is_integer(repeats) or not 0 <= repeats <= hf["num_layers"]:
                 raise refuse(family, "attention_types", types, "[[kinds, repeats], ...]")
+            if len(kinds) + len(pattern) * repeats > hf["num_layers"]:  # before it is built
+                raise refuse(family, "attention_types", types, f"{hf['num_layers']} layers")
             kinds.extend(list(pattern) * repeats)
     except (TypeError, ValueError):
         raise refuse(family, "attention_types", types, "[[kinds, repeats], ...]") from None

@@ -77,6 +77,8 @@ class LlamaConfig(DecoderConfig):
             )
         if self.width % 2:
             raise ValueError(f"rotary positions need an even head width, got {self.width}")
+        if self.rope_scaling is not None:
+            self.rope_scaling.check(self.rope_theta, self.width)
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be true or false, got {self.bias!r}")
         check_finite("rope_theta", self.rope_theta, minimum=0.0, above=True)
