@@ -21,8 +21,10 @@ tokenizer. Every problem with a file is one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,7 +36,7 @@ from glassformer.interop.gguf.dequant import NAMES
 from glassformer.interop.gguf.families import family_config, family_name, family_tensor
 from glassformer.interop.gguf.header import Header, read_header
 from glassformer.interop.gguf.layout import ARCHITECTURES, hf_config, hf_name, unpermute_rope_rows
-from glassformer.interop.gguf.maps import gathered, value, weight_map
+from glassformer.interop.gguf.maps import gathered, rows_taken, value, weight_map
 from glassformer.interop.gguf.metadata import Metadata
 from glassformer.interop.gguf.shapes import needed_shapes
 from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_tensor
@@ -113,7 +115,7 @@ def read_gguf_mapped(
     each tensor's (ggml type, the rows it takes: (rows, bytes per row) uint8). Every other
     weight is decoded to fp32 into ``numbers`` (unless ``numbers=False``)."""
     path = Path(path)
-    try:
+    with about(path), _reading():
         arch, _, config, tensors = _survey(_require_gguf(), path)
         by_name = {t.name: t for t in tensors}
         sources = weight_map(arch, config, {t.name: tuple(reversed(t.dims)) for t in tensors})
@@ -125,7 +127,7 @@ def read_gguf_mapped(
             rows = {name: read_rows(f, by_name[name]) for name in sorted(as_blocks)}
             for name, taken in sources.items():
                 if all(s.tensor in as_blocks for s in taken):
-                    parts[name] = [(by_name[s.tensor].ggml_type, _taken(rows[s.tensor], s.rows))
+                    parts[name] = [(by_name[s.tensor].ggml_type, rows_taken(rows[s.tensor], s))
                                    for s in taken]  # fmt: skip
                     continue
                 whole = tuple(s.tensor for s in taken) if all(s.rows is None for s in taken) else ()
@@ -137,16 +139,25 @@ def read_gguf_mapped(
                     decoded[name] = gathered(values, taken)
                     if whole:
                         tied[whole] = name
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read it: {e.strerror or e}") from None
-    except CheckpointError as e:
-        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
     return config, decoded, parts
 
 
-def _taken(rows: Tensor, which: Tensor | None) -> Tensor:
-    """A tensor's rows of blocks as a weight takes them: all (a view), or some, gathered."""
-    return rows if which is None else rows[which]
+@contextlib.contextmanager
+def about(path: Path) -> Iterator[None]:
+    """Every ``CheckpointError`` raised inside as one line starting with the file's path."""
+    try:
+        yield
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
+
+
+@contextlib.contextmanager
+def _reading() -> Iterator[None]:
+    """An ``OSError`` while the file's bytes are read as one ``CheckpointError``."""
+    try:
+        yield
+    except OSError as e:
+        raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
 
 
 def _checked_read(
@@ -159,10 +170,8 @@ def _checked_read(
         raise ValueError(f"dtype {dtype} is not supported; use torch.float32 or torch.bfloat16")
     path = Path(path)
     gguf = _require_gguf()
-    try:
+    with about(path):
         return _read(gguf, path, dtype, with_tokenizer)
-    except CheckpointError as e:
-        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
 
 
 def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizer:
@@ -172,11 +181,9 @@ def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizer:
         CheckpointError, MissingDependencyError: as ``read_gguf``.
     """
     path = Path(path)
-    try:
+    with about(path):
         _, meta = _open(_require_gguf(), path)
         return build_tokenizer(meta)
-    except CheckpointError as e:
-        raise CheckpointError(f"{path}: {one_line(e, 800)}") from None
 
 
 def _open(gguf: Any, path: Path) -> tuple[Header, Metadata]:
@@ -209,7 +216,7 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
     family = arch in FAMILIES  # laid out unlike Llama
     shapes = {t.name: tuple(reversed(t.dims)) for t in header.tensors}
     config = family_config(arch, meta, shapes) if family else hf_config(meta, shapes, arch)
-    to_hf = functools.partial(family_name, arch) if family else hf_name
+    to_hf = _namer(arch)
     freqs = next((t for t in header.tensors if t.name == ROPE_FREQS and arch == "llama"), None)
     for t in header.tensors:
         if t is not freqs:
@@ -230,11 +237,8 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
 
 def _read_freqs(path: Path, t: Any) -> list[float]:
     """The per-pair rotary factors of the ``rope_freqs`` tensor ``t``: 1-D, finite, > 0."""
-    try:
-        with open(path, "rb") as f:
-            values = read_tensor(f, t)
-    except OSError as e:
-        raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
+    with _reading(), open(path, "rb") as f:
+        values = read_tensor(f, t)
     if values.dim() != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
         raise CheckpointError(f"{ROPE_FREQS} must be 1-D, finite and > 0: {shown(values.tolist())}")
     return values.tolist()
@@ -246,17 +250,19 @@ def _read(
     """The config, the tensors a model of it reads (no other is read) under Hugging Face's
     names, and the tokenizer."""
     arch, meta, config, tensors = _survey(gguf, path)
-    to_hf = functools.partial(family_name, arch) if arch in FAMILIES else hf_name
+    to_hf = _namer(arch)
     state: dict[str, Tensor] = {}
-    try:
-        with open(path, "rb") as f:
-            for t in tensors:
-                name = to_hf(t.name)
-                state[name] = _as_hugging_face(arch, name, read_tensor(f, t), config).to(dtype)
-    except OSError as e:
-        raise CheckpointError(f"cannot read it: {e.strerror or e}") from None
+    with _reading(), open(path, "rb") as f:
+        for t in tensors:
+            name = to_hf(t.name)
+            state[name] = _as_hugging_face(arch, name, read_tensor(f, t), config).to(dtype)
     tokenizer = build_tokenizer(meta) if with_tokenizer else None
     return config, state, tokenizer
+
+
+def _namer(arch: str) -> Callable[[str], str]:
+    """A tensor's Hugging Face name in an ``arch`` file (refusing one with no place)."""
+    return functools.partial(family_name, arch) if arch in FAMILIES else hf_name
 
 
 def _as_hugging_face(arch: str, name: str, value: Tensor, config: dict[str, Any]) -> Tensor:

@@ -124,7 +124,13 @@ def value(arch: str, tensor: str, decoded: Tensor) -> Tensor:
     return decoded
 
 
+def rows_taken(rows: Tensor, source: Source) -> Tensor:
+    """The rows ``source`` takes of its tensor's ``rows`` (decoded, or its blocks' rows):
+    all of them (a view), or those it names, gathered in its order."""
+    return rows if source.rows is None else rows[source.rows]
+
+
 def gathered(values: list[Tensor], sources: tuple[Source, ...]) -> Tensor:
     """One weight from its sources' decoded tensors: each one's rows, stacked in order."""
-    taken = [v if s.rows is None else v[s.rows] for v, s in zip(values, sources, strict=True)]
+    taken = [rows_taken(v, s) for v, s in zip(values, sources, strict=True)]
     return taken[0] if len(taken) == 1 else torch.cat(taken)
