@@ -245,6 +245,18 @@ def rope_theta(hf: dict[str, Any], family: str, default: float = 10000.0) -> flo
     return theta
 
 
+def scaling_field(value: Any, theta: float, width: int) -> RopeScaling | None:
+    """A family config's ``rope_scaling``: a ``RopeScaling`` (or a saved config's dict of
+    one) checked to turn ``width`` features with the base ``theta``, or None."""
+    if isinstance(value, dict):
+        value = RopeScaling.from_dict(value)
+    if not isinstance(value, RopeScaling | None):
+        raise ValueError(f"rope_scaling must be a RopeScaling or None, got {value!r}")
+    if value is not None:
+        value.check(theta, width)
+    return value
+
+
 # Hugging Face's rope scaling fields → RopeScaling's
 _SCALING_FIELDS = {
     "factor": "factor", "original_max_position_embeddings": "original_max_len",

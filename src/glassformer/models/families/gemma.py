@@ -29,6 +29,7 @@ from glassformer.models.families.decoder import (
     refuse,
     rope,
     rope_theta,
+    scaling_field,
 )
 from glassformer.modules.attention import MultiHeadAttention, Scores, Window
 from glassformer.modules.block import Block
@@ -92,12 +93,6 @@ class GemmaConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.rope_scaling, dict):  # a saved config's
-            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
-        if not isinstance(self.rope_scaling, RopeScaling | None):
-            raise ValueError(f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling}")
-        if self.rope_scaling is not None:
-            self.rope_scaling.check(self.rope_theta, self.width)
         if self.version not in (2, 3):
             raise ValueError(f"version must be 2 or 3, got {self.version!r}")
         object.__setattr__(self, "full_attention_layers", tuple(self.full_attention_layers))
@@ -106,6 +101,8 @@ class GemmaConfig(DecoderConfig):
         for name in ("rope_theta", "rope_local_theta", "attention_scale", "attention_softcap",
                      "final_softcap"):  # fmt: skip
             check_finite(name, getattr(self, name), minimum=0.0, above=True)  # None passes
+        scaling = scaling_field(self.rope_scaling, self.rope_theta, self.width)
+        object.__setattr__(self, "rope_scaling", scaling)
 
     def norm(self, width: int | None = None) -> nn.Module:
         return RMSNorm(width or self.d_model, eps=self.norm_eps, unit_offset=True)

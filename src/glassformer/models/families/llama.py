@@ -18,7 +18,7 @@ from torch import nn
 
 from glassformer.checkpoint import CheckpointError
 from glassformer.models.base import check_finite
-from glassformer.models.families.decoder import DecoderConfig, refuse, rope
+from glassformer.models.families.decoder import DecoderConfig, refuse, rope, scaling_field
 from glassformer.modules.attention import MultiHeadAttention, Window
 from glassformer.modules.block import Block
 from glassformer.modules.feedforward import GatedFeedForward
@@ -69,19 +69,13 @@ class LlamaConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.rope_scaling, dict):  # a saved config's
-            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
-        if not isinstance(self.rope_scaling, RopeScaling | None):
-            raise ValueError(
-                f"rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}"
-            )
         if self.width % 2:
             raise ValueError(f"rotary positions need an even head width, got {self.width}")
-        if self.rope_scaling is not None:
-            self.rope_scaling.check(self.rope_theta, self.width)
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be true or false, got {self.bias!r}")
         check_finite("rope_theta", self.rope_theta, minimum=0.0, above=True)
+        scaling = scaling_field(self.rope_scaling, self.rope_theta, self.width)
+        object.__setattr__(self, "rope_scaling", scaling)
 
     # ---- what the Llama-shaped families vary ------------------------------------------
 
