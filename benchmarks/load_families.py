@@ -52,6 +52,27 @@ def configs() -> dict[str, tuple[str, dict, bool]]:
         "qwen3": ("Qwen3Config", dict(gqa, head_dim=64), False),
         "gemma3": ("Gemma3TextConfig", dict(gqa, head_dim=64, query_pre_attn_scalar=64), False),
         "gpt_neox": ("GPTNeoXConfig", dict(DECODER, intermediate_size=2048), False),
+        "gpt_neo": (
+            "GPTNeoConfig",
+            dict(
+                vocab_size=32000,
+                hidden_size=512,
+                num_layers=8,
+                num_heads=8,
+                attention_types=[[["global", "local"], 4]],
+                window_size=256,
+            ),
+            False,
+        ),  # fmt: skip
+        "gptj": (
+            "GPTJConfig",
+            dict(vocab_size=32000, n_embd=512, n_layer=8, n_head=8, rotary_dim=32),
+            False,
+        ),  # fmt: skip
+        "olmo": ("OlmoConfig", dict(gqa, clip_qkv=8.0), False),
+        "olmo2": ("Olmo2Config", gqa, False),
+        "phi": ("PhiConfig", dict(DECODER, partial_rotary_factor=0.5), False),
+        "phi3": ("Phi3Config", dict(gqa, partial_rotary_factor=0.75), False),
         "opt": (
             "OPTConfig",
             dict(

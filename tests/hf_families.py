@@ -146,12 +146,18 @@ def check_generation(hf, ours, prompt: torch.Tensor, new_tokens: int = 20) -> No
 
 def check_precisions_and_tools(ours, inputs: tuple[torch.Tensor, ...]) -> None:
     """int8 close to fp32 (within 5% of the largest logit) and int4 generating; the logit
-    lens ending in the model's logits; activation patching of the clean run into itself
+    lens ending in the model's logits; direct logit attribution's parts summing to the
+    logits (pre-norm models without a soft cap); activation patching of the clean run into itself
     giving the clean metric everywhere; the viewer's data holding every layer's weights."""
     import copy
 
     from glassformer.data.tokenizers import CharTokenizer
-    from glassformer.inspect import activation_patching, logit_difference, logit_lens
+    from glassformer.inspect import (
+        activation_patching,
+        direct_logit_attribution,
+        logit_difference,
+        logit_lens,
+    )
     from glassformer.viz.viewer import attention_data
 
     seq2seq = ours.kind == "seq2seq"
@@ -166,6 +172,10 @@ def check_precisions_and_tools(ours, inputs: tuple[torch.Tensor, ...]) -> None:
     one = tuple(x[:1] for x in inputs)
     lens = logit_lens(ours, *one)
     torch.testing.assert_close(lens.logits[-1], logits[0], atol=1e-4, rtol=0)
+    plain_sum = not seq2seq and all(b.norm_first for b in ours.blocks)
+    if plain_sum and getattr(ours, "final_softcap", None) is None:  # the parts sum to the logits
+        parts = direct_logit_attribution(ours, inputs[0][:1])
+        torch.testing.assert_close(parts.logits.sum(0), logits[0, -1], atol=1e-3, rtol=1e-4)
     metric = logit_difference(3, 4)
     effect = activation_patching(ours, one, one, metric)
     torch.testing.assert_close(

@@ -18,13 +18,21 @@ from glassformer.models.families import (
     FAMILIES,
     DecoderConfig,
     GemmaConfig,
+    GPTJConfig,
     GPTNeoConfig,
     GPTNeoXConfig,
     LlamaConfig,
     MarianConfig,
     MistralConfig,
+    MixtralConfig,
+    Olmo2Config,
+    OlmoConfig,
+    OlmoeConfig,
     OPTConfig,
+    Phi3Config,
+    PhiConfig,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
     T5Config,
 )
@@ -47,6 +55,14 @@ HF = [
     (GPTNeoXConfig, "GPTNeoXConfig", {}),
     (OPTConfig, "OPTConfig", {}),
     (GPTNeoConfig, "GPTNeoConfig", {"attention_types": [[["global", "local"], 1]]}),
+    (OlmoConfig, "OlmoConfig", {"clip_qkv": 8.0}),
+    (Olmo2Config, "Olmo2Config", {}),
+    (Phi3Config, "Phi3Config", {"sliding_window": 4}),
+    (PhiConfig, "PhiConfig", {}),
+    (GPTJConfig, "GPTJConfig", {"rotary_dim": 4}),
+    (MixtralConfig, "MixtralConfig", {"num_key_value_heads": 2, "num_local_experts": 4}),
+    (OlmoeConfig, "OlmoeConfig", {"num_experts": 4, "num_experts_per_tok": 2}),
+    (Qwen2MoeConfig, "Qwen2MoeConfig", {"num_key_value_heads": 2, "num_experts": 4}),
 ]
 HF_SIZE = dict(vocab_size=40, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
                intermediate_size=48, max_position_embeddings=32)  # fmt: skip
@@ -63,6 +79,8 @@ def hf_config(name: str, needs: dict[str, Any]) -> dict[str, Any]:
     size = dict(HF_SIZE)
     if name == "OPTConfig":
         size.update(ffn_dim=size.pop("intermediate_size"), word_embed_proj_dim=32)
+    if name == "GPTJConfig":  # GPT-2's names
+        size = dict(vocab_size=40, n_embd=32, n_head=4, n_layer=2, n_inner=48, n_positions=32)
     if name == "GPTNeoConfig":  # its own names for the heads and layers
         size.update(
             num_heads=size.pop("num_attention_heads"), num_layers=size.pop("num_hidden_layers")
@@ -131,6 +149,8 @@ def test_a_family_config_is_frozen_and_checked():
         made(GPTNeoXConfig, rotary_dim=3)
     with pytest.raises(ValueError, match="local_layers need an attention_window"):
         made(GPTNeoConfig, local_layers=[1])
+    with pytest.raises(ValueError, match="clip_qkv"):
+        made(OlmoConfig, clip_qkv=0.0)
 
 
 @pytest.mark.parametrize(
@@ -151,6 +171,16 @@ def test_a_family_config_is_frozen_and_checked():
         made(GPTNeoXConfig, rotary_dim=4),
         made(OPTConfig, embed_dim=16, norm_first=False, final_norm=False),
         made(GPTNeoConfig, attention_window=3, local_layers=[1]),
+        made(OlmoConfig, clip_qkv=0.5),
+        made(Olmo2Config, num_kv_heads=2),
+        made(Phi3Config, rotary_dim=4, attention_window=3),
+        made(PhiConfig, rotary_dim=4, num_kv_heads=2, qk_norm=True),
+        made(GPTJConfig, rotary_dim=4),
+        made(MixtralConfig, num_experts=4, top_k=2, attention_window=3),
+        made(OlmoeConfig, num_experts=4, top_k=3),
+        made(
+            Qwen2MoeConfig, num_experts=4, top_k=2, expert_d_ff=16, shared_d_ff=24, dense_layers=[1]
+        ),
     ],
     ids=lambda c: c.family,
 )

@@ -17,6 +17,13 @@ RELEASED = {  # family → the smallest released checkpoints, the first cached o
     "Gemma 2": ("google/gemma-2-2b",),
     "GPT-NeoX": ("EleutherAI/pythia-70m", "EleutherAI/pythia-160m"),
     "OPT": ("facebook/opt-125m",),
+    "GPT-Neo": ("roneneldan/TinyStories-1M", "EleutherAI/gpt-neo-125m"),
+    "OLMo 2": ("allenai/OLMo-2-0425-1B",),
+    "OLMo": ("allenai/OLMo-1B-hf",),
+    "Phi-3": ("microsoft/Phi-4-mini-instruct", "microsoft/Phi-3-mini-4k-instruct"),
+    "Phi": ("microsoft/phi-1_5", "microsoft/phi-2"),
+    "GPT-J": ("EleutherAI/gpt-j-6b",),
+    "Llama": ("meta-llama/Llama-3.2-1B", "HuggingFaceTB/SmolLM2-135M"),
     "Mistral": ("mistralai/Mistral-7B-v0.1",),
     "MarianMT": ("Helsinki-NLP/opus-mt-en-de",),
     "T5": ("google/flan-t5-small", "google-t5/t5-small"),
@@ -35,7 +42,7 @@ def test_a_released_checkpoint_gives_transformers_logits(family, released_checkp
     seq2seq = family in ("MarianMT", "T5")
     auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForCausalLM
     hf = auto.from_pretrained(path, dtype=torch.float32).eval()
-    ours = (Seq2SeqTransformer if seq2seq else GPT).from_pretrained(path)
+    ours = (Seq2SeqTransformer if seq2seq else GPT).from_pretrained(path).float()  # as hf's
     ids = torch.tensor([load_tokenizer(path).encode(TEXT)])
     with torch.no_grad():
         if seq2seq:

@@ -678,11 +678,15 @@ def _writer(path: Path, arch: str, c) -> gguf.GGUFWriter:
     return w
 
 
-def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
+def write_family_gguf(
+    path: Path, arch: str, hf, qtype: int = Q.F32, names=None, more=lambda w: None
+) -> Path:
     """A GGUF file of ``arch`` holding a transformers model's weights as llama.cpp's
-    converter writes a Qwen (rows as they are: llama.cpp rotates Qwen's halves itself)."""
+    converter writes a Qwen or OLMo 2 (rows as they are: llama.cpp rotates their halves
+    itself); ``names`` changes ``FAMILY_NAMES``, ``more(writer)`` adds metadata."""
     c = hf.config
     w = _writer(path, arch, c)
+    more(w)
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_key_length(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
@@ -694,7 +698,7 @@ def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
         if name.startswith("model.layers."):
             _, _, i, rest = name.split(".", 3)
             part, kind = rest.rsplit(".", 1)
-            gguf_name = f"blk.{i}.{FAMILY_NAMES[part]}.{kind}"
+            gguf_name = f"blk.{i}.{(names or {}).get(part, FAMILY_NAMES.get(part))}.{kind}"
         else:
             gguf_name = {"model.embed_tokens.weight": "token_embd.weight",
                          "model.norm.weight": "output_norm.weight",
@@ -702,6 +706,56 @@ def write_family_gguf(path: Path, arch: str, hf, qtype: int = Q.F32) -> Path:
         tensors[gguf_name] = value
     _write_tensors(w, tensors, qtype)
     return path
+
+
+OLMO2_NAMES = {"post_attention_layernorm": "post_attention_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}  # fmt: skip
+
+
+def test_an_olmo2_gguf_file_gives_transformers_logits_and_computes_from_its_blocks(
+    tmp_path, support
+):
+    """llama.cpp's olmo2 layout (norms after the sub-layers, q/k norms all heads wide):
+    F32, the logits of transformers' model; Q8_0, the model of gguf's own dequantisation,
+    and dtype="gguf" computing from the file's blocks within 1e-3 of it."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    config = transformers.Olmo2Config(**SMALL_DECODER, num_key_value_heads=2, pad_token_id=None)
+    hf = transformers.Olmo2ForCausalLM(config)
+    randomize(hf.eval())
+    ours = GPT.from_pretrained(write_family_gguf(tmp_path / "f32.gguf", "olmo2", hf,
+                                                 names=OLMO2_NAMES))  # fmt: skip
+    assert ours.config.family == "olmo2" and ours.blocks[0].ln1 is None
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    q8 = write_family_gguf(tmp_path / "q8.gguf", "olmo2", hf, Q.Q8_0, names=OLMO2_NAMES)
+    reader = gguf.GGUFReader(str(q8))
+    dequantised = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    model = GPT.from_pretrained(q8)
+    k = torch.from_numpy(dequantised["blk.1.attn_k.weight"].copy()).float()
+    torch.testing.assert_close(model.blocks[1].attn.qkv_proj.weight[32:48], k, atol=0, rtol=0)
+    assert_the_map_reads_as_hugging_face_route(q8)
+    blocks = GPT.from_pretrained(q8, dtype="gguf")
+    with torch.no_grad():
+        expected = model(IDS).logits
+        torch.testing.assert_close(blocks(IDS).logits, expected, atol=1e-3, rtol=0)
+    support("OLMo 2", "GGUF")
+
+
+def test_an_olmo3_file_written_as_olmo2_is_refused_in_one_line(tmp_path):
+    """llama.cpp writes OLMo 3 under the olmo2 architecture, with sliding layers and YaRN
+    keys: refused by name, not read as an OLMo 2 with full attention."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import SMALL_DECODER
+
+    config = transformers.Olmo2Config(**SMALL_DECODER, pad_token_id=None)
+    hf = transformers.Olmo2ForCausalLM(config).eval()
+    path = write_family_gguf(tmp_path / "olmo3.gguf", "olmo2", hf, names=OLMO2_NAMES,
+                             more=lambda w: w.add_sliding_window(4))  # fmt: skip
+    one_line_error(path, "olmo2.attention.sliding_window", "OLMo 3")
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
@@ -734,6 +788,78 @@ def test_qwen_gguf_files_open_as_the_model_transformers_builds(tmp_path, arch, s
     q = torch.from_numpy(dequantised["blk.1.attn_q.weight"].copy()).float()
     torch.testing.assert_close(model.blocks[1].attn.qkv_proj.weight[: q.size(0)], q, atol=0, rtol=0)
     support("Qwen2" if arch == "qwen2" else "Qwen3", "GGUF")
+
+
+PHI3_NAMES = {"input_layernorm": "attn_norm", "self_attn.qkv_proj": "attn_qkv",
+              "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+              "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+
+
+def write_phi3_gguf(path: Path, hf, qtype: int = Q.F32) -> Path:
+    """As llama.cpp's converter writes Phi-3: q/k/v and gate/up fused as Hugging Face has
+    them, LongRoPE's factors as two tensors and its attention factor in the metadata."""
+    import math
+
+    c = hf.config
+    rope = c.rope_parameters
+    head_dim = c.hidden_size // c.num_attention_heads
+    w = _writer(path, "phi3", c)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_dimension_count(int(head_dim * rope["partial_rotary_factor"]))
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_sliding_window(c.sliding_window or 0)
+    w.add_rope_scaling_orig_ctx_len(c.original_max_position_embeddings)
+    scale = c.max_position_embeddings / c.original_max_position_embeddings
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(
+        c.original_max_position_embeddings)))  # fmt: skip
+    tensors = {"rope_factors_long.weight": torch.tensor(rope["long_factor"]),
+               "rope_factors_short.weight": torch.tensor(rope["short_factor"])}  # fmt: skip
+    for name, value in hf.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        if name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            part, kind = rest.rsplit(".", 1)
+            tensors[f"blk.{i}.{PHI3_NAMES[part]}.{kind}"] = value
+        else:
+            tensors[{"model.embed_tokens.weight": "token_embd.weight",
+                     "model.norm.weight": "output_norm.weight",
+                     "lm_head.weight": "output.weight"}[name]] = value  # fmt: skip
+    _write_tensors(w, tensors, qtype)
+    return path
+
+
+def test_a_phi3_gguf_file_turns_positions_by_its_longrope_factors(tmp_path, support):
+    """llama.cpp's phi3 layout: fused q/k/v and gate/up, half of each head turned, LongRoPE's
+    factors as tensors (the switch inside the input): F32, transformers' logits; Q8_0 with
+    dtype="gguf", computing from the blocks (gate and up the two halves of one tensor),
+    within 1e-3 of the model of its dequantised weights."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    rope = dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
+                short_factor=[1.0, 1.5], long_factor=[2.0, 3.5])  # fmt: skip
+    config = transformers.Phi3Config(**SMALL_DECODER, num_key_value_heads=2, pad_token_id=None,
+                                     original_max_position_embeddings=6,
+                                     rope_parameters=rope)  # fmt: skip
+    hf = transformers.Phi3ForCausalLM(config)
+    randomize(hf.eval())
+    ours = GPT.from_pretrained(write_phi3_gguf(tmp_path / "f32.gguf", hf))
+    c = ours.config
+    assert (c.family, c.rotary_dim, c.rope_scaling.long_factor) == ("phi3", 4, (2.0, 3.5))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    q8 = write_phi3_gguf(tmp_path / "q8.gguf", hf, Q.Q8_0)
+    assert_the_map_reads_as_hugging_face_route(q8)  # gate and up: ffn_up's two halves
+    with torch.no_grad():
+        expected = GPT.from_pretrained(q8)(IDS).logits
+        torch.testing.assert_close(
+            GPT.from_pretrained(q8, dtype="gguf")(IDS).logits, expected, atol=1e-3, rtol=0
+        )
+    support("Phi-3", "GGUF")
 
 
 # --- other families: gemma3, gptneox --------------------------------------------------------
@@ -1018,11 +1144,16 @@ def test_the_gguf_weight_map_gives_each_weight_the_rows_the_hugging_face_route_d
     maps, for every weight the model has, bit for bit."""
     from test_fuzz_gguf_file import write_seed
 
+    assert_the_map_reads_as_hugging_face_route(write_seed(tmp_path / f"{arch}.gguf", arch))
+
+
+def assert_the_map_reads_as_hugging_face_route(path: Path) -> None:
+    """Every weight of the model of the GGUF file ``path``, read by its weight map (blocks
+    decoded), equals the one read under Hugging Face's names, bit for bit."""
     from glassformer import GPT
     from glassformer.interop.gguf import read_gguf_mapped
     from glassformer.kernels.gguf_linear import GGUFLinear
 
-    path = write_seed(tmp_path / f"{arch}.gguf", arch)
     model = GPT.from_pretrained(path)
     expected = dict(model.named_parameters(remove_duplicate=False))
     _, numbers, parts = read_gguf_mapped(path)

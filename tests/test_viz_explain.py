@@ -164,6 +164,60 @@ def test_a_qk_norm_and_the_rotation_after_it_are_computed_from_q_and_k():
     torch.testing.assert_close(found[rotated], expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("family", ["olmo2", "olmo", "phi", "gptj", "qwen2_moe"])
+def test_new_family_shapes_show_the_caches_values_and_say_what_differs(family):
+    """OLMo 2 (norms after the sub-layers only, QK-norm over every head at once, shown as
+    positions × features), OLMo 1 (LayerNorms without weight, clamped q/k/v), Phi (one
+    norm for both parallel sub-layers, a LayerNorm per head), GPT-J (rotary on neighbouring
+    pairs), Qwen2-MoE (router, experts, a shared expert, a dense layer): every step,
+    carried or computed, is the cache's, and the step's words name what differs."""
+    from glassformer.models.families import (
+        GPTJConfig,
+        Olmo2Config,
+        OlmoConfig,
+        PhiConfig,
+        Qwen2MoeConfig,
+    )
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    torch.manual_seed(0)
+    cls, extra = {"olmo2": (Olmo2Config, {}), "olmo": (OlmoConfig, {"clip_qkv": 0.5}),
+                  "phi": (PhiConfig, {"rotary_dim": 8, "qk_norm": True}),
+                  "gptj": (GPTJConfig, {"rotary_dim": 8}),
+                  "qwen2_moe": (Qwen2MoeConfig, {"num_experts": 4, "top_k": 2, "expert_d_ff": 16,
+                                "shared_d_ff": 24, "dense_layers": (1,)})}[family]  # fmt: skip
+    model = GPT(cls(vocab_size=tok.vocab_size, max_len=32, d_model=64, num_heads=4,
+                    num_kv_heads=2, num_layers=2, d_ff=96, **extra)).eval()  # fmt: skip
+    data = explain_data(model, tok, TEXT)
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
+    assert [s["name"] for s in data["steps"]] == list(cache)
+    for step, found in zip(data["steps"], torch_values(data), strict=True):
+        expected = shown_as_in_the_page(cache[step["name"]], step)
+        torch.testing.assert_close(found, expected, atol=1e-5, rtol=0, msg=step["name"])
+    what = {s["name"]: s["what"] for s in data["steps"]}
+    if family == "olmo2":
+        assert "every head at once" in what["blocks.0.attn.q_norm.hook_normalized"]
+        assert data["steps"][list(cache).index("blocks.0.attn.k_norm.hook_normalized")][
+            "shown"] == [11, 32]  # fmt: skip
+        assert "OLMo 2" in what["blocks.1.ln2_post.hook_normalized"]
+    elif family == "qwen2_moe":  # every expert's output a step, its line the one running it
+        assert "at the 2 largest; 0 elsewhere" in what["blocks.0.mlp.hook_router_weights"]
+        assert "0 where not chosen" in what["blocks.0.mlp.experts.3.hook_out"]
+        step = data["steps"][list(cache).index("blocks.0.mlp.shared_expert.hook_out")]
+        assert "self.shared_expert.hook_out(" in step["source"]["code"]
+        assert "blocks.1.mlp.hook_router_logits" not in what  # the dense layer
+    elif family == "gptj":
+        assert "neighbouring pairs" in what["blocks.0.attn.hook_rot_q"]
+    elif family == "phi":
+        assert "before self-attention and feed-forward" in what["blocks.0.ln1.hook_normalized"]
+        assert "LayerNorm over its 16" in what["blocks.0.attn.q_norm.hook_normalized"]
+    else:
+        assert "clamp(x·W_q, ±0.5)" in what["blocks.0.attn.hook_q"]
+        assert "without weight" in what["blocks.0.ln1.hook_normalized"]
+        derived = {s["name"]: s.get("derive", {}).get("op") for s in data["steps"]}
+        assert derived["blocks.1.ln2.hook_normalized"] == "norm"
+
+
 def test_the_pages_rules_are_the_ones_derive_gives():
     """Every op derive.py can put in a page is one the page's JavaScript computes, and the
     page refuses an op it does not know rather than showing zeros."""

@@ -782,3 +782,50 @@ def test_the_features_tab_shows_values_and_contexts_as_text(opened, chars, tmp_p
     assert "feature 17" in page.text_content("#note")
     assert page.evaluate("document.querySelectorAll('img, [onload], [onerror]').length") == 0
     view.offline_and_clean()
+
+
+def test_a_mixture_of_experts_page_carries_each_tokens_chosen_experts(chars):
+    """The data of a Mixtral-shaped model's page: for every routed layer, each token's
+    router weight for each expert, as the hook cache has it (k of them not 0); a model
+    without experts carries none."""
+    from glassformer.models.families import MixtralConfig
+
+    torch.manual_seed(0)
+    model = GPT(MixtralConfig(vocab_size=chars.vocab_size, max_len=64, d_model=32, num_heads=4,
+                              num_layers=2, d_ff=24, num_experts=6, top_k=2)).eval()  # fmt: skip
+    data = viewer.attention_data(model, chars, TEXT)["experts"]
+    _, cache = model.run_with_cache(torch.tensor([chars.encode(TEXT)]))
+    assert (data["layers"], data["experts"], data["k"]) == ([0, 1], 6, 2)
+    for i, weights in enumerate(data["weights"]):
+        expected = cache[f"blocks.{i}.mlp.hook_router_weights"][0]
+        torch.testing.assert_close(torch.tensor(weights), expected, atol=1e-6, rtol=0)
+        assert all(sum(w > 0 for w in row) == 2 for row in weights)
+    assert viewer.attention_data(modern_gpt(chars.vocab_size), chars, TEXT)["experts"] is None
+
+
+@browser_test
+def test_the_experts_tab_colours_each_tokens_chosen_experts(opened, chars, tmp_path):
+    """Offline, the experts tab draws a cell per expert and token, coloured exactly where
+    the router chose the expert, its value the router's weight; the layer picker moves it."""
+    from glassformer.models.families import MixtralConfig
+
+    torch.manual_seed(0)
+    model = GPT(MixtralConfig(vocab_size=chars.vocab_size, max_len=64, d_model=32, num_heads=4,
+                              num_layers=2, d_ff=24, num_experts=6, top_k=2)).eval()  # fmt: skip
+    _, cache = model.run_with_cache(torch.tensor([chars.encode(TEXT)]))
+    view = opened(attention_html(model, chars, TEXT).save(tmp_path / "moe.html"))
+    page = view.page
+    assert page.is_visible("#experts-tab")
+    page.click("button[data-view=experts]")
+    for layer in (1, 2):
+        page.select_option("#layer", value=str(layer))
+        cells = page.evaluate(
+            "[...document.querySelectorAll('#experts-grid rect')].map(r => "
+            "[+r.dataset.row, +r.dataset.col, +r.dataset.value, r.getAttribute('fill')])"
+        )
+        expected = cache[f"blocks.{layer - 1}.mlp.hook_router_weights"][0]  # (T, E)
+        assert len(cells) == expected.numel()
+        for expert, token, value, fill in cells:
+            assert value == pytest.approx(float(expected[token, expert]), abs=1e-6)
+            assert (fill != "#ffffff") == (value > 0)
+    view.offline_and_clean()

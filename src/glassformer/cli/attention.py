@@ -6,8 +6,9 @@ row per layer and a column per head, or the one map --layer/--head choose (count
 from 1). A translator attends from --target, or else from its own greedy translation.
 
 --model takes a run directory from `glassformer train`, a checkpoint directory, a
-Hugging Face GPT-2, BERT or Llama directory (with its tokenizer), a sentence-transformers
-directory, or a packaged model by name (all-MiniLM-L6-v2, SmolLM2-135M-Instruct). With
+Hugging Face directory of a family `glassformer models` lists or BERT's (with its
+tokenizer), a sentence-transformers directory, or a packaged model by name
+(all-MiniLM-L6-v2, SmolLM2-135M-Instruct). With
 several kinds, --out attention.png becomes attention-encoder.png, attention-decoder.png,
 attention-cross.png.
 
@@ -18,7 +19,8 @@ rollout across the layers (--resize scales an image of another size first).
 --out view.html writes instead one self-contained page (no network needed) with every
 kind of attention in it: the head view (a line per query and key, as opaque as its
 weight), the model view (every layer × head) and the neuron view (the q·k products per
-dimension that make a score). --which, --layer and --head are for images only. For a ViT
+dimension that make a score); a mixture of experts adds the experts each token went to
+(the experts tab). --which, --layer and --head are for images only. For a ViT
 the page's tokens are its class token and patches (r1c1 is the top-left patch).
 
 Every picture is drawn from the hook points (``run_with_cache``): each layer's

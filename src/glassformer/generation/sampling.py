@@ -231,6 +231,8 @@ def _next_logits_function(
     """
     padded = not bool(keep.all())
     static = gen.use_cache and gen.static_cache and total <= model.config.max_len
+    switch = rope_switch(model)  # a static cache cannot be recomputed where LongRoPE switches
+    static = static and (switch is None or not ids.size(1) <= switch < total)
     if static and can_decode_statically(model) is None:
         return _static_next_logits(model, ids, keep, total, gen.compile, later)
     cache: list[DecoderCache | None] = [None]
@@ -305,7 +307,14 @@ def _gpt_next_logits(
     """
     max_len = model.config.max_len
     length = ids.size(1)
-    if cache is not None and cache.length == length - 1 and length <= max_len:
+    if (
+        cache is not None
+        and cache.length == length - 1
+        and length <= max_len
+        and (
+            cache.length != rope_switch(model)  # (crossing it: every key turned anew)
+        )
+    ):
         # The cache holds every token but the newest: feed that one alone.
         positions = mask = None
         if keep is not None:
@@ -323,6 +332,16 @@ def _gpt_next_logits(
     cache = model.new_cache() if use_cache and length < max_len else None
     out = model(window, mask=mask, cache=cache, positions=positions, logits_to_keep=1)
     return out.logits[:, -1], cache
+
+
+def rope_switch(model: CausalLM) -> int | None:
+    """The length past which a LongRoPE model (Phi-3) turns every position by its long
+    factors, or None. A generation crossing it recomputes its cache, as transformers does:
+    the keys cached so far were turned by the short factors."""
+    scaling = getattr(getattr(model, "rotary", None), "scaling", None)
+    if scaling is None or scaling.rope_type != "longrope":
+        return None
+    return scaling.original_max_len
 
 
 def _real_tokens(ids: Tensor, attention_mask: Tensor | None, pad_id: int | None) -> Tensor:

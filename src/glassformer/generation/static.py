@@ -38,6 +38,7 @@ from glassformer.generation.protocols import CausalLM
 from glassformer.kernels.gguf_kernels import kernels
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.cache import DecoderCache, StaticKVCache
+from glassformer.modules.experts import MixtureOfExperts
 from glassformer.modules.hooking import hook_points
 
 
@@ -103,7 +104,12 @@ COMPILED: weakref.WeakKeyDictionary[CausalLM, Any] = weakref.WeakKeyDictionary()
 
 
 def compiled_step(model: CausalLM) -> Any:
-    """``decode_step`` compiled for ``model`` (once: kept in ``COMPILED``)."""
+    """``decode_step`` compiled for ``model`` (once: kept in ``COMPILED``). A mixture of
+    experts is refused: each step runs the experts its tokens chose, so its shapes change
+    from step to step, and the step is compiled for one set of shapes."""
+    if any(isinstance(m, MixtureOfExperts) for m in cast(nn.Module, model).modules()):
+        raise ValueError("compile=True does not take a mixture of experts (the experts each "
+                         "step runs change its shapes); generate without it")  # fmt: skip
     step = COMPILED.get(model)
     if step is None:
         kernels()  # the C library's one-query attention, built before the graph is traced

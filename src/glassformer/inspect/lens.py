@@ -225,5 +225,7 @@ def _unembed(norm: Any, head: nn.Module, resid: Tensor, scale_from: Tensor) -> T
     else:
         var = ref.var(-1, keepdim=True, unbiased=False)
         centred = x - x.mean(-1, keepdim=True)
-        normed = centred * (var + norm.eps).rsqrt() * norm.weight.float()
+        normed = centred * (var + norm.eps).rsqrt()
+        if norm.weight is not None:  # (OLMo's LayerNorm learns none)
+            normed = normed * norm.weight.float()
     return normed @ head.weight.float().T  # type: ignore[operator]

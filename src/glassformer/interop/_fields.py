@@ -28,6 +28,7 @@ from glassformer.models.base import MAX_LAYERS
 MAX_WIDTH = 1 << 20  # widths and head counts
 MAX_VOCAB = 1 << 24
 MAX_POSITIONS = 1 << 26
+MAX_EXPERTS = 1 << 12  # DeepSeek-V3 has 256 routed experts
 
 Rule = tuple[Callable[[Any], bool], str]  # (does the value fit, what it must be)
 
@@ -85,11 +86,18 @@ FIELDS: dict[str, Rule] = {
               "encoder_ffn_dim decoder_ffn_dim head_dim d_kv word_embed_proj_dim "
               "relative_attention_num_buckets relative_attention_max_distance",
               integer(1, MAX_WIDTH)),
+    **_fields("moe_intermediate_size shared_expert_intermediate_size rotary_dim",
+              integer(1, MAX_WIDTH)),
+    **_fields("num_local_experts num_experts num_experts_per_tok", integer(1, MAX_EXPERTS)),
+    "decoder_sparse_step": integer(1, MAX_LAYERS),
+    "mlp_only_layers": (lambda v: isinstance(v, list) and all(_is_integer(x) for x in v),
+                        "a list of layer indices"),
     **_fields("vocab_size decoder_vocab_size type_vocab_size", integer(1, MAX_VOCAB)),
     **_fields("max_position_embeddings n_positions", integer(1, MAX_POSITIONS)),
     **_fields("pad_token_id decoder_start_token_id", integer(0, MAX_VOCAB)),
     **_fields("rope_theta rotary_emb_base rope_local_base_freq query_pre_attn_scalar "
-              "final_logit_softcapping attn_logit_softcapping", POSITIVE),
+              "final_logit_softcapping attn_logit_softcapping clip_qkv", POSITIVE),
+    "original_max_position_embeddings": integer(1, MAX_POSITIONS),
     **_fields("rms_norm_eps layer_norm_eps layer_norm_epsilon", EPSILON),
     **_fields("rotary_pct partial_rotary_factor", FRACTION),
     **_fields("resid_pdrop attn_pdrop hidden_dropout_prob attention_probs_dropout_prob "
@@ -101,7 +109,8 @@ FIELDS: dict[str, Rule] = {
               "do_layer_norm_before _remove_final_layer_norm enable_bias "
               "layer_norm_elementwise_affine is_decoder is_encoder_decoder "
               "scale_attn_by_inverse_layer_idx reorder_and_upcast_attn scale_attn_weights "
-              "use_bidirectional_attention scale_decoder_outputs", FLAG),
+              "use_bidirectional_attention scale_decoder_outputs qk_layernorm norm_topk_prob "
+              "qkv_bias", FLAG),
     # rope_parameters may hold one table per kind of layer (Gemma 3's)
     **_fields("rope_scaling rope_parameters full_attention sliding_attention", MAPPING),
     "layer_types": NAMES,

@@ -27,6 +27,7 @@ llama.cpp's permutation before calling ``from_llama_state``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from torch import Tensor
 from glassformer.checkpoint import register_format
 from glassformer.interop._hf import load_directory, taker
 from glassformer.models.families import LlamaConfig, MistralConfig, Qwen3Config
+from glassformer.models.families.olmoe import OlmoeConfig
 from glassformer.models.gpt import GPT
 
 # glassformer name inside a block → Llama's, for the weights that are simply renamed.
@@ -54,10 +56,14 @@ _BLOCK = (
 
 
 def from_llama_state(
-    state: dict[str, Tensor], config: LlamaConfig, family: str = "Llama"
+    state: dict[str, Tensor],
+    config: LlamaConfig,
+    family: str = "Llama",
+    dense: Callable[[int], bool] = lambda layer: True,
 ) -> dict[str, Tensor]:
     """Llama weights under Hugging Face's names (``model.`` prefix optional) → a GPT state
-    dict; a missing tensor is one error naming the ``family``."""
+    dict; a missing tensor is one error naming the ``family``. The MLP of a layer for which
+    ``dense`` is false is left to the caller (a mixture of experts)."""
     state = {k.removeprefix("model."): v for k, v in state.items()}
     take = taker(state, family)
     out = {"embed.weight": take("embed_tokens.weight")}
@@ -65,14 +71,18 @@ def from_llama_state(
     for i in range(config.num_layers):
         theirs, ours = f"layers.{i}.", f"blocks.{i}."
         for name, their_name in _BLOCK:
-            if name.endswith(".bias") and not config.bias:
+            if (
+                name.endswith(".bias")
+                and not config.bias
+                or (name.startswith("mlp.") and not dense(i))
+            ):
                 continue
             out[ours + name] = take(theirs + their_name)
         qkv = ("q_proj", "k_proj", "v_proj")  # rows [q; k; v]: qkv_proj's layout
         out[ours + "attn.qkv_proj.weight"] = torch.cat(
             [take(f"{theirs}self_attn.{p}.weight") for p in qkv]
         )
-        if isinstance(config, Qwen3Config):  # QK-norm
+        if isinstance(config, Qwen3Config | OlmoeConfig):  # QK-norm
             for p in ("q_norm", "k_norm"):
                 out[f"{ours}attn.{p}.weight"] = take(f"{theirs}self_attn.{p}.weight")
         if config.qkv_bias:

@@ -122,17 +122,21 @@ def prepare_for_inference(
 
 
 Replaced = list[tuple[nn.Module, str, nn.Module]]  # (parent, name, the layer it held)
+# A mixture of experts' routing layers stay as they are: rounding their scores flips which
+# experts a token goes to where two are close (llama.cpp keeps ffn_gate_inp unquantised too)
+ROUTING = ("router", "shared_gate")
 
 
 def replace_linears(
     model: nn.Module, twin: Callable[[nn.Linear, bool], nn.Module | None]
 ) -> Replaced:
     """Put ``twin(layer, is_vocabulary_head)`` in place of every ``nn.Linear`` under ``model``
-    (None keeps the layer); returns what was replaced, so that ``undo`` can put it back."""
+    but the routing layers (``ROUTING``; None keeps the layer); returns what was replaced, so
+    that ``undo`` can put it back."""
     replaced: Replaced = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if not isinstance(child, nn.Linear):
+            if not isinstance(child, nn.Linear) or name in ROUTING:
                 continue
             new = twin(child, parent is model and name in VOCABULARY_HEADS)
             if new is not None:

@@ -47,3 +47,13 @@ def check_finite(name: str, value: Any, *, minimum: float, above: bool = False) 
         relation = ">" if above else ">="
         expected = f"a finite number {relation} {minimum:g}"
         raise ValueError(f"{name} must be {expected}, got {shown(value)}")
+
+
+def check_rotary_dim(rotary_dim: Any, width: int) -> None:
+    """``rotary_dim`` (the features of each head rotary turns, None: all ``width``) is an
+    even number in 2..width."""
+    r = rotary_dim
+    if r is not None and (not is_integer(r) or not 0 < r <= width or r % 2):
+        raise ValueError(
+            f"rotary_dim must be an even number in 2..{width} (the head width), got {r!r}"
+        )

@@ -55,7 +55,7 @@ class GPT(Backbone):
             None if readout.embed_width is None else nn.Linear(config.d_model, width, bias=False)
         )
         self.final_softcap = readout.softcap  # logits = c·tanh(logits / c) (Gemma)
-        self.lm_head = nn.Linear(width, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(width, config.vocab_size, bias=readout.bias)
         self.hook_logits = HookPoint()  # (B, T, V)
         init_gpt_weights(self, config.num_layers)
         if config.tie_weights:

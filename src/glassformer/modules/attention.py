@@ -12,6 +12,7 @@ to (B, H, Tq, Tk).
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import torch
@@ -72,6 +73,8 @@ class MultiHeadAttention(nn.Module):
             before the rotation (QK-norm: Qwen3, Gemma 3); given with ``k_norm``. Its
             output passes its own ``hook_normalized``, seen as (B, T, H, Dh).
         k_norm: the same for the keys, (B, T, Hkv, Dh).
+        clip: q, k and v clamped into [−clip, clip] as they are projected (OLMo's
+            ``clip_qkv``), or None.
         scores: what the scores become before the softmax, ``Scores(scale, softcap)``:
             multiplied by ``scale`` instead of 1/√Dh (Gemma's ``query_pre_attn_scalar``^-½;
             applied to the queries as they enter attention, so every path honours it), then
@@ -101,6 +104,7 @@ class MultiHeadAttention(nn.Module):
         k_norm: nn.Module | None = None,
         scores: Scores | None = None,
         attend: str | None = None,
+        clip: float | None = None,
     ) -> None:
         super().__init__()
         if attend is not None and attend not in ATTEND:
@@ -112,6 +116,8 @@ class MultiHeadAttention(nn.Module):
         if (q_norm is None) != (k_norm is None):
             raise ValueError("q_norm and k_norm come together: give both or neither")
         head_dim = check_heads(d_model, num_heads, head_dim)
+        if clip is not None and not 0 < clip < math.inf:
+            raise ValueError(f"clip must be a positive number, got {clip!r}")
         self.window = None if window is None else check_window(window)
         self.global_tokens = check_global_tokens(global_tokens)
         if self.window is None and global_tokens:
@@ -141,7 +147,7 @@ class MultiHeadAttention(nn.Module):
         kv_inner = num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(d_model, inner + 2 * kv_inner, bias=qkv_bias)
         self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
-        self.q_norm, self.k_norm = q_norm, k_norm
+        self.q_norm, self.k_norm, self.clip = q_norm, k_norm, clip
         self.scores = Scores() if scores is None else scores
         self.attend = attend
         # What a look inside can read or replace (B batch, T positions, H heads):
@@ -322,6 +328,8 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("value given without key; pass both for cross-attention")
             B, T, _ = query.shape
             qkv = self.qkv_proj(query)  # (B, T, (H + 2·Hkv)·Dh), one matmul for all three
+            if self.clip is not None:
+                qkv = qkv.clamp(-self.clip, self.clip)
             if Hkv == H:
                 qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
                 q, k, v = qkv.unbind(0)  # views; unbind's backward is one stack, no zero-fill

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from glassformer.modules.attention import check_dropout
 from glassformer.modules.cache import DecoderCache, KVCache
 from glassformer.modules.hooks import HookPoint
+from glassformer.modules.old_names import TorchLayerNames, rename_old_keys
 from glassformer.modules.rotary import RotaryAngles
 
 
@@ -64,14 +65,14 @@ class BlockOutput(NamedTuple):
 LayerOutput = BlockOutput  # the name the layers' result had before blocks took parts
 
 
-class Block(nn.Module):
+class Block(TorchLayerNames, nn.Module):
     """Self-attention, optionally cross-attention, and an MLP, each on the residual stream.
 
     Args:
         attn: the self-attention (``MultiHeadAttention``; causal or not, windowed or not).
         mlp: the feed-forward network, (B, T, D) → (B, T, D).
-        ln1: the norm of the attention sub-layer.
-        ln2: the norm of the MLP sub-layer.
+        ln1: the norm of the attention sub-layer (None: none, OLMo 2 normalises outputs only).
+        ln2: the norm of the MLP sub-layer (None: none; parallel, the MLP reads ln1's output).
         cross_attn: attention to a memory (the translator's decoder), or None.
         ln_cross: the cross-attention sub-layer's norm (given with ``cross_attn``).
         norm_first: pre-norm (True) or the paper's post-norm (False).
@@ -87,8 +88,8 @@ class Block(nn.Module):
         *,
         attn: nn.Module,
         mlp: nn.Module,
-        ln1: nn.Module,
-        ln2: nn.Module,
+        ln1: nn.Module | None,
+        ln2: nn.Module | None,
         cross_attn: nn.Module | None = None,
         ln_cross: nn.Module | None = None,
         norm_first: bool = True,
@@ -155,14 +156,16 @@ class Block(nn.Module):
             raise ValueError("give a block its inputs= or their fields as keywords, not both")
         mask, memory, need_weights = inputs.mask, inputs.memory, inputs.need_weights
         x = self.hook_resid_pre(x)
+        normed = self._in(x, self.ln1)
         attn = self.attn(
-            self._in(x, self.ln1), mask=mask, need_weights=need_weights, cache=cache,
+            normed, mask=mask, need_weights=need_weights, cache=cache,
             positions=inputs.positions, angles=inputs.angles,
             **({"bias": inputs.pos_bias} if inputs.pos_bias is not None else {}),
         )  # fmt: skip
         attn_out = self.hook_attn_out(_post(self.ln1_post, attn.output))
-        if self.parallel:  # both sub-layers read the block's input
-            mlp = self.hook_mlp_out(_post(self.ln2_post, self.mlp(self.ln2(x))))
+        if self.parallel:  # both sub-layers read the block's input (one norm: GPT-J, Phi)
+            mlp_in = normed if self.ln2 is None else self.ln2(x)
+            mlp = self.hook_mlp_out(_post(self.ln2_post, self.mlp(mlp_in)))
             out = x + self.dropout(attn_out) + self.dropout(mlp)
             return BlockOutput(self.hook_resid_post(out), attn.weights)
         x = self.hook_resid_mid(self._add(x, attn_out, self.ln1))
@@ -193,32 +196,10 @@ class Block(nn.Module):
         wiring = "parallel" if self.parallel else "pre-norm" if self.norm_first else "post-norm"
         return f"wiring={wiring}"
 
-    # The parts' names before blocks took parts (nn.TransformerEncoderLayer's and
-    # nn.TransformerDecoderLayer's): still readable, and a state dict under them still loads.
-    def old_names(self) -> dict[str, str]:
-        """Each old name and the part it is now."""
-        if self.cross_attn is None:
-            return {"self_attn": "attn", "feed_forward": "mlp", "norm1": "ln1", "norm2": "ln2"}
-        return {"self_attn": "attn", "feed_forward": "mlp", "norm1": "ln1",
-                "norm2": "ln_cross", "norm3": "ln2"}  # fmt: skip
-
-    self_attn = property(lambda self: self.attn)
-    feed_forward = property(lambda self: self.mlp)
-    norm1 = property(lambda self: self.ln1)
-    norm2 = property(lambda self: self.ln_cross if self.cross_attn is not None else self.ln2)
-    norm3 = property(lambda self: self.ln2 if self.cross_attn is not None else None)
-
 
 def _post(norm: nn.Module | None, y: Tensor) -> Tensor:
     """A sub-layer's output, normalised by its post-norm if the block has one (Gemma)."""
     return y if norm is None else norm(y)
-
-
-def rename_old_keys(module: nn.Module, state: dict, prefix: str, *_: Any) -> None:
-    """A load_state_dict pre-hook: keys under ``module``'s old part names get today's."""
-    for old, new in module.old_names().items():  # type: ignore[operator]
-        for key in [k for k in state if k.startswith(f"{prefix}{old}.")]:
-            state[f"{prefix}{new}.{key[len(prefix) + len(old) + 1 :]}"] = state.pop(key)
 
 
 def window_of(attention_window: int | None, causal: bool) -> tuple[int, int] | None:

@@ -39,10 +39,12 @@ def make_norm(kind: str, d_model: int, *, eps: float = 1e-5, bias: bool = True) 
 
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (the same parameters and numbers) whose output passes a hook point,
-    ``hook_normalized``."""
+    ``hook_normalized``; ``affine=False``: no weight or bias (OLMo's)."""
 
-    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
-        super().__init__(d_model, eps=eps, bias=bias)
+    def __init__(
+        self, d_model: int, *, eps: float = 1e-5, bias: bool = True, affine: bool = True
+    ) -> None:
+        super().__init__(d_model, eps=eps, elementwise_affine=affine, bias=bias and affine)
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -84,3 +86,12 @@ class RMSNorm(nn.Module):
     def extra_repr(self) -> str:
         offset = ", unit_offset=True" if self.unit_offset else ""
         return f"{self.weight.numel()}, eps={self.eps}{offset}"
+
+
+class AllHeadsRMSNorm(RMSNorm):
+    """An RMSNorm over every head's features at once (OLMo 2's QK-norm, one weight of
+    H·Dh): (B, T, H, Dh) is normalised as (B, T, H·Dh), which its hook point sees."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, H, Dh) → (B, T, H, Dh)."""
+        return super().forward(x.flatten(-2)).view_as(x)

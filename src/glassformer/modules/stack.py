@@ -21,11 +21,11 @@ from glassformer.modules.block import (
     BlockOutput,
     Stack,
     StackOutput,
-    rename_old_keys,
     window_of,
 )
 from glassformer.modules.feedforward import feed_forward
 from glassformer.modules.norms import make_norm
+from glassformer.modules.old_names import rename_old_keys
 from glassformer.modules.rotary import RotaryEmbedding
 
 

@@ -151,13 +151,17 @@ def _norms(
         before = [index[n] for n in (f"{attention}.hook_{norm[0]}",) if n in index]
     else:
         before = [i for n, i in index.items() if i < index[name] and ".hook_resid" in f".{n}"]
-    rules = []
+    rules, features = (
+        [],
+        int(module.weight.numel() if module.weight is not None else module.normalized_shape[0]),
+    )  # (OLMo's LayerNorm has no weight)
     for j in before[-3:]:
         x = full[j].double()
-        if x.dim() != len(shape) or x.size(-1) != module.weight.numel():
+        if x.dim() != len(shape) or x.size(-1) != features:
             continue
         x, width = x[..., : shape[-2], :], shape[-1]  # the rows and features shown
-        weight = module.weight.detach().double()[:width]
+        weight = torch.ones(features) if module.weight is None else module.weight.detach()
+        weight = weight.double()[:width]
         if isinstance(module, RMSNorm):
             scale = torch.rsqrt(x.pow(2).mean(-1) + module.eps).flatten()
             weight = 1 + weight if module.unit_offset else weight

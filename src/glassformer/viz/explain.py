@@ -133,7 +133,9 @@ def _collect(
     steps, shown, full = [], [], []
     for step in describe(model, cache, values=0):
         value = _first_example(cache[step.name])
-        per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD or step.name.endswith(HEAD_NORMS)
+        per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD or (
+            step.name.endswith(HEAD_NORMS) and value.dim() == 3  # (OLMo 2's spans every head)
+        )
         if per_head:  # (T, H, Dh) shown as heads × positions × features
             value = value.transpose(0, 1)
         full.append(value)
@@ -233,6 +235,8 @@ COMPUTED = {
     "hook_v": (None, r"return self\._hooked_qkv\("),
     "hook_attn_scores": ("glassformer.modules.sdpa", r"scores = q @ k\.transpose"),
     "hook_pattern": ("glassformer.modules.sdpa", r"weights = scores\.softmax"),
+    "hook_out": ("glassformer.modules.experts", r"y = expert\.hook_out\("),  # run by the MoE
+    "shared_expert.hook_out": ("glassformer.modules.experts", r"self\.shared_expert\.hook_out\("),
 }
 
 
@@ -243,7 +247,8 @@ def source_of(model: PretrainedModel, name: str) -> dict[str, Any]:
     line that computes them (``COMPUTED``)."""
     owner_name, _, attribute = name.rpartition(".")
     owner = model.get_submodule(owner_name) if owner_name else model
-    return dict(_source(type(owner), attribute))  # type: ignore[arg-type]
+    named = f"{owner_name.rpartition('.')[2]}.{attribute}"  # a part's own: "shared_expert.hook_out"
+    return dict(_source(type(owner), named if named in COMPUTED else attribute))  # type: ignore[arg-type]
 
 
 @functools.cache

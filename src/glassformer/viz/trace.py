@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from glassformer.models.base import PretrainedModel
+from glassformer.modules.experts import Expert, MixtureOfExperts
 from glassformer.modules.feedforward import GatedFeedForward
-from glassformer.modules.norms import RMSNorm
+from glassformer.modules.norms import AllHeadsRMSNorm, RMSNorm
 
 # a hook point's name: an optional stack (the translator's), a block, and the rest
 _NAME = re.compile(r"^(?:(?P<stack>encoder|decoder)\.)?(?:blocks\.(?P<block>\d+)\.)?(?P<rest>.+)$")
@@ -127,7 +128,10 @@ def _what(name: str, parts: re.Match, value: Tensor, modules: dict[str, nn.Modul
     stack = modules[parts["stack"]] if parts["stack"] else modules[""]
     if rest.endswith(("q_norm.hook_normalized", "k_norm.hook_normalized")):
         letter, width = rest.split(".")[-2][0].upper(), value.size(-1)
-        return f"{letter} normalised per head: RMSNorm over its {width} features (QK-norm)"
+        if isinstance(owner, AllHeadsRMSNorm):
+            return f"{letter} normalised over every head at once: RMSNorm over {width} features"
+        kind = "LayerNorm" if isinstance(owner, nn.LayerNorm) else "RMSNorm"
+        return f"{letter} normalised per head: {kind} over its {width} features (QK-norm)"
     if ".hook_" in rest and rest.split(".")[0] in ("attn", "cross_attn"):
         return _attention_step(rest, owner, stack, value)
     if rest.endswith("hook_normalized"):
@@ -201,16 +205,21 @@ def _norm_step(part: str, norm: Any, block: Any) -> str:
     kind = "RMSNorm" if isinstance(norm, RMSNorm) else "LayerNorm"
     if isinstance(norm, RMSNorm) and norm.unit_offset:
         kind = "RMSNorm × (1 + w)"
+    if isinstance(norm, nn.LayerNorm) and norm.weight is None:
+        kind = "LayerNorm without weight or bias"
     if part == "ln_final":
         return f"final {kind}"
     if part == "ln_embed":
         return f"+ token types, then {kind} (BERT normalises the embeddings)"
     if part in ("ln1_post", "ln2_post"):
         sub = "self-attention" if part == "ln1_post" else "feed-forward"
-        return f"{part}: {kind} of the {sub}'s output, before the sum (Gemma's sandwich)"
+        alone = block is not None and getattr(block, part[:3]) is None  # no norm before
+        where = "OLMo 2: the only norm of the sub-layer" if alone else "Gemma's sandwich"
+        return f"{part}: {kind} of the {sub}'s output, before the sum ({where})"
     sub = {"ln1": "self-attention", "ln_cross": "cross-attention", "ln2": "feed-forward"}[part]
     if block is not None and block.norm_first:
-        return f"{part}: {kind} of the stream, before {sub} (pre-norm)"
+        both = part == "ln1" and block.parallel and block.ln2 is None  # Phi, GPT-J
+        return f"{part}: {kind} of the stream, before {sub}{' and feed-forward' * both} (pre-norm)"
     scale = "root mean square 1" if kind == "RMSNorm" else "mean 0, variance 1"
     return f"{part}: {kind} of x + {sub}(x) ({scale} per position, post-norm)"
 
@@ -226,11 +235,15 @@ def _attention_step(rest: str, attn: Any, stack: Any, value: Tensor) -> str:
         heads = H if letter == "Q" else Hkv
         shared = f", each shared by {H // Hkv} query heads" if heads != H else ""
         plus = f" + b_{letter.lower()}" if bias else ""
-        return f"{letter} = {x}·W_{letter.lower()}{plus}, in {heads} heads of {Dh}{shared}"
+        projected = f"{x}·W_{letter.lower()}{plus}"
+        clip = getattr(attn, "clip", None)
+        projected = projected if clip is None else f"clamp({projected}, ±{clip:g})"
+        return f"{letter} = {projected}, in {heads} heads of {Dh}{shared}"
     if leaf in ("hook_rot_q", "hook_rot_k"):
         rotary = getattr(stack, "rotary", None) or attn.rotary
         theta, width = getattr(rotary, "theta", 0), getattr(rotary, "head_dim", Dh)
         part = f", its first {width} of {Dh} features" if width < Dh else ""
+        part += ", in neighbouring pairs" if getattr(rotary, "interleaved", False) else ""
         return f"{leaf[-1].upper()} rotated by position (RoPE, theta={theta:g}{part})"
     if leaf == "hook_attn_scores":
         masked = int((value == torch.finfo(value.dtype).min).sum())
@@ -256,6 +269,18 @@ def _attention_step(rest: str, attn: Any, stack: Any, value: Tensor) -> str:
 
 def _mlp_step(rest: str, mlp: Any) -> str:
     leaf = rest.split(".")[-1]
+    if isinstance(mlp, Expert):
+        if ".shared_expert." in rest:
+            return "the shared expert's output at every token: down(silu(gate(x)) · up(x))"
+        expert = rest.split(".")[2]
+        return f"expert {expert}'s output: down(silu(gate(x)) · up(x)), 0 where not chosen"
+    if isinstance(mlp, MixtureOfExperts):
+        E, k = mlp.num_experts, mlp.top_k
+        return {"hook_router_logits": f"router: x·W_router, a score for each of {E} experts",
+                "hook_router_weights": f"softmax of the scores at the {k} largest"
+                + (", renormalised to sum to 1" if mlp.normalize else "") + "; 0 elsewhere",
+                "hook_shared_weight": "sigmoid(x·w_gate): the shared expert's weight"}.get(
+                    leaf, leaf)  # fmt: skip
     if isinstance(mlp, GatedFeedForward):
         return {"hook_pre": "gate_proj: D → d_ff",
                 "hook_pre_linear": "up_proj: D → d_ff",

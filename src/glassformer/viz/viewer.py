@@ -144,7 +144,8 @@ def attention_data(
     args, kwargs, labels = model_inputs(model, tokenizer, text, target)
     modules = attention_modules(model)
     _check_size(model, modules, labels)
-    looked_at = ("hook_pattern", "hook_q", "hook_k", "hook_rot_q", "hook_rot_k", "hook_pos_bias")
+    looked_at = ("hook_pattern", "hook_q", "hook_k", "hook_rot_q", "hook_rot_k", "hook_pos_bias",
+                 "hook_router_weights")  # fmt: skip
     _, cache = model.run_with_cache(*args, names=lambda name: name.endswith(looked_at), **kwargs)
     kinds = []
     for maps in maps_from_cache(model, cache, labels):
@@ -179,6 +180,25 @@ def attention_data(
         "target": target,
         "kinds": kinds,
         "lens": lens_data(model, tokenizer, args[0], labels.get("input", [])),
+        "experts": experts_data(model, cache, labels.get("input", [])),
+    }
+
+
+def experts_data(model: PretrainedModel, cache: Any, tokens: list[str]) -> dict | None:
+    """A mixture of experts' routing for the page: for each routed layer, each token's
+    weight for each expert (0 where not chosen); None for a model without experts."""
+    names = [n for n in cache if n.startswith("blocks.") and n.endswith("mlp.hook_router_weights")]
+    routed = [(int(name.split(".")[1]), name) for name in names]
+    if not routed:
+        return None
+    moe = model.get_submodule(routed[0][1].rsplit(".", 1)[0])
+    return {
+        "tokens": tokens,
+        "layers": [layer for layer, _ in routed],
+        "experts": moe.num_experts,
+        "k": moe.top_k,
+        "normalize": moe.normalize,
+        "weights": [_rounded(cache[name][0].float()) for _, name in routed],
     }
 
 

@@ -1,7 +1,7 @@
 """GGUF files (llama.cpp's format) of architectures ``llama``, ``qwen2``, ``qwen3``,
-``gemma3`` and ``gptneox``, read into what the Hugging Face loader of that family takes: its
-config dict, its state dict (HF tensor names, fp32 or bf16) and the tokenizer (byte-level
-BPE files), rebuilt from the file's metadata.
+``gemma3``, ``olmo2``, ``phi3`` and ``gptneox``, read into what the Hugging Face loader of
+that family takes: its config dict, its state dict (HF tensor names, fp32 or bf16) and the
+tokenizer (byte-level BPE files), rebuilt from the file's metadata.
 
     config, state, tokenizer = read_gguf(smollm2_path())
     config["num_key_value_heads"], state["model.layers.0.self_attn.q_proj.weight"].shape
@@ -42,7 +42,8 @@ from glassformer.interop.gguf.shapes import needed_shapes
 from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_tensor
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
 
-FAMILIES = ("gemma3", "gptneox")  # laid out unlike Llama (``families``)
+FAMILIES = ("gemma3", "olmo2", "phi3", "gptneox")  # laid out unlike Llama (``families``)
+LONGROPE = ("rope_factors_short.weight", "rope_factors_long.weight")  # a phi3 file's
 ROPE_FREQS = "rope_freqs.weight"  # a Llama 3.x file's rotary factors, one per pair
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
@@ -218,9 +219,12 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
     config = family_config(arch, meta, shapes) if family else hf_config(meta, shapes, arch)
     to_hf = _namer(arch)
     freqs = next((t for t in header.tensors if t.name == ROPE_FREQS and arch == "llama"), None)
+    longrope = [t for t in header.tensors if t.name in LONGROPE and arch == "phi3"]
     for t in header.tensors:
-        if t is not freqs:
+        if t is not freqs and t not in longrope:
             to_hf(t.name)  # refuses a name with no place
+    if longrope:  # Phi-3's LongRoPE, as llama.cpp writes it: the factors as two tensors
+        config["rope_scaling"] = _longrope(path, meta, longrope, config)
     if freqs is not None:  # Llama 3.x's llama3 rule, as llama.cpp writes it: θ_i / f_i
         pairs = config["head_dim"] // 2
         if list(freqs.dims) != [pairs]:  # checked before a byte of it is read
@@ -235,12 +239,28 @@ def _survey(gguf: Any, path: Path) -> tuple[str, Metadata, dict[str, Any], list[
     return arch, meta, config, [t for t in header.tensors if t.name in needed]
 
 
+def _longrope(path: Path, meta: Metadata, tensors: list[Any], config: dict) -> dict[str, Any]:
+    """A ``phi3`` file's LongRoPE: both factor tensors, one per turned pair, and the
+    attention factor its metadata gives (transformers' own where it gives none)."""
+    pairs = round(config["partial_rotary_factor"] * config["hidden_size"]
+                  / config["num_attention_heads"]) // 2  # fmt: skip
+    found = {t.name: t for t in tensors}
+    for name in LONGROPE:
+        if name not in found or list(found[name].dims) != [pairs]:
+            shape = list(reversed(found[name].dims)) if name in found else "missing"
+            raise CheckpointError(f"the tensor {name} is {shape}; the rotary turns {pairs} pairs")
+    short, long = (_read_freqs(path, found[name]) for name in LONGROPE)
+    factor = meta.positive("phi3.rope.scaling.attn_factor", None)
+    return {"rope_type": "longrope", "short_factor": short, "long_factor": long,
+            **({} if factor is None else {"attention_factor": float(factor)})}  # fmt: skip
+
+
 def _read_freqs(path: Path, t: Any) -> list[float]:
     """The per-pair rotary factors of the ``rope_freqs`` tensor ``t``: 1-D, finite, > 0."""
     with _reading(), open(path, "rb") as f:
         values = read_tensor(f, t)
     if values.dim() != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
-        raise CheckpointError(f"{ROPE_FREQS} must be 1-D, finite and > 0: {shown(values.tolist())}")
+        raise CheckpointError(f"{t.name} must be 1-D, finite and > 0: {shown(values.tolist())}")
     return values.tolist()
 
 

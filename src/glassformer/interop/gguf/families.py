@@ -1,4 +1,5 @@
-"""llama.cpp's ``gemma3`` and ``gptneox`` layouts → Hugging Face's names and config.
+"""llama.cpp's ``gemma3``, ``olmo2``, ``phi3`` and ``gptneox`` layouts → Hugging Face's
+names and config.
 
 What differs from the Llama-shaped files (``layout``):
 
@@ -8,6 +9,12 @@ What differs from the Llama-shaped files (``layout``):
   sandwich norms after each sub-layer. The metadata gives the global rotary base, the window
   and the head width; the local base, the query scale and the sliding pattern take
   transformers' fallbacks (10,000, the head width, every sixth layer global) unless given.
+- ``olmo2`` has no norm before a sub-layer, one after each (``post_attention_norm``,
+  ``post_ffw_norm``), and q/k norms as wide as all heads; its q and k rows are as Hugging
+  Face stores them (llama.cpp turns OLMo 2 by rotate_half's pairing).
+- ``phi3`` keeps Hugging Face's fused ``qkv_proj`` (``attn_qkv``) and ``gate_up_proj``
+  (``ffn_up``), rows as they are; LongRoPE's factors are the tensors ``rope_factors_short``
+  and ``rope_factors_long`` (read by the file's reader into the rope scaling).
 - ``gptneox`` keeps the fused q/k/v as [all q; all k; all v] (llama.cpp's converter regroups
   Hugging Face's per-head rows); they are put back head by head, as Hugging Face stores them.
 """
@@ -35,6 +42,22 @@ _NAMES: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
          "post_attention_norm": "post_attention_layernorm",
          "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"},
+        {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+    ),
+    "olmo2": (
+        "model.layers",
+        {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+         "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+         "attn_k_norm": "self_attn.k_norm", "post_attention_norm": "post_attention_layernorm",
+         "post_ffw_norm": "post_feedforward_layernorm", "ffn_gate": "mlp.gate_proj",
+         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"},
+        {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+    ),
+    "phi3": (
+        "model.layers",
+        {"attn_norm": "input_layernorm", "attn_qkv": "self_attn.qkv_proj",
+         "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+         "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"},
         {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
     ),
     "gptneox": (
@@ -71,8 +94,9 @@ def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor
 
 
 def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[str, Any]:
-    """The Hugging Face config fields of a ``gemma3`` or ``gptneox`` file's metadata, each
-    number checked to be in range (``meta``, ``shapes``: as ``layout.hf_config`` takes)."""
+    """The Hugging Face config fields of a ``gemma3``, ``olmo2``, ``phi3`` or ``gptneox`` file's
+    metadata, each number checked to be in range (``meta``, ``shapes``: as
+    ``layout.hf_config`` takes)."""
 
     def key(name: str) -> str:
         return f"{arch}.{name}"
@@ -107,6 +131,21 @@ def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[s
                 "layer_norm_eps": float(
                     meta.positive(key("attention.layer_norm_epsilon"), 1e-5, high=1)),
                 }  # fmt: skip
+    if arch == "phi3":  # fused q/k/v and gate/up, as Hugging Face's; rotate_half's layout
+        return {**common, **_phi3(meta, hidden // heads, kv_head_count(
+            meta, key("attention.head_count_kv"), heads))}  # fmt: skip
+    if arch == "olmo2":  # rotate_half's layout, as Hugging Face's: no rows to put back
+        # llama.cpp writes OLMo 3 as olmo2 too, with sliding layers and YaRN: not read here
+        olmo3_keys = ("olmo2.attention.sliding_window", "olmo2.rope.scaling.")
+        olmo3 = sorted(k for k in meta.fields if k.startswith(olmo3_keys))
+        if olmo3:
+            raise CheckpointError(f"an olmo2 file with {olmo3[0]!r} (OLMo 3's sliding layers "
+                                  "or rotary scaling) is not supported")  # fmt: skip
+        return {**common, "model_type": "olmo2",
+                "num_key_value_heads": kv_head_count(meta, key("attention.head_count_kv"), heads),
+                "rope_theta": float(meta.positive(key("rope.freq_base"), 10000.0)),
+                "rms_norm_eps": float(meta.positive(key("attention.layer_norm_rms_epsilon"), 1e-6,
+                                                    high=1))}  # fmt: skip
     head_dim = meta.count(key("attention.key_length"), 256, low=2)
     softcap = meta.positive(key("final_logit_softcapping"), None)
     return {**common, "model_type": "gemma3_text",
@@ -120,3 +159,21 @@ def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[s
             "rms_norm_eps": float(meta.positive(key("attention.layer_norm_rms_epsilon"), 1e-6,
                                                 high=1)),
             "final_logit_softcapping": None if softcap is None else float(softcap)}  # fmt: skip
+
+
+def _phi3(meta: Metadata, head_dim: int, kv_heads: int) -> dict[str, Any]:
+    """A ``phi3`` file's own fields: the rotary width (``partial_rotary_factor``), the window
+    (0: none, Phi-4's), the context LongRoPE was trained on."""
+    rotary = meta.count("phi3.rope.dimension_count", head_dim, high=head_dim)
+    if rotary % 2:
+        raise CheckpointError(
+            f"the metadata 'phi3.rope.dimension_count' is {rotary}; expected an even number"
+        )
+    window = meta.count("phi3.attention.sliding_window", 0, low=0)
+    original = meta.count("phi3.rope.scaling.original_context_length", 0, low=0)
+    return {"model_type": "phi3", "num_key_value_heads": kv_heads,
+            "partial_rotary_factor": rotary / head_dim, "sliding_window": window or None,
+            "rope_theta": float(meta.positive("phi3.rope.freq_base", 10000.0)),
+            "rms_norm_eps": float(meta.positive("phi3.attention.layer_norm_rms_epsilon", 1e-5,
+                                                high=1)),
+            **({"original_max_position_embeddings": original} if original else {})}  # fmt: skip

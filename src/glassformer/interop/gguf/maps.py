@@ -13,8 +13,10 @@ and which of their rows.
     lm_head.weight                   output.weight (a tied head: token_embd.weight)
 
 Qwen2 adds the q/k/v biases, Qwen3 the QK-norm weights, Gemma 3 both sandwich norms (and
-stores each RMSNorm scale as 1 + w: ``value`` takes the one off); GPT-NeoX's fused q/k/v is
-stored as glassformer holds it, [all q; all k; all v].
+stores each RMSNorm scale as 1 + w: ``value`` takes the one off), OLMo 2 the norms after
+each sub-layer and none before (``ln1_post``, ``ln2_post``); GPT-NeoX's fused q/k/v is
+stored as glassformer holds it, [all q; all k; all v]; Phi-3's fused q/k/v too, and its
+fused ``ffn_up`` gives gate_proj its first half of rows and up_proj its second.
 
 A weight whose tensors are kept as blocks becomes a layer computing from them (its parts:
 the rows it takes of each tensor); any other is decoded to numbers. Nothing is read twice
@@ -58,6 +60,14 @@ _GEMMA_BLOCK = _LLAMA_BLOCK | {
     "ln1_post.weight": ("post_attention_norm.weight",),
     "ln2_post.weight": ("post_ffw_norm.weight",),
 }
+_OLMO2_BLOCK = {k: v for k, v in _GEMMA_BLOCK.items() if not k.startswith(("ln1.", "ln2."))}
+_PHI3_BLOCK: dict[str, tuple[str, ...]] = {
+    "ln1.weight": ("attn_norm.weight",), "attn.qkv_proj.weight": ("attn_qkv.weight",),
+    "attn.out_proj.weight": ("attn_output.weight",), "ln2.weight": ("ffn_norm.weight",),
+    "mlp.gate_proj.weight": ("ffn_up.weight",),  # its first half (``_rows``)
+    "mlp.up_proj.weight": ("ffn_up.weight",),  # its second half
+    "mlp.down_proj.weight": ("ffn_down.weight",),
+}  # fmt: skip
 _NEOX_BLOCK: dict[str, tuple[str, ...]] = {
     f"{ours}.{kind}": (f"{theirs}.{kind}",)
     for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv_proj", "attn_qkv"),
@@ -72,7 +82,7 @@ _TOP: dict[str, tuple[str, ...]] = {
 }
 _BLOCKS: dict[str, dict[str, tuple[str, ...]]] = {
     "llama": _LLAMA_BLOCK, "qwen2": _LLAMA_BLOCK, "qwen3": _LLAMA_BLOCK,
-    "gemma3": _GEMMA_BLOCK, "gptneox": _NEOX_BLOCK,
+    "gemma3": _GEMMA_BLOCK, "olmo2": _OLMO2_BLOCK, "phi3": _PHI3_BLOCK, "gptneox": _NEOX_BLOCK,
 }  # fmt: skip
 
 
@@ -101,16 +111,22 @@ def weight_map(arch: str, config: dict[str, Any], shapes: dict[str, tuple[int, .
             gone = [t for t, ok in zip(tensors, there, strict=True) if not ok]
             raise CheckpointError(f"{name} needs the tensor {gone[0]}, which is missing")
         if all(there):
-            out[name] = tuple(Source(t, _rows(arch, t, config, shapes[t][0])) for t in tensors)
+            out[name] = tuple(
+                Source(t, _rows(arch, name, t, config, shapes[t][0])) for t in tensors
+            )
     unused = set(shapes) - {source.tensor for sources in out.values() for source in sources}
     if unused:
         raise CheckpointError(f"the tensor {sorted(unused)[0]} has no place in the model")
     return out
 
 
-def _rows(arch: str, tensor: str, config: dict[str, Any], count: int) -> Tensor | None:
-    """The rows a weight takes of ``tensor`` (``count`` rows), in its order: llama.cpp's
-    rotary order undone for a ``llama`` file's q and k (``layout``), else all, as stored."""
+def _rows(arch: str, weight: str, tensor: str, config: dict[str, Any], count: int) -> Tensor | None:
+    """The rows ``weight`` takes of ``tensor`` (``count`` rows), in its order: llama.cpp's
+    rotary order undone for a ``llama`` file's q and k (``layout``), a half of a ``phi3``
+    file's fused gate/up, else all, as stored."""
+    if arch == "phi3" and tensor.endswith("ffn_up.weight"):  # [gate; up]
+        half = count // 2
+        return torch.arange(half) + (half if weight.endswith("up_proj.weight") else 0)
     if arch != "llama" or tensor.split(".")[-2] not in ("attn_q", "attn_k"):
         return None
     heads = config["num_attention_heads" if ".attn_q." in tensor else "num_key_value_heads"]

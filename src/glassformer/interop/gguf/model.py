@@ -37,6 +37,8 @@ from glassformer.interop.gemma import from_gemma_state
 from glassformer.interop.gguf import read_gguf_mapped, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state
 from glassformer.interop.llama import from_llama_state
+from glassformer.interop.olmo import from_olmo_state
+from glassformer.interop.phi3 import from_phi3_state
 from glassformer.kernels.gguf_linear import Part
 from glassformer.kernels.quantize import compute_from_blocks
 from glassformer.kernels.quantized import GGUF_DTYPES
@@ -44,6 +46,8 @@ from glassformer.models.families import (
     GemmaConfig,
     GPTNeoXConfig,
     LlamaConfig,
+    Olmo2Config,
+    Phi3Config,
     Qwen2Config,
     Qwen3Config,
 )
@@ -56,6 +60,8 @@ CONFIGS: dict[str, tuple[Any, Any]] = {
     "qwen3": (Qwen3Config.from_hf, lambda s, c: from_llama_state(s, c, "Qwen3")),
     "gemma3_text": (GemmaConfig.from_hf, from_gemma_state),
     "gpt_neox": (GPTNeoXConfig.from_hf, from_gpt_neox_state),
+    "olmo2": (Olmo2Config.from_hf, from_olmo_state),
+    "phi3": (Phi3Config.from_hf, from_phi3_state),
 }
 
 

@@ -118,5 +118,26 @@ def _gptneox(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
     return top, block
 
 
+def _olmo2(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
+    """OLMo 2: Llama's tensors with norms after the sub-layers, q/k norms all heads wide."""
+    top, block = _llama({**c, "head_dim": c["hidden_size"] // c["num_attention_heads"]})
+    q, kv = block["attn_q.weight"][0], block["attn_k.weight"][0]
+    del block["attn_norm.weight"], block["ffn_norm.weight"]
+    D = c["hidden_size"]
+    block.update({"attn_q_norm.weight": (q,), "attn_k_norm.weight": (kv,),
+                  "post_attention_norm.weight": (D,), "post_ffw_norm.weight": (D,)})  # fmt: skip
+    return top, block
+
+
+def _phi3(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
+    """Phi-3: Llama's tensors with q/k/v fused (``attn_qkv``) and gate/up (``ffn_up``)."""
+    top, block = _llama({**c, "head_dim": c["hidden_size"] // c["num_attention_heads"]})
+    q, kv = block.pop("attn_q.weight")[0], block.pop("attn_k.weight")[0]
+    del block["attn_v.weight"], block["ffn_gate.weight"]
+    D, FF = c["hidden_size"], c["intermediate_size"]
+    block.update({"attn_qkv.weight": (q + 2 * kv, D), "ffn_up.weight": (2 * FF, D)})
+    return top, block
+
+
 _NEEDED = {"llama": _llama, "qwen2": _llama, "qwen3": _llama, "gemma3": _llama,
-           "gptneox": _gptneox}  # fmt: skip
+           "olmo2": _olmo2, "phi3": _phi3, "gptneox": _gptneox}  # fmt: skip

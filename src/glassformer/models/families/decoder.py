@@ -119,13 +119,22 @@ HF_IGNORED = frozenset(
 )
 
 
+# A sequence-summary head's fields, which transformers 4 wrote into every GPT-Neo and GPT-J
+# config.json: no causal LM reads them.
+SUMMARY_HEAD = frozenset(
+    ["summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+     "summary_first_dropout"]
+)  # fmt: skip
+
+
 class Readout(NamedTuple):
     """How the final states become logits, where a family differs from a plain head:
-    ``embed_width`` (the states projected to the embeddings' narrower width first, OPT-350m)
-    and ``softcap`` (logits = c·tanh(logits / c), Gemma's)."""
+    ``embed_width`` (the states projected to the embeddings' narrower width first, OPT-350m),
+    ``softcap`` (logits = c·tanh(logits / c), Gemma's) and ``bias`` (a bias per token, Phi's)."""
 
     embed_width: int | None = None
     softcap: float | None = None
+    bias: bool = False
 
 
 class FamilyConfig(ConfigBase):
@@ -300,6 +309,14 @@ def rope(
         return theta, RopeScaling(kind, max_len=hf.get("max_position_embeddings"), **values)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{family} rope_scaling: {e}") from None
+
+
+def partial_rotary(hf: dict[str, Any], default: float = 1.0) -> float:
+    """The fraction of each head rotary turns: the rope fields' ``partial_rotary_factor``
+    (transformers 5 writes it there), else the top-level one, else ``default``."""
+    spec = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    spec = spec if isinstance(spec, dict) else {}
+    return spec.get("partial_rotary_factor", hf.get("partial_rotary_factor", default))
 
 
 def window_from_sliding(family: str, sliding_window: Any) -> int | None:

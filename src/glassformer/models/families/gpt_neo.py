@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from glassformer.models.checks import check_window, is_integer
 from glassformer.models.families.decoder import (
+    SUMMARY_HEAD,
     DecoderConfig,
     check_layers,
     refuse,
@@ -37,29 +38,26 @@ class GPTNeoConfig(DecoderConfig):
 
     family: ClassVar[str] = "gpt_neo"
     title: ClassVar[str] = "GPT-Neo"
-    HF_READS: ClassVar[frozenset[str]] = frozenset(
-        [
-            "vocab_size",
-            "max_position_embeddings",
-            "hidden_size",
-            "num_heads",
-            "num_layers",
-            "intermediate_size",
-            "attention_types",
-            "attention_layers",
-            "window_size",
-            "activation_function",
-            "layer_norm_epsilon",
-            "tie_word_embeddings",
-            "resid_dropout",  # the dropouts matter to training only
-            "embed_dropout",
-            # a sequence-summary head's (transformers 4 wrote them into every GPT-Neo config)
-            "summary_type",
-            "summary_use_proj",
-            "summary_activation",
-            "summary_proj_to_labels",
-            "summary_first_dropout",
-        ]
+    HF_READS: ClassVar[frozenset[str]] = (
+        frozenset(
+            [
+                "vocab_size",
+                "max_position_embeddings",
+                "hidden_size",
+                "num_heads",
+                "num_layers",
+                "intermediate_size",
+                "attention_types",
+                "attention_layers",
+                "window_size",
+                "activation_function",
+                "layer_norm_epsilon",
+                "tie_word_embeddings",
+                "resid_dropout",  # the dropouts matter to training only
+                "embed_dropout",
+            ]
+        )
+        | SUMMARY_HEAD
     )
 
     norm_eps: float = 1e-5

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from glassformer.models.base import check_finite, is_integer
+from glassformer.models.base import check_finite
+from glassformer.models.checks import check_rotary_dim
 from glassformer.models.families.decoder import DecoderConfig, refuse, rope_theta
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
@@ -61,11 +62,7 @@ class GPTNeoXConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        r = self.rotary_dim
-        if r is not None and (not is_integer(r) or not 0 < r <= self.width or r % 2):
-            raise ValueError(
-                f"rotary_dim must be an even number in 2..{self.width} (the head width), got {r!r}"
-            )
+        check_rotary_dim(self.rotary_dim, self.width)
         if self.activation not in ("gelu", "gelu_tanh", "relu"):
             raise ValueError(f"activation must be gelu, gelu_tanh or relu, got {self.activation!r}")
         check_finite("rope_theta", self.rope_theta, minimum=0.0, above=True)

@@ -74,7 +74,7 @@ class LlamaConfig(DecoderConfig):
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be true or false, got {self.bias!r}")
         check_finite("rope_theta", self.rope_theta, minimum=0.0, above=True)
-        scaling = scaling_field(self.rope_scaling, self.rope_theta, self.width)
+        scaling = scaling_field(self.rope_scaling, self.rope_theta, self.rotary_width)
         object.__setattr__(self, "rope_scaling", scaling)
 
     # ---- what the Llama-shaped families vary ------------------------------------------
@@ -82,6 +82,11 @@ class LlamaConfig(DecoderConfig):
     def window(self, layer: int) -> int | None:
         """The keys before each query that layer ``layer`` attends (None: all of them)."""
         return None
+
+    @property
+    def rotary_width(self) -> int:
+        """The features of each head rotary turns (its first; all of them in Llama)."""
+        return self.width
 
     @property
     def qkv_bias(self) -> bool:
@@ -95,44 +100,55 @@ class LlamaConfig(DecoderConfig):
 
     # ---- the parts ----------------------------------------------------------------------
 
-    def attention(self, layer: int) -> MultiHeadAttention:
+    def attention(self, layer: int, **more: Any) -> MultiHeadAttention:
+        """Layer ``layer``'s attention; ``more`` replaces or adds its keyword arguments (a
+        family's own parts)."""
         window = self.window(layer)
-        return MultiHeadAttention(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            dropout=self.attention_dropout,
-            qkv_bias=self.qkv_bias,
-            out_bias=self.bias,
-            causal=True,
-            rotary=True,  # the angles the model computes once for every layer
-            window=None if window is None else Window(window, 0),
-            q_norm=self.qk_norm(),
-            k_norm=self.qk_norm(),
-        )
+        return MultiHeadAttention(**{
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "dropout": self.attention_dropout,
+            "qkv_bias": self.qkv_bias,
+            "out_bias": self.bias,
+            "causal": True,
+            "rotary": True,  # the angles the model computes once for every layer
+            "window": None if window is None else Window(window, 0),
+            "q_norm": self.qk_norm(),
+            "k_norm": self.qk_norm(),
+            **more,
+        })  # fmt: skip
+
+    def norm(self) -> nn.Module:
+        """Every norm of the stream (an RMSNorm)."""
+        return RMSNorm(self.d_model, eps=self.norm_eps)
+
+    def mlp(self, layer: int) -> nn.Module:
+        """Layer ``layer``'s MLP: SwiGLU (a mixture of experts in the MoE families)."""
+        return GatedFeedForward(
+            d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout, activation="swiglu",
+            bias=self.bias,
+        )  # fmt: skip
 
     def block(self, layer: int) -> Block:
         return Block(
             attn=self.attention(layer),
-            mlp=GatedFeedForward(
-                d_model=self.d_model,
-                d_ff=self.d_ff,
-                dropout=self.dropout,
-                activation="swiglu",
-                bias=self.bias,
-            ),  # fmt: skip
-            ln1=RMSNorm(self.d_model, eps=self.norm_eps),
-            ln2=RMSNorm(self.d_model, eps=self.norm_eps),
+            mlp=self.mlp(layer),
             dropout=self.dropout,
+            **self.block_norms(),
         )
+
+    def block_norms(self) -> dict[str, Any]:
+        """A block's norms, by ``Block``'s names: one before each sub-layer."""
+        return {"ln1": self.norm(), "ln2": self.norm()}
 
     def parts(self) -> dict[str, Any]:
         return dict(
             embed=TokenEmbedding(vocab_size=self.vocab_size, d_model=self.d_model),
-            rotary=RotaryEmbedding(self.width, self.rope_theta, self.rope_scaling),
+            rotary=RotaryEmbedding(self.rotary_width, self.rope_theta, self.rope_scaling),
             blocks=[self.block(i) for i in range(self.num_layers)],
-            ln_final=RMSNorm(self.d_model, eps=self.norm_eps),
+            ln_final=self.norm(),
             max_len=self.max_len,
             dropout=self.dropout,
         )

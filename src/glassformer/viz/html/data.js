@@ -13,7 +13,7 @@
 
 const data = JSON.parse(document.getElementById("attention-data").textContent);
 const state = { kind: 0, layer: 0, head: 0, query: 0, key: 0, view: "head", feature: 0 };
-const VIEWS = ["head", "model", "neuron", "lens", "attribution", "features"];
+const VIEWS = ["head", "model", "neuron", "lens", "attribution", "features", "experts"];
 const decoded = new Map();
 
 // ---- data ----------------------------------------------------------------------------

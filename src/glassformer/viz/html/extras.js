@@ -123,3 +123,27 @@ function drawFeatures() {
   }
   $("note").textContent = `features: ${F.sae}; feature ${F.features[chosen]}'s top contexts below`;
 }
+
+// ---- experts ----------------------------------------------------------------------------
+
+function drawExperts() {
+  const X = data.experts;
+  const page = $("experts-svg");
+  const T = X.tokens.length;
+  const cellW = 46;
+  const cellH = 16;
+  const left = 90;
+  const routed = X.layers.indexOf(state.layer);
+  if (routed < 0) {
+    sizePage(page, 400, 40);
+    $("note").textContent = `layer ${state.layer + 1} has a dense MLP: no experts to show (routed layers: ${X.layers.map((l) => l + 1).join(", ")})`;
+    return;
+  }
+  const weights = X.weights[routed]; // (T, E)
+  const rows = Array.from({ length: X.experts }, (_, e) => `expert ${e}`);
+  const values = rows.map((_, e) => weights.map((row) => row[e])); // (E, T)
+  sizePage(page, left + T * cellW + 20, rows.length * cellH + 110);
+  heatmap(page, left, 10, rows, X.tokens, values,
+    (v) => (v > 0 ? `rgba(118,42,131,${0.15 + 0.85 * v})` : "#ffffff"), cellW, cellH, "experts-grid", true);
+  $("note").textContent = `experts: layer ${state.layer + 1}, ${X.k} of ${X.experts} experts for each token (router weights${X.normalize ? ", renormalised to sum to 1" : ""})`;
+}

@@ -39,6 +39,7 @@ function fileName(suffix) {
   const K = data.kinds[state.kind];
   if (state.view === "lens") return `logit-lens.${suffix}`;
   if (state.view === "attribution" || state.view === "features") return `${state.view}.${suffix}`;
+  if (state.view === "experts") return `experts-layer${state.layer + 1}.${suffix}`;
   return `attention-${K.kind}-${state.view}-layer${state.layer + 1}-head${state.head + 1}.${suffix}`;
 }
 
@@ -86,7 +87,7 @@ function draw() {
   }
   ({
     head: drawHead, model: drawModel, neuron: drawNeuron, lens: drawLens,
-    attribution: drawAttribution, features: drawFeatures,
+    attribution: drawAttribution, features: drawFeatures, experts: drawExperts,
   })[state.view]();
 }
 
@@ -116,6 +117,7 @@ function start() {
   $("lens-tab").hidden = !data.lens; // a decoder-only model's logit lens, when there is one
   $("attribution-tab").hidden = !data.attribution; // glassformer attribute's page
   $("features-tab").hidden = !data.features; // glassformer features' page
+  $("experts-tab").hidden = !data.experts; // a mixture of experts' routing
   if (data.open) state.view = data.open;
   const first = kindData();
   state.query = first.nq - 1; // the neuron view opens on the last query and its top key
