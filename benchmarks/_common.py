@@ -64,9 +64,11 @@ def load_child(imports: str, load: str) -> str:
     """A script for ``python -c`` that times one model load in a fresh process and prints
     JSON: import seconds, load seconds (the ``load`` code alone, which sets ``model``), the
     peak resident MiB the load added, and the parameter count. ``imports`` runs after torch
-    is imported; both may read ``sys.argv``."""
+    is imported; both may read ``sys.argv``. The peak is the load's own: the process's
+    high-water mark is reset after the imports (``/proc/self/clear_refs``), else the imports'
+    peak (transformers' is 400 MiB) would hide a smaller load's."""
     return f"""
-import json, resource, sys, time
+import json, re, resource, sys, time
 t0 = time.perf_counter()
 import torch
 {imports}
@@ -76,11 +78,17 @@ def rss_kib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
+def peak_kib():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\\s+(\\d+)", f.read())[1])
+
 before = rss_kib()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the high-water mark back to the resident size now
 t1 = time.perf_counter()
 {load}
 seconds = time.perf_counter() - t1
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = peak_kib()
 params = sum(p.numel() for p in model.parameters())
 print(json.dumps({{"import_s": imported, "load_s": seconds,
                   "peak_mib": (peak - before) / 1024, "params": params}}))

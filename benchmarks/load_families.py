@@ -72,7 +72,24 @@ def configs() -> dict[str, tuple[str, dict, bool]]:
         "olmo": ("OlmoConfig", dict(gqa, clip_qkv=8.0), False),
         "olmo2": ("Olmo2Config", gqa, False),
         "phi": ("PhiConfig", dict(DECODER, partial_rotary_factor=0.5), False),
-        "phi3": ("Phi3Config", dict(gqa, partial_rotary_factor=0.75), False),
+        "phi3": ("Phi3Config", dict(gqa, partial_rotary_factor=0.75, pad_token_id=None), False),
+        "mixtral": ("MixtralConfig", dict(gqa, num_local_experts=8, intermediate_size=768), False),
+        "olmoe": (
+            "OlmoeConfig",
+            dict(gqa, num_experts=8, num_experts_per_tok=2, intermediate_size=768),
+            False,
+        ),  # fmt: skip
+        "qwen2_moe": (
+            "Qwen2MoeConfig",
+            dict(
+                gqa,
+                num_experts=8,
+                num_experts_per_tok=2,
+                moe_intermediate_size=768,
+                shared_expert_intermediate_size=1536,
+            ),
+            False,
+        ),  # fmt: skip
         "opt": (
             "OPTConfig",
             dict(

@@ -7,7 +7,8 @@ Two measurements, side by side in one run:
    ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)``. Each load runs in a
    fresh Python process, the two alternating, ``--repeats`` times; the time is the load call
    alone (imports excluded, and reported apart), the memory is the process's peak resident
-   size after the load minus its resident size just before it (``ru_maxrss``, ``/proc``).
+   size during the load (its high-water mark reset after the imports) minus its resident
+   size just before it (``/proc/self/clear_refs``, ``VmHWM``).
 2. Greedy decoding with the KV cache on both sides: the same prompt (a chat-formatted
    question, repeated for batch 8), ``--new-tokens`` new tokens each, exactly (no stop token
    on either side). transformers in fp32 (``--dtype bfloat16`` casts it); glassformer at
