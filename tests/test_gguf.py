@@ -140,7 +140,7 @@ def _write_tensors(w, tensors: dict[str, torch.Tensor], qtype: int = Q.F32) -> N
     and the file closed."""
     for name, value in tensors.items():
         array = value.detach().numpy().astype(np.float32)
-        kind = qtype if array.ndim == 2 else Q.F32
+        kind = qtype if array.ndim >= 2 else Q.F32  # (experts stacked: 3-D)
         w.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -197,7 +197,7 @@ def test_every_type_reads_back_to_gguf_reference_values(tmp_path, qtype):
         array = original.numpy()
         if name.endswith(("q_proj.weight", "k_proj.weight")):
             continue  # row order checked below
-        kind = qtype if array.ndim == 2 else Q.F32
+        kind = qtype if array.ndim >= 2 else Q.F32  # (experts stacked: 3-D)
         reference = gguf.quants.dequantize(gguf.quants.quantize(array, kind), kind)
         torch.testing.assert_close(state[name], torch.from_numpy(reference), rtol=0, atol=0)
         err = (state[name] - original).abs().max().item()
@@ -860,6 +860,115 @@ def test_a_phi3_gguf_file_turns_positions_by_its_longrope_factors(tmp_path, supp
             GPT.from_pretrained(q8, dtype="gguf")(IDS).logits, expected, atol=1e-3, rtol=0
         )
     support("Phi-3", "GGUF")
+
+
+MOE_NAMES = {"mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+             "mlp.shared_expert.up_proj": "ffn_up_shexp",
+             "mlp.shared_expert.down_proj": "ffn_down_shexp"}  # fmt: skip
+
+
+def write_mixtral_gguf(path: Path, hf, qtype: int = Q.F32, arch: str = "llama") -> Path:
+    """As llama.cpp's converter writes Mixtral (a llama file, q and k rows permuted) or
+    Qwen2-MoE (``qwen2moe``, rows as they are, a shared expert): each layer's experts stacked,
+    (E, rows, columns), the router as ffn_gate_inp."""
+    c = hf.config
+    w = _writer(path, arch, c)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_expert_count(getattr(c, "num_local_experts", None) or c.num_experts)
+    w.add_expert_used_count(c.num_experts_per_tok)
+    FF, tensors = getattr(c, "moe_intermediate_size", c.intermediate_size), {}
+    if arch == "qwen2moe":
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
+        w.add_expert_weights_norm(c.norm_topk_prob)
+    for name, value in hf.state_dict().items():  # transformers 5 holds the experts fused
+        if not name.startswith("model.layers."):
+            tensors[{"model.embed_tokens.weight": "token_embd.weight",
+                     "model.norm.weight": "output_norm.weight",
+                     "lm_head.weight": "output.weight"}[name]] = value  # fmt: skip
+            continue
+        _, _, i, rest = name.split(".", 3)
+        if rest == "mlp.experts.gate_up_proj":  # (E, 2·FF, D): [gate; up] per expert
+            tensors[f"blk.{i}.ffn_gate_exps.weight"] = value[:, :FF]
+            tensors[f"blk.{i}.ffn_up_exps.weight"] = value[:, FF:]
+        elif rest == "mlp.experts.down_proj":
+            tensors[f"blk.{i}.ffn_down_exps.weight"] = value
+        elif rest == "mlp.gate.weight":
+            tensors[f"blk.{i}.ffn_gate_inp.weight"] = value
+        elif rest == "mlp.shared_expert_gate.weight":  # a vector in llama.cpp's files
+            tensors[f"blk.{i}.ffn_gate_inp_shexp.weight"] = value.reshape(-1)
+        else:
+            part, kind = rest.rsplit(".", 1)
+            if part in MOE_NAMES:
+                tensors[f"blk.{i}.{MOE_NAMES[part]}.{kind}"] = value
+                continue
+            if arch == "llama" and part in ("self_attn.q_proj", "self_attn.k_proj"):
+                heads = c.num_attention_heads if "q_proj" in part else c.num_key_value_heads
+                value = llama_cpp_permute(value, heads)
+            tensors[f"blk.{i}.{FAMILY_NAMES[part]}.{kind}"] = value
+    _write_tensors(w, tensors, qtype)
+    return path
+
+
+def test_a_mixtral_gguf_file_routes_as_transformers_and_computes_from_its_blocks(tmp_path, support):
+    """llama.cpp's Mixtral (a llama file with 4 experts, 2 chosen, stacked per layer): F32,
+    transformers' logits; Q8_0, every expert's weights read by the map from the stacked
+    blocks equal to the Hugging Face route's, bit for bit, and dtype="gguf" within 1e-3."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    config = transformers.MixtralConfig(**{**SMALL_DECODER, "intermediate_size": 32},
+                                        num_key_value_heads=2, num_local_experts=4,
+                                        num_experts_per_tok=2)  # fmt: skip
+    hf = transformers.MixtralForCausalLM(config)
+    randomize(hf.eval())
+    ours = GPT.from_pretrained(write_mixtral_gguf(tmp_path / "f32.gguf", hf))
+    assert (ours.config.family, ours.config.num_experts, ours.config.top_k) == ("mixtral", 4, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    q8 = write_mixtral_gguf(tmp_path / "q8.gguf", hf, Q.Q8_0)
+    assert_the_map_reads_as_hugging_face_route(q8)
+    with torch.no_grad():
+        expected = GPT.from_pretrained(q8)(IDS).logits
+        torch.testing.assert_close(
+            GPT.from_pretrained(q8, dtype="gguf")(IDS).logits, expected, atol=1e-3, rtol=0
+        )
+    support("Mixtral", "GGUF")
+
+
+def test_a_qwen2moe_gguf_file_gives_transformers_logits_and_computes_from_its_blocks(
+    tmp_path, support
+):
+    """llama.cpp's qwen2moe (Qwen2's attention with q/k/v biases, 4 experts, 2 chosen, and a
+    shared expert whose gate is a vector): F32, transformers' logits; Q8_0 read by the map
+    as by the Hugging Face route, bit for bit, and dtype="gguf" within 1e-3."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import IDS, SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    config = transformers.Qwen2MoeConfig(**SMALL_DECODER, num_key_value_heads=2, num_experts=4,
+                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=64)  # fmt: skip
+    hf = transformers.Qwen2MoeForCausalLM(config)
+    randomize(hf.eval())
+    ours = GPT.from_pretrained(write_mixtral_gguf(tmp_path / "f32.gguf", hf, arch="qwen2moe"))
+    c = ours.config
+    assert (c.family, c.num_experts, c.shared_d_ff, c.qkv_bias) == ("qwen2_moe", 4, 64, True)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0)
+    q8 = write_mixtral_gguf(tmp_path / "q8.gguf", hf, Q.Q8_0, arch="qwen2moe")
+    assert_the_map_reads_as_hugging_face_route(q8)
+    with torch.no_grad():
+        expected = GPT.from_pretrained(q8)(IDS).logits
+        torch.testing.assert_close(
+            GPT.from_pretrained(q8, dtype="gguf")(IDS).logits, expected, atol=1e-3, rtol=0
+        )
+    support("Qwen2-MoE", "GGUF")
 
 
 # --- other families: gemma3, gptneox --------------------------------------------------------

@@ -1,7 +1,7 @@
-"""GGUF files (llama.cpp's format) of architectures ``llama``, ``qwen2``, ``qwen3``,
-``gemma3``, ``olmo2``, ``phi3`` and ``gptneox``, read into what the Hugging Face loader of
-that family takes: its config dict, its state dict (HF tensor names, fp32 or bf16) and the
-tokenizer (byte-level BPE files), rebuilt from the file's metadata.
+"""GGUF files (llama.cpp's format) of architectures ``llama`` (Mixtral's too), ``qwen2``,
+``qwen3``, ``gemma3``, ``olmo2``, ``phi3``, ``qwen2moe`` and ``gptneox``, read into what the
+Hugging Face loader of that family takes: its config dict, its state dict (HF tensor names,
+fp32 or bf16) and the tokenizer (byte-level BPE files), rebuilt from the file's metadata.
 
     config, state, tokenizer = read_gguf(smollm2_path())
     config["num_key_value_heads"], state["model.layers.0.self_attn.q_proj.weight"].shape
@@ -42,7 +42,7 @@ from glassformer.interop.gguf.shapes import needed_shapes
 from glassformer.interop.gguf.tensors import kept_as_blocks, read_rows, read_tensor
 from glassformer.interop.gguf.tokenizer import GGUFTokenizer, build_tokenizer
 
-FAMILIES = ("gemma3", "olmo2", "phi3", "gptneox")  # laid out unlike Llama (``families``)
+FAMILIES = ("gemma3", "olmo2", "phi3", "qwen2moe", "gptneox")  # laid out unlike Llama
 LONGROPE = ("rope_factors_short.weight", "rope_factors_long.weight")  # a phi3 file's
 ROPE_FREQS = "rope_freqs.weight"  # a Llama 3.x file's rotary factors, one per pair
 
@@ -124,6 +124,7 @@ def read_gguf_mapped(
         decoded: dict[str, Tensor] = {}
         parts: dict[str, list[tuple[int, Tensor]]] = {}
         tied: dict[tuple[str, ...], str] = {}  # tensors decoded whole → the weight holding them
+        once = functools.cache(read_tensor)  # (the file and its tensors are fixed here)
         with open(path, "rb") as f:
             rows = {name: read_rows(f, by_name[name]) for name in sorted(as_blocks)}
             for name, taken in sources.items():
@@ -134,8 +135,8 @@ def read_gguf_mapped(
                 whole = tuple(s.tensor for s in taken) if all(s.rows is None for s in taken) else ()
                 if whole in tied:  # a tied head: the token table's own tensor, not a copy
                     decoded[name] = decoded[tied[whole]]
-                elif numbers:
-                    values = [read_tensor(f, by_name[s.tensor]) for s in taken]
+                elif numbers:  # a tensor shared out by rows (experts, halves) decoded once
+                    values = [once(f, by_name[s.tensor]) for s in taken]
                     values = [value(arch, s.tensor, v) for s, v in zip(taken, values, strict=True)]
                     decoded[name] = gathered(values, taken)
                     if whole:
@@ -275,7 +276,11 @@ def _read(
     with _reading(), open(path, "rb") as f:
         for t in tensors:
             name = to_hf(t.name)
-            state[name] = _as_hugging_face(arch, name, read_tensor(f, t), config).to(dtype)
+            value = _as_hugging_face(arch, name, read_tensor(f, t), config).to(dtype)
+            if "*" in name:  # experts stacked (E, rows, columns): one tensor each, "*" its index
+                state.update((name.replace("*", str(e)), v) for e, v in enumerate(value))
+            else:
+                state[name] = value
     tokenizer = build_tokenizer(meta) if with_tokenizer else None
     return config, state, tokenizer
 

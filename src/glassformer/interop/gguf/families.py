@@ -15,6 +15,9 @@ What differs from the Llama-shaped files (``layout``):
 - ``phi3`` keeps Hugging Face's fused ``qkv_proj`` (``attn_qkv``) and ``gate_up_proj``
   (``ffn_up``), rows as they are; LongRoPE's factors are the tensors ``rope_factors_short``
   and ``rope_factors_long`` (read by the file's reader into the rope scaling).
+- ``qwen2moe`` stacks each layer's experts into one tensor per projection (E, rows,
+  columns; Hugging Face's names, one per expert, are written with ``*`` for its index) and
+  keeps the shared expert's gate as a vector.
 - ``gptneox`` keeps the fused q/k/v as [all q; all k; all v] (llama.cpp's converter regroups
   Hugging Face's per-head rows); they are put back head by head, as Hugging Face stores them.
 """
@@ -60,6 +63,19 @@ _NAMES: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
          "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"},
         {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
     ),
+    "qwen2moe": (
+        "model.layers",
+        {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+         "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+         "ffn_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.gate",
+         "ffn_gate_exps": "mlp.experts.*.gate_proj", "ffn_up_exps": "mlp.experts.*.up_proj",
+         "ffn_down_exps": "mlp.experts.*.down_proj",
+         "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+         "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+         "ffn_up_shexp": "mlp.shared_expert.up_proj",
+         "ffn_down_shexp": "mlp.shared_expert.down_proj"},
+        {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"},
+    ),
     "gptneox": (
         "gpt_neox.layers",
         {"attn_norm": "input_layernorm", "attn_qkv": "attention.query_key_value",
@@ -86,6 +102,8 @@ def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor
     """A tensor as Hugging Face holds it: Gemma's norms less one; NeoX's q/k/v per head."""
     if arch == "gemma3" and name.endswith("norm.weight"):
         return value - 1.0
+    if arch == "qwen2moe" and name.endswith("shared_expert_gate.weight"):
+        return value.reshape(1, -1)  # (D,) in the file, a (1, D) linear layer's weight
     if arch == "gptneox" and "query_key_value" in name:
         q, k, v = value.chunk(3, dim=0)  # each (H·Dh, ...)
         heads = [x.reshape(num_heads, -1, *x.shape[1:]) for x in (q, k, v)]
@@ -94,7 +112,8 @@ def family_tensor(arch: str, name: str, value: Tensor, num_heads: int) -> Tensor
 
 
 def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[str, Any]:
-    """The Hugging Face config fields of a ``gemma3``, ``olmo2``, ``phi3`` or ``gptneox`` file's
+    """The Hugging Face config fields of a ``gemma3``, ``olmo2``, ``phi3``, ``qwen2moe`` or
+    ``gptneox`` file's
     metadata, each number checked to be in range (``meta``, ``shapes``: as
     ``layout.hf_config`` takes)."""
 
@@ -131,16 +150,13 @@ def family_config(arch: str, meta: Metadata, shapes: dict[str, Shape]) -> dict[s
                 "layer_norm_eps": float(
                     meta.positive(key("attention.layer_norm_epsilon"), 1e-5, high=1)),
                 }  # fmt: skip
+    if arch == "qwen2moe":  # Qwen2's attention, rows as they are; every layer routed
+        return {**common, **_qwen2moe(meta, heads, shapes)}
     if arch == "phi3":  # fused q/k/v and gate/up, as Hugging Face's; rotate_half's layout
         return {**common, **_phi3(meta, hidden // heads, kv_head_count(
             meta, key("attention.head_count_kv"), heads))}  # fmt: skip
     if arch == "olmo2":  # rotate_half's layout, as Hugging Face's: no rows to put back
-        # llama.cpp writes OLMo 3 as olmo2 too, with sliding layers and YaRN: not read here
-        olmo3_keys = ("olmo2.attention.sliding_window", "olmo2.rope.scaling.")
-        olmo3 = sorted(k for k in meta.fields if k.startswith(olmo3_keys))
-        if olmo3:
-            raise CheckpointError(f"an olmo2 file with {olmo3[0]!r} (OLMo 3's sliding layers "
-                                  "or rotary scaling) is not supported")  # fmt: skip
+        _refuse_olmo3(meta)
         return {**common, "model_type": "olmo2",
                 "num_key_value_heads": kv_head_count(meta, key("attention.head_count_kv"), heads),
                 "rope_theta": float(meta.positive(key("rope.freq_base"), 10000.0)),
@@ -177,3 +193,29 @@ def _phi3(meta: Metadata, head_dim: int, kv_heads: int) -> dict[str, Any]:
             "rms_norm_eps": float(meta.positive("phi3.attention.layer_norm_rms_epsilon", 1e-5,
                                                 high=1)),
             **({"original_max_position_embeddings": original} if original else {})}  # fmt: skip
+
+
+def _qwen2moe(meta: Metadata, heads: int, shapes: dict[str, Shape]) -> dict[str, Any]:
+    """A ``qwen2moe`` file's own fields: the experts, their widths, the shared expert's."""
+    experts = meta.count("qwen2moe.expert_count", ..., high=1 << 12)
+    return {"model_type": "qwen2_moe", "qkv_bias": "blk.0.attn_q.bias" in shapes,
+            "num_key_value_heads": kv_head_count(meta, "qwen2moe.attention.head_count_kv", heads),
+            "num_experts": experts,
+            "num_experts_per_tok": meta.count("qwen2moe.expert_used_count", ..., high=experts),
+            "moe_intermediate_size": meta.count("qwen2moe.expert_feed_forward_length", ...),
+            "shared_expert_intermediate_size": meta.count(
+                "qwen2moe.expert_shared_feed_forward_length", ...),
+            "norm_topk_prob": bool(meta("qwen2moe.expert_weights_norm", bool, False)),
+            "rope_theta": float(meta.positive("qwen2moe.rope.freq_base", 10000.0)),
+            "rms_norm_eps": float(meta.positive("qwen2moe.attention.layer_norm_rms_epsilon", 1e-6,
+                                                high=1))}  # fmt: skip
+
+
+def _refuse_olmo3(meta: Metadata) -> None:
+    """llama.cpp writes OLMo 3 as ``olmo2`` too, with sliding layers and YaRN: refused, not
+    read as an OLMo 2 with full attention and plain rotary."""
+    keys = ("olmo2.attention.sliding_window", "olmo2.rope.scaling.")
+    olmo3 = sorted(k for k in meta.fields if k.startswith(keys))
+    if olmo3:
+        raise CheckpointError(f"an olmo2 file with {olmo3[0]!r} (OLMo 3's sliding layers or "
+                              "rotary scaling) is not supported")  # fmt: skip

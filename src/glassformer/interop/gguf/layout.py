@@ -36,6 +36,12 @@ _BLOCK_NAMES = {
     "ffn_down": "mlp.down_proj",
     "attn_q_norm": "self_attn.q_norm",  # qwen3
     "attn_k_norm": "self_attn.k_norm",
+    # a llama file with experts (Mixtral): the router, and each expert's weights stacked
+    # into one tensor (E, rows, columns), its Hugging Face names one per expert ("*": e)
+    "ffn_gate_inp": "block_sparse_moe.gate",
+    "ffn_gate_exps": "block_sparse_moe.experts.*.w1",
+    "ffn_up_exps": "block_sparse_moe.experts.*.w3",
+    "ffn_down_exps": "block_sparse_moe.experts.*.w2",
 }
 ARCHITECTURES = ("llama", "qwen2", "qwen3")  # the general.architecture values read here
 _TOP_NAMES = {
@@ -131,6 +137,11 @@ def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> 
         "attention_bias": "blk.0.attn_q.bias" in shapes,
         "mlp_bias": False,
     }
+    experts = meta.count(key("expert_count"), 0, low=0, high=1 << 12)
+    if experts:  # Mixtral, as llama.cpp writes it: a llama file with experts
+        used = meta.count(key("expert_used_count"), ..., high=experts)
+        config.update(model_type="mixtral", num_local_experts=experts, num_experts_per_tok=used)
+        del config["attention_bias"], config["mlp_bias"]
     if scaling == "linear":
         factor = float(meta.positive(key("rope.scaling.factor"), ...))
         config["rope_scaling"] = {"rope_type": "linear", "factor": factor}

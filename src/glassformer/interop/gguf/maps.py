@@ -38,7 +38,7 @@ class Source(NamedTuple):
     """One file tensor's share of a weight."""
 
     tensor: str  # the file's name for it: "blk.0.attn_q.weight"
-    rows: Tensor | None = None  # its rows in the weight's order (int64); None: all, as stored
+    rows: Tensor | slice | None = None  # its rows in the weight's order (int64, or a range)
 
 
 WeightMap = dict[str, tuple[Source, ...]]
@@ -68,6 +68,12 @@ _PHI3_BLOCK: dict[str, tuple[str, ...]] = {
     "mlp.up_proj.weight": ("ffn_up.weight",),  # its second half
     "mlp.down_proj.weight": ("ffn_down.weight",),
 }  # fmt: skip
+_QWEN2MOE_BLOCK = {k: v for k, v in _LLAMA_BLOCK.items() if not k.startswith("mlp.")} | {
+    "mlp.shared_gate.weight": ("ffn_gate_inp_shexp.weight",),
+    "mlp.shared_expert.gate_proj.weight": ("ffn_gate_shexp.weight",),
+    "mlp.shared_expert.up_proj.weight": ("ffn_up_shexp.weight",),
+    "mlp.shared_expert.down_proj.weight": ("ffn_down_shexp.weight",),
+}
 _NEOX_BLOCK: dict[str, tuple[str, ...]] = {
     f"{ours}.{kind}": (f"{theirs}.{kind}",)
     for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv_proj", "attn_qkv"),
@@ -82,7 +88,8 @@ _TOP: dict[str, tuple[str, ...]] = {
 }
 _BLOCKS: dict[str, dict[str, tuple[str, ...]]] = {
     "llama": _LLAMA_BLOCK, "qwen2": _LLAMA_BLOCK, "qwen3": _LLAMA_BLOCK,
-    "gemma3": _GEMMA_BLOCK, "olmo2": _OLMO2_BLOCK, "phi3": _PHI3_BLOCK, "gptneox": _NEOX_BLOCK,
+    "gemma3": _GEMMA_BLOCK, "olmo2": _OLMO2_BLOCK, "phi3": _PHI3_BLOCK,
+    "qwen2moe": _QWEN2MOE_BLOCK, "gptneox": _NEOX_BLOCK,
 }  # fmt: skip
 
 
@@ -101,8 +108,9 @@ def weight_map(arch: str, config: dict[str, Any], shapes: dict[str, tuple[int, .
     """
     head = "output.weight" if "output.weight" in shapes else "token_embd.weight"
     wanted: dict[str, tuple[str, ...]] = {**_TOP, "lm_head.weight": (head,)}
+    block = _BLOCKS[arch] | _experts(config)
     for i in range(config["num_hidden_layers"]):
-        for name, tensors in _BLOCKS[arch].items():
+        for name, tensors in block.items():
             wanted[f"blocks.{i}.{name}"] = tuple(f"blk.{i}.{t}" for t in tensors)
     out: WeightMap = {}
     for name, tensors in wanted.items():
@@ -112,7 +120,7 @@ def weight_map(arch: str, config: dict[str, Any], shapes: dict[str, tuple[int, .
             raise CheckpointError(f"{name} needs the tensor {gone[0]}, which is missing")
         if all(there):
             out[name] = tuple(
-                Source(t, _rows(arch, name, t, config, shapes[t][0])) for t in tensors
+                Source(t, _rows(arch, name, t, config, _row_count(shapes[t]))) for t in tensors
             )
     unused = set(shapes) - {source.tensor for sources in out.values() for source in sources}
     if unused:
@@ -120,13 +128,42 @@ def weight_map(arch: str, config: dict[str, Any], shapes: dict[str, tuple[int, .
     return out
 
 
-def _rows(arch: str, weight: str, tensor: str, config: dict[str, Any], count: int) -> Tensor | None:
+def _experts(config: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """A mixture of experts' weights (Mixtral's, in a llama file): the router, and each
+    expert's three from the stacked tensors (``_rows`` takes its share)."""
+    experts = _expert_count(config)
+    out: dict[str, tuple[str, ...]] = (
+        {"mlp.router.weight": ("ffn_gate_inp.weight",)} if experts else {}
+    )
+    for e in range(experts):
+        for ours, theirs in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
+                             ("down_proj", "ffn_down_exps")):  # fmt: skip
+            out[f"mlp.experts.{e}.{ours}.weight"] = (f"{theirs}.weight",)
+    return out
+
+
+def _expert_count(config: dict[str, Any]) -> int:
+    """The experts of each layer (Mixtral's field, or Qwen2-MoE's); 0 without."""
+    return int(config.get("num_local_experts") or config.get("num_experts") or 0)
+
+
+def _row_count(shape: tuple[int, ...]) -> int:
+    """The rows of a tensor of ``shape``: a 3-D one's (experts stacked) every expert's."""
+    return shape[0] * shape[1] if len(shape) == 3 else shape[0]
+
+
+def _rows(
+    arch: str, weight: str, tensor: str, config: dict[str, Any], count: int
+) -> Tensor | slice | None:
     """The rows ``weight`` takes of ``tensor`` (``count`` rows), in its order: llama.cpp's
     rotary order undone for a ``llama`` file's q and k (``layout``), a half of a ``phi3``
     file's fused gate/up, else all, as stored."""
     if arch == "phi3" and tensor.endswith("ffn_up.weight"):  # [gate; up]
         half = count // 2
-        return torch.arange(half) + (half if weight.endswith("up_proj.weight") else 0)
+        return slice(half, count) if weight.endswith("up_proj.weight") else slice(0, half)
+    if tensor.endswith("_exps.weight"):  # expert e's rows of the stacked (E, rows, columns)
+        e, rows = int(weight.split(".")[4]), count // _expert_count(config)
+        return slice(e * rows, (e + 1) * rows)  # a range: taken as a view of the rows read
     if arch != "llama" or tensor.split(".")[-2] not in ("attn_q", "attn_k"):
         return None
     heads = config["num_attention_heads" if ".attn_q." in tensor else "num_key_value_heads"]
@@ -134,15 +171,21 @@ def _rows(arch: str, weight: str, tensor: str, config: dict[str, Any], count: in
 
 
 def value(arch: str, tensor: str, decoded: Tensor) -> Tensor:
-    """A decoded tensor as the model holds it: Gemma 3 stores each RMSNorm scale as 1 + w."""
+    """A decoded tensor as the model holds it: Gemma 3 stores each RMSNorm scale as 1 + w;
+    Qwen2-MoE the shared expert's gate (a (1, D) layer) as a vector."""
     if arch == "gemma3" and tensor.endswith("norm.weight"):
         return decoded - 1.0
+    if arch == "qwen2moe" and tensor.endswith("ffn_gate_inp_shexp.weight"):
+        return decoded.reshape(1, -1)
     return decoded
 
 
 def rows_taken(rows: Tensor, source: Source) -> Tensor:
-    """The rows ``source`` takes of its tensor's ``rows`` (decoded, or its blocks' rows):
-    all of them (a view), or those it names, gathered in its order."""
+    """The rows ``source`` takes of its tensor's ``rows`` (decoded, or its blocks' rows; a
+    decoded 3-D tensor's as every expert's rows in turn): all of them (a view), a range (a
+    view), or those it names, gathered in its order."""
+    if rows.dim() == 3:
+        rows = rows.reshape(-1, rows.shape[-1])
     return rows if source.rows is None else rows[source.rows]
 
 

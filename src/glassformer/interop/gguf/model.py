@@ -37,6 +37,7 @@ from glassformer.interop.gemma import from_gemma_state
 from glassformer.interop.gguf import read_gguf_mapped, read_gguf_weights
 from glassformer.interop.gpt_neox import from_gpt_neox_state
 from glassformer.interop.llama import from_llama_state
+from glassformer.interop.mixtral import from_moe_state
 from glassformer.interop.olmo import from_olmo_state
 from glassformer.interop.phi3 import from_phi3_state
 from glassformer.kernels.gguf_linear import Part
@@ -46,9 +47,11 @@ from glassformer.models.families import (
     GemmaConfig,
     GPTNeoXConfig,
     LlamaConfig,
+    MixtralConfig,
     Olmo2Config,
     Phi3Config,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
 )
 from glassformer.models.gpt import GPT
@@ -62,6 +65,8 @@ CONFIGS: dict[str, tuple[Any, Any]] = {
     "gpt_neox": (GPTNeoXConfig.from_hf, from_gpt_neox_state),
     "olmo2": (Olmo2Config.from_hf, from_olmo_state),
     "phi3": (Phi3Config.from_hf, from_phi3_state),
+    "mixtral": (MixtralConfig.from_hf, from_moe_state),
+    "qwen2_moe": (Qwen2MoeConfig.from_hf, from_moe_state),
 }
 
 

@@ -101,6 +101,12 @@ def _llama(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
         block.update({"attn_q_norm.weight": (Dh,), "attn_k_norm.weight": (Dh,)})
     if c["model_type"] == "gemma3_text":
         block.update({"post_attention_norm.weight": (D,), "post_ffw_norm.weight": (D,)})
+    if c.get("num_local_experts"):  # Mixtral: the MLP as experts, each one's stacked
+        E = c["num_local_experts"]
+        del block["ffn_gate.weight"], block["ffn_up.weight"], block["ffn_down.weight"]
+        block.update({"ffn_gate_inp.weight": (E, D), "ffn_gate_exps.weight": (E, FF, D),
+                      "ffn_up_exps.weight": (E, FF, D),
+                      "ffn_down_exps.weight": (E, D, FF)})  # fmt: skip
     return top, block
 
 
@@ -139,5 +145,20 @@ def _phi3(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
     return top, block
 
 
+def _qwen2moe(c: dict[str, Any]) -> tuple[dict[str, Shape], dict[str, Shape]]:
+    """Qwen2-MoE: Qwen2's attention, every layer's MLP experts stacked and a shared one."""
+    D, E, F, S = (c["hidden_size"], c["num_experts"], c["moe_intermediate_size"],
+                  c["shared_expert_intermediate_size"])  # fmt: skip
+    top, block = _llama({**c, "head_dim": D // c["num_attention_heads"], "attention_bias":
+                         c["qkv_bias"], "model_type": "qwen2"})  # fmt: skip
+    del block["ffn_gate.weight"], block["ffn_up.weight"], block["ffn_down.weight"]
+    block.update({"ffn_gate_inp.weight": (E, D), "ffn_gate_exps.weight": (E, F, D),
+                  "ffn_up_exps.weight": (E, F, D), "ffn_down_exps.weight": (E, D, F),
+                  "ffn_gate_inp_shexp.weight": (D,), "ffn_gate_shexp.weight": (S, D),
+                  "ffn_up_shexp.weight": (S, D), "ffn_down_shexp.weight": (D, S)})  # fmt: skip
+    return top, block
+
+
 _NEEDED = {"llama": _llama, "qwen2": _llama, "qwen3": _llama, "gemma3": _llama,
-           "olmo2": _olmo2, "phi3": _phi3, "gptneox": _gptneox}  # fmt: skip
+           "olmo2": _olmo2, "phi3": _phi3, "qwen2moe": _qwen2moe,
+           "gptneox": _gptneox}  # fmt: skip

@@ -39,17 +39,19 @@ def read_tensor(f: BufferedReader, t: TensorInfo) -> Tensor:
 
 
 def read_rows(f: BufferedReader, t: TensorInfo) -> Tensor:
-    """A 2-D tensor's blocks as its rows: (rows, bytes per row) uint8."""
-    rows = t.dims[1]
+    """A 2-D tensor's blocks as its rows: (rows, bytes per row) uint8; a 3-D one's (experts
+    stacked) as every expert's rows in turn."""
+    rows = t.dims[1] * (t.dims[2] if len(t.dims) == 3 else 1)
     return read_blocks(f, t).view(rows, t.nbytes // rows)
 
 
 def kept_as_blocks(tensors: list[TensorInfo]) -> set[str]:
-    """The 2-D tensors of a computed block type (``COMPUTED``) that a model can compute from
-    as blocks. A layer's q, k and v are stacked into one weight, so where some of them are of
-    a float type (F32, F16, BF16) the three are decoded, and their stacked weight stays in fp32
-    (the file's other layers still compute from blocks)."""
-    blocks = {t.name for t in tensors if len(t.dims) == 2 and t.ggml_type in COMPUTED}
+    """The 2-D tensors (and 3-D ones, experts stacked) of a computed block type
+    (``COMPUTED``) that a model can compute from as blocks. A layer's q, k and v are stacked
+    into one weight, so where some of them are of a float type (F32, F16, BF16) the three are
+    decoded, and their stacked weight stays in fp32 (the file's other layers still compute
+    from blocks)."""
+    blocks = {t.name for t in tensors if len(t.dims) in (2, 3) and t.ggml_type in COMPUTED}
     layers: dict[str, list[str]] = defaultdict(list)
     for t in tensors:
         if m := _QKV.fullmatch(t.name):
