@@ -326,7 +326,19 @@ def test_unknown_pre_tokenizer_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "drop", "needles"),
     [
-        (lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN), None, ["'yarn'"]),
+        (
+            lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN),
+            None,
+            ["rope.scaling.factor", "missing"],
+        ),
+        (
+            lambda w: (
+                w.add_rope_scaling_type(gguf.RopeScalingType.YARN),
+                w.add_float32("llama.rope.scaling.yarn_log_multiplier", 0.1),
+            ),
+            None,
+            ["yarn_log_multiplier", "not supported"],
+        ),
         (
             lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR),
             None,
@@ -350,7 +362,8 @@ def test_unknown_pre_tokenizer_is_one_line(tmp_path):
         (None, "model.layers.0.mlp.up_proj.weight", ["up_proj", "missing"]),
     ],
     ids=[
-        "rope-yarn",
+        "rope-yarn-no-factor",
+        "rope-yarn-deepseek-temperature",
         "rope-linear-no-factor",
         "rope-freqs-shape",
         "rope-freqs-and-linear",
@@ -743,6 +756,33 @@ def test_an_olmo2_gguf_file_gives_transformers_logits_and_computes_from_its_bloc
         expected = model(IDS).logits
         torch.testing.assert_close(blocks(IDS).logits, expected, atol=1e-3, rtol=0)
     support("OLMo 2", "GGUF")
+
+
+def test_a_yarn_qwen2_file_turns_positions_as_transformers_does(tmp_path):
+    """Qwen2.5's long context as llama.cpp writes it (rope.scaling.type yarn, its factor and
+    the context trained on): transformers' logits over 40 positions, past the 16 trained."""
+    transformers = pytest.importorskip("transformers")
+    from hf_families import SMALL_DECODER, randomize
+
+    from glassformer import GPT
+
+    yarn = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+                rope_theta=10000.0)  # fmt: skip
+    config = transformers.Qwen2Config(**SMALL_DECODER, num_key_value_heads=2,
+                                      rope_parameters=yarn)  # fmt: skip
+    hf = transformers.Qwen2ForCausalLM(config)
+    randomize(hf.eval())
+
+    def scaled(w):
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
+        w.add_rope_scaling_orig_ctx_len(16)
+
+    ours = GPT.from_pretrained(write_family_gguf(tmp_path / "y.gguf", "qwen2", hf, more=scaled))
+    assert ours.config.rope_scaling.rope_type == "yarn"
+    ids = torch.arange(40).remainder(97)[None] * 7 % 97
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, atol=1e-4, rtol=0)
 
 
 def test_an_olmo3_file_written_as_olmo2_is_refused_in_one_line(tmp_path):

@@ -14,6 +14,7 @@ HF row ``h·Dh + Dh/2 + i``. ``unpermute_rope_rows`` puts them back.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,7 +118,7 @@ def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> 
             "a Llama config rotates all of them"
         )
     scaling = meta(key("rope.scaling.type"), str, "none")
-    if scaling not in ("none", "linear"):
+    if scaling not in ("none", "linear", "yarn"):
         raise CheckpointError(f"rope scaling {shown(scaling)} is not supported")
     vocab_size = vocab(meta, key("vocab_size"), shapes)
     config: dict[str, Any] = {
@@ -145,7 +146,30 @@ def hf_config(meta: Metadata, shapes: dict[str, Shape], arch: str = "llama") -> 
     if scaling == "linear":
         factor = float(meta.positive(key("rope.scaling.factor"), ...))
         config["rope_scaling"] = {"rope_type": "linear", "factor": factor}
+    if scaling == "yarn":  # Qwen2.5's long context: transformers' yarn with llama.cpp's keys
+        config["rope_scaling"] = _yarn(meta, key)
     for name in ("bos", "eos", "padding"):  # ids in the vocabulary
         token_id = meta.count(f"tokenizer.ggml.{name}_token_id", None, 0, vocab_size - 1)
         config[f"{'pad' if name == 'padding' else name}_token_id"] = token_id
     return config
+
+
+def _yarn(meta: Metadata, key: Callable[[str], str]) -> dict[str, Any]:
+    """YaRN as llama.cpp's keys give it: the factor, the context trained on, the ramp's
+    ends where stated (its other keys, DeepSeek's temperature, are refused by name)."""
+    for other in ("rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor",
+                  "rope.scaling.yarn_ext_factor", "rope.scaling.attn_factor"):  # fmt: skip
+        if key(other) in meta.fields:
+            raise CheckpointError(f"YaRN with {key(other)!r} is not supported")
+    spec: dict[str, Any] = {
+        "rope_type": "yarn",
+        "factor": float(meta.positive(key("rope.scaling.factor"), ...)),
+        "original_max_position_embeddings": meta.count(
+            key("rope.scaling.original_context_length"), ...
+        ),
+    }
+    for ours, theirs in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+        value = meta.positive(key(f"rope.scaling.{theirs}"), None)
+        if value is not None:
+            spec[ours] = float(value)
+    return spec
