@@ -388,15 +388,36 @@ def documented_names() -> set[str]:
     return names
 
 
+def _family_models() -> dict:
+    """Small models of the families whose parts add hook points of their own (QK-norm,
+    norms after the sub-layers, a mixture of experts with a shared expert)."""
+    from glassformer.models.families import GemmaConfig, Olmo2Config, Qwen2MoeConfig
+
+    size = dict(vocab_size=20, max_len=16, d_model=16, num_heads=2, num_layers=2, d_ff=16)
+    configs = {
+        "gemma 3": GemmaConfig(**size, head_dim=8),
+        "olmo 2": Olmo2Config(**size),
+        "qwen2-moe": Qwen2MoeConfig(
+            **size, num_experts=3, top_k=2, expert_d_ff=8, shared_d_ff=8, dense_layers=[1]
+        ),  # fmt: skip
+    }
+    return {name: (GPT(config), None) for name, config in configs.items()}
+
+
+FAMILY_MODELS = _family_models()
+
+
 def test_the_table_of_names_is_every_kinds_names():
-    """Every hook point of every model kind is in the docs' table (its block index as {i}),
-    and every name in the table is a hook point of some kind."""
+    """Every hook point of every model kind, and of the families whose parts add their own,
+    is in the docs' table (its block index as {i}, an expert's as {e}), and every name in the
+    table is a hook point of some model."""
     from test_hook_replacement import KINDS
 
     documented = documented_names()
     seen = set()
-    for kind, (model, _) in KINDS.items():
+    for kind, (model, _) in {**KINDS, **FAMILY_MODELS}.items():
         names = {re.sub(r"blocks\.\d+\.", "blocks.{i}.", n) for n in model.hook_names()}
+        names = {re.sub(r"experts\.\d+\.", "experts.{e}.", n) for n in names}
         assert names <= documented, (kind, sorted(names - documented))
         seen |= names
     spelled = {n for n in documented if not n.startswith(("encoder.", "decoder."))}
