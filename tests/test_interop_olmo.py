@@ -208,3 +208,19 @@ def test_fields_transformers_leaves_alone_are_read_and_left(tmp_path):
             torch.testing.assert_close(
                 GPT.from_pretrained(path)(IDS).logits, hf(IDS).logits, atol=1e-4, rtol=0
             )
+
+
+def test_olmo2_norms_round_in_bf16_as_transformers_does(tmp_path):
+    """OLMo 2's RMSNorm applies its weight in float32 and casts once: in bfloat16 every norm
+    (the stream's and the all-heads QK-norm) gives transformers' values bit for bit, which
+    the cast-then-scale rounding of Llama's norm does not."""
+    hf, ours, _ = _olmo(tmp_path, "gqa-untied")
+    hf, ours = hf.to(torch.bfloat16), ours.to(torch.bfloat16)
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    q = torch.randn(2, 5, 4, 8, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    theirs, mine = hf.model.layers[0], ours.blocks[0]
+    with torch.no_grad():
+        assert torch.equal(mine.ln1_post(x), theirs.post_attention_layernorm(x))
+        assert torch.equal(mine.attn.q_norm(q), theirs.self_attn.q_norm(q.flatten(-2)).view_as(q))
+        mine.ln1_post.float_weight = False  # Llama's rounding: cast, then scale
+        assert not torch.equal(mine.ln1_post(x), theirs.post_attention_layernorm(x))

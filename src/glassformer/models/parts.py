@@ -28,8 +28,9 @@ from torch import nn
 
 from glassformer.models.base import Activation, Norm
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.block import Block, window_of
+from glassformer.modules.block import Block
 from glassformer.modules.feedforward import feed_forward
+from glassformer.modules.local_attention import window_of
 from glassformer.modules.norms import make_norm
 from glassformer.modules.position import TokenEmbedding, positional_encoding
 from glassformer.modules.rotary import RotaryEmbedding

@@ -202,13 +202,6 @@ def _post(norm: nn.Module | None, y: Tensor) -> Tensor:
     return y if norm is None else norm(y)
 
 
-def window_of(attention_window: int | None, causal: bool) -> tuple[int, int] | None:
-    """A config's ``attention_window`` w as an attention's window: (w, 0) causal, else (w, w)."""
-    if attention_window is None:
-        return None
-    return (attention_window, 0 if causal else attention_window)
-
-
 class StackOutput(NamedTuple):
     """A stack's result, with one weights tensor per block when asked for."""
 

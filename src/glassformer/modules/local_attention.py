@@ -79,6 +79,13 @@ class Window(NamedTuple):
     right: int
 
 
+def window_of(attention_window: int | None, causal: bool) -> tuple[int, int] | None:
+    """A config's ``attention_window`` w as an attention's window: (w, 0) causal, else (w, w)."""
+    if attention_window is None:
+        return None
+    return (attention_window, 0 if causal else attention_window)
+
+
 def check_window(window: Sequence[int]) -> Window:
     """``(left, right)`` as a ``Window`` of two integers ≥ 0, or a ValueError naming what was
     given."""

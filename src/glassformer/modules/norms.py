@@ -60,16 +60,24 @@ class RMSNorm(nn.Module):
         d_model: D, the width normalised over.
         eps: added to the mean square inside the square root.
         unit_offset: scale by 1 + weight, in float32 (Gemma's); the weight starts at zeros.
+        float_weight: scale by the weight in float32, then cast (OLMo 2's rounding).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6, *, unit_offset: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        eps: float = 1e-6,
+        *,
+        unit_offset: bool = False,
+        float_weight: bool = False,
+    ) -> None:
         super().__init__()
         if d_model <= 0:
             raise ValueError(f"d_model must be a positive integer, got {d_model}")
         if eps < 0:
             raise ValueError(f"eps must be non-negative, got {eps}")
         self.eps = eps
-        self.unit_offset = unit_offset
+        self.unit_offset, self.float_weight = unit_offset, float_weight
         self.weight = nn.Parameter(torch.zeros(d_model) if unit_offset else torch.ones(d_model))
         self.hook_normalized = HookPoint()  # the output
 
@@ -79,8 +87,9 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         mean_square = x32.pow(2).mean(dim=-1, keepdim=True)  # (B, T, 1)
         normalised = x32 * torch.rsqrt(mean_square + self.eps)  # (B, T, D)
-        if self.unit_offset:  # Gemma: (1 + w) applied in float32, then the cast
-            return self.hook_normalized((normalised * (1.0 + self.weight.float())).to(dtype))
+        if self.unit_offset or self.float_weight:  # (1 + w) or w in float32, then the cast
+            scale = self.weight.float() + (1.0 if self.unit_offset else 0.0)
+            return self.hook_normalized((normalised * scale).to(dtype))
         return self.hook_normalized(self.weight * normalised.to(dtype))
 
     def extra_repr(self) -> str:

@@ -21,9 +21,9 @@ from glassformer.modules.block import (
     BlockOutput,
     Stack,
     StackOutput,
-    window_of,
 )
 from glassformer.modules.feedforward import feed_forward
+from glassformer.modules.local_attention import window_of
 from glassformer.modules.norms import make_norm
 from glassformer.modules.old_names import rename_old_keys
 from glassformer.modules.rotary import RotaryEmbedding

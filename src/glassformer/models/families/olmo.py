@@ -22,7 +22,7 @@ from glassformer.models.checks import check_finite
 from glassformer.models.families.decoder import refuse
 from glassformer.models.families.llama import LLAMA_READS, LlamaConfig
 from glassformer.modules.attention import MultiHeadAttention
-from glassformer.modules.norms import AllHeadsRMSNorm, LayerNorm
+from glassformer.modules.norms import AllHeadsRMSNorm, LayerNorm, RMSNorm
 
 OLMO_READS = LLAMA_READS | {"clip_qkv"}
 OLMO2_READS = LLAMA_READS
@@ -77,10 +77,13 @@ class Olmo2Config(LlamaConfig):
 
     norm_eps: float = 1e-5
 
+    def norm(self) -> nn.Module:  # the weight applied in float32, as OLMo 2 rounds it
+        return RMSNorm(self.d_model, eps=self.norm_eps, float_weight=True)
+
     def attention(self, layer: int, **more: Any) -> MultiHeadAttention:
-        q_norm = AllHeadsRMSNorm(self.num_heads * self.width, eps=self.norm_eps)
-        kv_heads = self.num_kv_heads or self.num_heads
-        k_norm = AllHeadsRMSNorm(kv_heads * self.width, eps=self.norm_eps)
+        heads, kv_heads = self.num_heads, self.num_kv_heads or self.num_heads
+        q_norm = AllHeadsRMSNorm(heads * self.width, eps=self.norm_eps, float_weight=True)
+        k_norm = AllHeadsRMSNorm(kv_heads * self.width, eps=self.norm_eps, float_weight=True)
         return super().attention(layer, q_norm=q_norm, k_norm=k_norm, **more)
 
     def block_norms(self) -> dict[str, Any]:
