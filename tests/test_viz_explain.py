@@ -206,8 +206,10 @@ def test_new_family_shapes_show_the_caches_values_and_say_what_differs(family):
         step = data["steps"][list(cache).index("blocks.0.mlp.shared_expert.hook_out")]
         assert "self.shared_expert.hook_out(" in step["source"]["code"]
         assert "blocks.1.mlp.hook_router_logits" not in what  # the dense layer
-    elif family == "gptj":
+    elif family == "gptj":  # the rotation of neighbouring pairs travels as a rule too
         assert "neighbouring pairs" in what["blocks.0.attn.hook_rot_q"]
+        derived = {s["name"]: s.get("derive", {}).get("op") for s in data["steps"]}
+        assert derived["blocks.1.attn.hook_rot_q"] == derived["blocks.1.attn.hook_rot_k"] == "rope"
     elif family == "phi":
         assert "before self-attention and feed-forward" in what["blocks.0.ln1.hook_normalized"]
         assert "LayerNorm over its 16" in what["blocks.0.attn.q_norm.hook_normalized"]
@@ -253,6 +255,28 @@ def test_a_float16_page_decodes_halves_and_says_how_close_every_step_is(
     for step in tab.evaluate(PAGE_STEPS):
         error = relative_error(step, shown_as_in_the_page(cache[step["name"]], step))
         assert 0 < step["error"] < 3e-3 and error <= step["error"] + 1e-6, step["name"]
+    context.close()
+
+
+@browser_test
+def test_a_gptj_page_turns_neighbouring_pairs_as_the_model_does(tmp_path, browser):
+    """GPT-J's rotation (feature 2i with 2i + 1, on the first rotary_dim of each head) is
+    computed in the page by its rule: every step the page shows, carried or computed, is
+    the cache's within 1e-5 of its largest value."""
+    from glassformer.models.families import GPTJConfig
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    torch.manual_seed(0)
+    model = GPT(GPTJConfig(vocab_size=tok.vocab_size, max_len=32, d_model=64, num_heads=4,
+                           num_layers=2, d_ff=96, rotary_dim=8)).eval()  # fmt: skip
+    path = explain_html(model, tok, TEXT).save(tmp_path / "gptj.html")
+    context, tab = offline_tab(browser, path)
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(TEXT)]))
+    steps = tab.evaluate(PAGE_STEPS)
+    assert next(s for s in steps if s["name"] == "blocks.1.attn.hook_rot_q")["derived"]
+    for step in steps:
+        error = relative_error(step, shown_as_in_the_page(cache[step["name"]], step))
+        assert error < 1e-5, (step["name"], error)
     context.close()
 
 

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from glassformer.models.base import PretrainedModel
 from glassformer.modules.feedforward import ACTIVATIONS
 from glassformer.modules.norms import RMSNorm
-from glassformer.modules.rotary import RotaryEmbedding, rotate_half
+from glassformer.modules.rotary import RotaryEmbedding, rotate_half, rotate_pairs
 
 TOLERANCE = 1e-6  # of the largest magnitude in the step, or absolute where that is below 1
 FUNCTIONS = ACTIVATIONS  # relu, gelu, gelu_tanh, silu: each MLP's is found by trying them
@@ -79,10 +79,11 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
             scores = scores.masked_fill(~allowed, MASKED)
         return scores
     if op == "rope":  # x (H, T, Dh) turned by the table's (T, width) cosines and sines
-        x = parts[0]
-        cos, sin = (tables[rule["table"]][part].double()[: x.size(-2)] for part in ("cos", "sin"))
+        x, table = parts[0], tables[rule["table"]]
+        cos, sin = (table[part].double()[: x.size(-2)] for part in ("cos", "sin"))
         width = cos.size(-1)
-        turned = x[..., :width] * cos + rotate_half(x[..., :width]) * sin
+        partner = rotate_pairs if table.get("interleaved") else rotate_half  # GPT-J's: 2i, 2i+1
+        turned = x[..., :width] * cos + partner(x[..., :width]) * sin
         return torch.cat((turned, x[..., width:]), dim=-1)
     if op == "norm":  # (x − shift) · scale per row, then · weight + bias per feature
         x = parts[0]
@@ -242,5 +243,6 @@ def _rope_tables(model: PretrainedModel, shown: list[Tensor]) -> dict[str, dict]
             angles = module.cos_sin(torch.arange(rows), torch.float32)
             cos, sin = angles.cos[0, 0], angles.sin[0, 0]  # (T, width)
             if not any(torch.equal(cos, t["cos"]) for t in tables.values()):
-                tables[f"rope{len(tables)}"] = {"cos": cos, "sin": sin, "shape": list(cos.shape)}
+                tables[f"rope{len(tables)}"] = {"cos": cos, "sin": sin, "shape": list(cos.shape),
+                                                "interleaved": module.interleaved}  # fmt: skip
     return tables

@@ -107,7 +107,8 @@ function derive(rule, shape) {
       const d = i % D;
       const t = Math.floor(i / D) % shape[shape.length - 2];
       if (d >= width) { out[i] = a[i]; continue; }
-      const turned = d < half ? -a[i + half] : a[i - half];
+      const turned = table.interleaved ? (d % 2 === 0 ? -a[i + 1] : a[i - 1]) // GPT-J's pairs
+        : d < half ? -a[i + half] : a[i - half];
       out[i] = a[i] * cos[t * width + d] + turned * sin[t * width + d];
     }
   }
