@@ -311,9 +311,7 @@ def _gpt_next_logits(
         cache is not None
         and cache.length == length - 1
         and length <= max_len
-        and (
-            cache.length != rope_switch(model)  # (crossing it: every key turned anew)
-        )
+        and cache.length != rope_switch(model)  # (crossing it: every key turned anew)
     ):
         # The cache holds every token but the newest: feed that one alone.
         positions = mask = None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -124,6 +125,9 @@ def read_gguf_mapped(
         decoded: dict[str, Tensor] = {}
         parts: dict[str, list[tuple[int, Tensor]]] = {}
         tied: dict[tuple[str, ...], str] = {}  # tensors decoded whole → the weight holding them
+        # a tensor shared out by rows (experts, Phi-3's gate/up halves) is decoded once; any
+        # other is read when its weight is, and not kept beyond it
+        shared = Counter(s.tensor for taken in sources.values() for s in taken)
         once = functools.cache(read_tensor)  # (the file and its tensors are fixed here)
         with open(path, "rb") as f:
             rows = {name: read_rows(f, by_name[name]) for name in sorted(as_blocks)}
@@ -135,8 +139,9 @@ def read_gguf_mapped(
                 whole = tuple(s.tensor for s in taken) if all(s.rows is None for s in taken) else ()
                 if whole in tied:  # a tied head: the token table's own tensor, not a copy
                     decoded[name] = decoded[tied[whole]]
-                elif numbers:  # a tensor shared out by rows (experts, halves) decoded once
-                    values = [once(f, by_name[s.tensor]) for s in taken]
+                elif numbers:
+                    values = [(once if shared[s.tensor] > 1 else read_tensor)(f, by_name[s.tensor])
+                              for s in taken]  # fmt: skip
                     values = [value(arch, s.tensor, v) for s, v in zip(taken, values, strict=True)]
                     decoded[name] = gathered(values, taken)
                     if whole:

@@ -319,6 +319,16 @@ def partial_rotary(hf: dict[str, Any], default: float = 1.0) -> float:
     return spec.get("partial_rotary_factor", hf.get("partial_rotary_factor", default))
 
 
+def turned_features(family: str, field: str, fraction: Any, head_dim: int) -> int | None:
+    """The features of each head a rotary turning ``fraction`` of them turns, rounded down as
+    transformers does (None: all of them); refused by ``field`` where not an even number ≥ 2."""
+    rotary_dim = int(head_dim * fraction)
+    if rotary_dim < 2 or rotary_dim % 2:
+        turned = f"{rotary_dim} of {head_dim} features turned; needs an even number ≥ 2"
+        raise refuse(family, field, fraction, turned)
+    return None if rotary_dim == head_dim else rotary_dim
+
+
 def window_from_sliding(family: str, sliding_window: Any) -> int | None:
     """Hugging Face's ``sliding_window`` W (each query sees W keys, itself included) as the
     keys before the query that glassformer's windows count: W − 1; None stays None."""

@@ -14,7 +14,12 @@ from typing import Any, ClassVar, Literal
 
 from glassformer.models.base import check_finite
 from glassformer.models.checks import check_rotary_dim
-from glassformer.models.families.decoder import DecoderConfig, refuse, rope_theta
+from glassformer.models.families.decoder import (
+    DecoderConfig,
+    refuse,
+    rope_theta,
+    turned_features,
+)
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.block import Block
 from glassformer.modules.feedforward import FeedForward
@@ -114,10 +119,7 @@ class GPTNeoXConfig(DecoderConfig):
         fraction = params.get(
             "partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))
         )
-        rotary_dim = int(head_dim * fraction)
-        if rotary_dim < 2 or rotary_dim % 2:
-            turned = f"{rotary_dim} of {head_dim} features turned; needs an even number ≥ 2"
-            raise refuse(cls.title, "rotary_pct", fraction, turned)
+        rotary_dim = turned_features(cls.title, "rotary_pct", fraction, head_dim)
         return cls(
             vocab_size=hf["vocab_size"],
             max_len=hf.get("max_position_embeddings", 2048),
@@ -127,7 +129,7 @@ class GPTNeoXConfig(DecoderConfig):
             d_ff=hf["intermediate_size"],
             activation=ACTIVATIONS[act],  # type: ignore[arg-type]
             rope_theta=rope_theta(hf, cls.title, hf.get("rotary_emb_base", 10000.0)),
-            rotary_dim=None if rotary_dim == head_dim else rotary_dim,
+            rotary_dim=rotary_dim,
             parallel=bool(hf.get("use_parallel_residual", True)),
             norm_eps=hf.get("layer_norm_eps", 1e-5),
             tie_weights=hf.get("tie_word_embeddings", False),

@@ -162,8 +162,9 @@ class LlamaConfig(DecoderConfig):
         return cls(**cls.llama_fields(hf))
 
     @classmethod
-    def llama_fields(cls, hf: dict[str, Any]) -> dict[str, Any]:
-        """The shared fields of a Llama-shaped ``config.json`` (its subclasses' too)."""
+    def llama_fields(cls, hf: dict[str, Any], norm_eps: float = 1e-6) -> dict[str, Any]:
+        """The shared fields of a Llama-shaped ``config.json`` (its subclasses' too);
+        ``norm_eps`` where it gives no ``rms_norm_eps`` (the family's default)."""
         family = cls.title
         if hf.get("hidden_act", "silu") != "silu":
             raise refuse(family, "hidden_act", hf["hidden_act"], "silu")
@@ -198,7 +199,7 @@ class LlamaConfig(DecoderConfig):
             attention_dropout=hf.get("attention_dropout", 0.0),
             rope_theta=theta,
             rope_scaling=scaling,
-            norm_eps=hf.get("rms_norm_eps", 1e-6),
+            norm_eps=hf.get("rms_norm_eps", norm_eps),
             bias=bool(attention_bias),
             tie_weights=hf.get("tie_word_embeddings", False),
         )

@@ -66,7 +66,7 @@ class MixtralConfig(MistralConfig):
             raise refuse(cls.title, "layer_types", hf["layer_types"], "only None")
         plain = {**hf, "attention_bias": False, "mlp_bias": False}  # transformers builds none
         return cls(
-            **cls.llama_fields({**plain, "rms_norm_eps": hf.get("rms_norm_eps", 1e-5)}),
+            **cls.llama_fields(plain, norm_eps=1e-5),
             attention_window=window_from_sliding(cls.title, hf.get("sliding_window")),
             num_experts=hf.get("num_local_experts", 8),
             top_k=hf.get("num_experts_per_tok", 2),

@@ -28,16 +28,25 @@ OLMO_READS = LLAMA_READS | {"clip_qkv"}
 OLMO2_READS = LLAMA_READS
 
 
-def _olmo_fields(cls: type[LlamaConfig], hf: dict[str, Any], eps: float | None) -> dict:
-    """Llama's fields of an OLMo ``config.json``. Its ``attention_bias`` (q, k, v and o
-    only) is refused: every released OLMo has none, and glassformer's one bias covers the
-    MLP too. ``mlp_bias`` is not read by transformers' OLMo (the MLP has none), nor by
-    OLMo 1 its ``rms_norm_eps`` (its LayerNorm's is ``eps``, 1e-5): both are left."""
+def _olmo_fields(cls: type[LlamaConfig], hf: dict[str, Any]) -> dict:
+    """Llama's fields of an OLMo ``config.json`` (its norms' epsilon 1e-5 where it gives
+    none). Its ``attention_bias`` (q, k, v and o only) is refused: every released OLMo has
+    none, and glassformer's one bias covers the MLP too. ``mlp_bias`` is not read by
+    transformers' OLMo (the MLP has none): it is left."""
     cls.check_hf_fields(hf)
     if hf.get("attention_bias", False):
         raise refuse(cls.title, "attention_bias", True, "false: no released OLMo has one")
-    eps = hf.get("rms_norm_eps", 1e-5) if eps is None else eps
-    return cls.llama_fields({**hf, "mlp_bias": False, "rms_norm_eps": eps})
+    return cls.llama_fields({**hf, "mlp_bias": False}, norm_eps=1e-5)
+
+
+def all_heads_qk_norms(config: LlamaConfig, *, float_weight: bool) -> dict[str, nn.Module]:
+    """``q_norm`` and ``k_norm`` over every head's features at once (OLMo 2's, OLMoE's)."""
+    kv_heads = config.num_kv_heads or config.num_heads
+    return {
+        f"{which}_norm": AllHeadsRMSNorm(heads * config.width, eps=config.norm_eps,
+                                         float_weight=float_weight)
+        for which, heads in (("q", config.num_heads), ("k", kv_heads))
+    }  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +73,9 @@ class OlmoConfig(LlamaConfig):
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> OlmoConfig:
-        return cls(**_olmo_fields(cls, hf, eps=1e-5), clip_qkv=hf.get("clip_qkv"))
+        # transformers' OLMo 1 reads no rms_norm_eps: its LayerNorm's epsilon is 1e-5
+        plain = {k: v for k, v in hf.items() if k != "rms_norm_eps"}
+        return cls(**_olmo_fields(cls, plain), clip_qkv=hf.get("clip_qkv"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,10 +92,7 @@ class Olmo2Config(LlamaConfig):
         return RMSNorm(self.d_model, eps=self.norm_eps, float_weight=True)
 
     def attention(self, layer: int, **more: Any) -> MultiHeadAttention:
-        heads, kv_heads = self.num_heads, self.num_kv_heads or self.num_heads
-        q_norm = AllHeadsRMSNorm(heads * self.width, eps=self.norm_eps, float_weight=True)
-        k_norm = AllHeadsRMSNorm(kv_heads * self.width, eps=self.norm_eps, float_weight=True)
-        return super().attention(layer, q_norm=q_norm, k_norm=k_norm, **more)
+        return super().attention(layer, **all_heads_qk_norms(self, float_weight=True), **more)
 
     def block_norms(self) -> dict[str, Any]:
         """No norm before a sub-layer, one after each."""
@@ -92,4 +100,4 @@ class Olmo2Config(LlamaConfig):
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> Olmo2Config:
-        return cls(**_olmo_fields(cls, hf, eps=None))
+        return cls(**_olmo_fields(cls, hf))

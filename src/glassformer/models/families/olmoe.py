@@ -19,9 +19,9 @@ from torch import nn
 from glassformer.models.families.decoder import refuse
 from glassformer.models.families.llama import LLAMA_READS, LlamaConfig
 from glassformer.models.families.mixtral import MOE_TRAINING, check_experts
+from glassformer.models.families.olmo import all_heads_qk_norms
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.experts import MixtureOfExperts
-from glassformer.modules.norms import AllHeadsRMSNorm
 
 OLMOE_READS = (LLAMA_READS - {"mlp_bias"}) | MOE_TRAINING | {
     "num_experts", "num_experts_per_tok", "norm_topk_prob", "clip_qkv"
@@ -46,13 +46,8 @@ class OlmoeConfig(LlamaConfig):
         check_experts(self.num_experts, self.top_k)
 
     def attention(self, layer: int, **more: Any) -> MultiHeadAttention:
-        kv_heads = self.num_kv_heads or self.num_heads
-        return super().attention(
-            layer,
-            q_norm=AllHeadsRMSNorm(self.num_heads * self.width, eps=self.norm_eps),
-            k_norm=AllHeadsRMSNorm(kv_heads * self.width, eps=self.norm_eps),
-            **more,
-        )
+        # (OLMoE's norms cast, then scale, as Llama's: not OLMo 2's float32 weight)
+        return super().attention(layer, **all_heads_qk_norms(self, float_weight=False), **more)
 
     def mlp(self, layer: int) -> nn.Module:
         return MixtureOfExperts(d_model=self.d_model, d_ff=self.d_ff, num_experts=self.num_experts,
@@ -65,7 +60,7 @@ class OlmoeConfig(LlamaConfig):
             raise refuse(cls.title, "clip_qkv", hf["clip_qkv"], "null: none released sets it")
         if hf.get("attention_bias", False):
             raise refuse(cls.title, "attention_bias", True, "false: no released OLMoE has one")
-        fields = cls.llama_fields({**hf, "rms_norm_eps": hf.get("rms_norm_eps", 1e-5)})
+        fields = cls.llama_fields(hf, norm_eps=1e-5)
         return cls(
             **fields,
             num_experts=hf.get("num_experts", 64),

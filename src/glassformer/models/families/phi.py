@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from glassformer.models.checks import check_finite
-from glassformer.models.families.decoder import partial_rotary, refuse, rope, scaling_field
+from glassformer.models.families.decoder import (
+    partial_rotary,
+    refuse,
+    rope,
+    scaling_field,
+    turned_features,
+)
 from glassformer.models.families.gpt_neox import ACTIVATIONS
 from glassformer.models.families.gptj import GPTJConfig
 from glassformer.modules.attention import MultiHeadAttention
@@ -87,10 +93,7 @@ class PhiConfig(GPTJConfig):
         d_model, num_heads = hf["hidden_size"], hf["num_attention_heads"]
         head_dim = d_model // num_heads
         fraction = partial_rotary(hf, 0.5)
-        rotary_dim = int(head_dim * fraction)
-        if rotary_dim < 2 or rotary_dim % 2:
-            turned = f"{rotary_dim} of {head_dim} features turned; needs an even number ≥ 2"
-            raise refuse(cls.title, "partial_rotary_factor", fraction, turned)
+        rotary_dim = turned_features(cls.title, "partial_rotary_factor", fraction, head_dim)
         theta, scaling = rope(hf, cls.title)
         return cls(
             vocab_size=hf["vocab_size"],
@@ -103,7 +106,7 @@ class PhiConfig(GPTJConfig):
             activation=ACTIVATIONS[act],  # type: ignore[arg-type]
             rope_theta=theta,
             rope_scaling=scaling,
-            rotary_dim=None if rotary_dim == head_dim else rotary_dim,
+            rotary_dim=rotary_dim,
             qk_norm=bool(hf.get("qk_layernorm", False)),
             norm_eps=hf.get("layer_norm_eps", 1e-5),
             tie_weights=hf.get("tie_word_embeddings", False),

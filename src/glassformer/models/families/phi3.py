@@ -64,7 +64,7 @@ class Phi3Config(MistralConfig):
             if isinstance(hf.get(field), dict):
                 plain[field] = {k: v for k, v in hf[field].items() if k != "partial_rotary_factor"}
         window = window_from_sliding(cls.title, hf.get("sliding_window"))
-        fields = cls.llama_fields({**plain, "rms_norm_eps": hf.get("rms_norm_eps", 1e-5)})
+        fields = cls.llama_fields(plain, norm_eps=1e-5)
         return cls(
             **fields,
             attention_window=window,
