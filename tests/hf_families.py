@@ -58,6 +58,18 @@ def with_config(path, **changes) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
+def check_refused(path, message: str, cls=None, **changes) -> None:
+    """The directory ``path`` with its ``config.json`` changed by ``changes`` is refused in
+    one line matching ``message`` (``cls``: the model class that opens it; GPT)."""
+    from glassformer import GPT
+    from glassformer.checkpoint import CheckpointError
+
+    with_config(path, **changes)
+    with pytest.raises(CheckpointError, match=message) as error:
+        (cls or GPT).from_pretrained(path)
+    assert "\n" not in str(error.value)
+
+
 def randomize(
     model: torch.nn.Module,
     seed: int = 0,
