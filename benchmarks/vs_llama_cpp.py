@@ -95,7 +95,7 @@ def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 before = rss()
 torch.set_num_threads(int(sys.argv[2]))
-model = GPT.from_pretrained(sys.argv[1]).for_inference(sys.argv[4])
+model = GPT.from_pretrained(sys.argv[1], dtype=sys.argv[4])  # as the CLI reads it
 with torch.inference_mode():
     model.generate(torch.tensor([json.loads(sys.argv[3])]), 32, do_sample=False, eos_id=None)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -155,8 +155,8 @@ def weight_bytes(model) -> int:
     seen: dict[int, int] = {}
     for module in model.modules():
         if isinstance(module, GGUFLinear):
-            for _, blocks in module.parts():
-                seen[blocks.data_ptr()] = blocks.numel()
+            for _, kept in module.stored():  # blocks or interleaved rows: the same bytes
+                seen[kept.data_ptr()] = kept.numel()
     return sum(seen.values())
 
 
@@ -165,7 +165,7 @@ def speed(
 ) -> dict:
     from glassformer import GPT
 
-    model = GPT.from_pretrained(path).for_inference(dtype)
+    model = GPT.from_pretrained(path, dtype=dtype)
     chat = tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
     prompt = torch.tensor([tokenizer.encode(chat)])
     long = torch.randint(1000, 40000, (1, 512), generator=torch.Generator().manual_seed(0))
@@ -237,7 +237,7 @@ def same_tokens(path: Path, python: str, tokenizer, emulate: bool, dtype: str) -
     ``emulate``, also with llama.cpp's rounding put into glassformer's computation."""
     from glassformer import GPT
 
-    model = GPT.from_pretrained(path).for_inference(dtype)
+    model = GPT.from_pretrained(path, dtype=dtype)
     prompts = [
         tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": p}]))
         for p in PROMPTS
@@ -288,7 +288,7 @@ def perplexity(
     found = re.search(r"Final estimate: PPL = ([0-9.]+)", run.stdout + run.stderr)
     if not found:
         raise SystemExit(f"llama-perplexity gave no estimate:\n{run.stderr[-2000:]}")
-    model = GPT.from_pretrained(path).for_inference(dtype)
+    model = GPT.from_pretrained(path, dtype=dtype)
     ids = tokenizer.encode(text_file.read_text())
     if add_bos is not None:
         ids = [add_bos, *ids]

@@ -524,6 +524,26 @@ def test_smollm2_path_finds_the_packaged_file():
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90e6
 
 
+@pytest.mark.parametrize("dtype", ["gguf", "gguf-q8"])
+def test_smollm2_read_into_its_blocks_keeps_one_copy_of_each_weight(dtype):
+    """The rows interleaved replace the file's blocks: no layer keeps both, the fused gate/up
+    and the token table share what the layers keep, and the bytes kept are the file's
+    weight bytes once (a Q4_1 file of Q4_1 and Q8_0 tensors: every one interleaves)."""
+    import gguf
+
+    from glassformer import GPT
+    from glassformer.kernels.gguf_linear import GGUFEmbedding, GGUFLinear
+
+    model = GPT.from_pretrained(_smollm2(), dtype=dtype)
+    layers = [m for m in model.modules() if isinstance(m, GGUFLinear)]
+    assert all(m.interleaved and not hasattr(m, "blocks0") for m in layers)
+    kept = {t.data_ptr(): t.numel() for m in layers for t in m.kept()}
+    (table,) = [m for m in model.modules() if isinstance(m, GGUFEmbedding)]
+    assert table.table.data_ptr() == model.lm_head.packed()[0].data_ptr()
+    matrices = [t for t in gguf.GGUFReader(_smollm2()).tensors if len(t.shape) == 2]
+    assert sum(kept.values()) == sum(int(t.n_bytes) for t in matrices)
+
+
 @pytest.mark.slow
 def test_smollm2_state_dict_equals_transformers():
     """Every tensor equals what transformers' own GGUF loader gives for the same file (to

@@ -35,6 +35,7 @@ int stub_id(void) { return ID; }
 void gguf_matmul(void) {}
 void gguf_matmul_interleaved(void) {}
 void gguf_dequantize(void) {}
+void gguf_dequantize_interleaved(void) {}
 void one_query_attention(void) {}
 #ifdef MARKER
 __attribute__((constructor)) static void planted(void) {

@@ -79,6 +79,17 @@ def test_the_token_table_looks_rows_up_in_the_blocks():
         table(torch.tensor([[1, 50]]))
 
 
+def test_the_token_table_reads_a_tied_heads_interleaved_rows():
+    blocks = random_blocks(Q8_0, 64, 64)
+    head = GGUFLinear([(Q8_0, blocks)], in_features=64)
+    assert head.interleaved
+    table = GGUFEmbedding(head.stored()[0], embedding_dim=64)
+    plain = GGUFEmbedding((Q8_0, blocks), embedding_dim=64)
+    ids = torch.tensor([[3, 0, 63], [17, 17, 40]])
+    assert table.num_embeddings == 64 and table.table.data_ptr() == head.packed()[0].data_ptr()
+    assert torch.equal(table(ids), plain(ids)) and torch.equal(table.weight, plain.weight)
+
+
 def test_bad_parts_are_one_line():
     blocks = random_blocks(Q8_0, 4, 64)
     with pytest.raises(
@@ -128,7 +139,8 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
     """The portable path (each block decoded, then multiplied: CPUs without AVX-512) and the
     AVX-512 one, built from the same source, against the readable decoder, every type, one
     row of input and five (a group of four, then one); the interleaved rows, exact and with
-    the input rounded to 8 bits (in integers with VNNI, else in plain C)."""
+    the input rounded to 8 bits (in integers with VNNI, else in plain C), and decoded from
+    them bit for bit."""
     import ctypes
     import shutil
 
@@ -139,26 +151,32 @@ def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, f
     command = [compiler, *gguf_linear.FLAGS, *flags, "-o", str(library), str(gguf_linear.SOURCE)]
     subprocess.run([*command, "-lm"], check=True, capture_output=True)
     lib = ctypes.CDLL(str(library))
+    size = ctypes.c_int64
     for kind in sorted(BLOCK_BYTES):
-        layer = GGUFLinear([(kind, random_blocks(kind, 32, 256, seed=kind))], in_features=256)
-        args = gguf_linear._arguments(layer.parts())
+        blocks = random_blocks(kind, 32, 256, seed=kind)
+        weight = GGUFLinear([(kind, blocks)], in_features=256).dequantized()
+        _, *args = gguf_linear._arguments([(kind, blocks)])
         for rows in (1, 5):
             x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
             y = torch.empty(rows, 32)
             pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, y)]
-            lib.gguf_matmul(*args, *pointers, ctypes.c_int64(rows), ctypes.c_int64(256), 0)
-            reference = x.double() @ layer.dequantized().double().t()
+            lib.gguf_matmul(*args, *pointers, size(rows), size(256), 0)
+            reference = x.double() @ weight.double().t()
             assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags)
             if kind not in gguf_linear.INTERLEAVED:
                 continue
-            rows16 = interleave(kind, layer.blocks0)  # kept alive while C reads it
-            packed = gguf_linear._arguments([(kind, rows16)], rows_each=16)
+            rows16 = interleave(kind, blocks)  # kept alive while C reads it
+            _, *packed = gguf_linear._arguments([(kind, rows16)])
             for rounded in (0, 1):
-                size = ctypes.c_int64
                 lib.gguf_matmul_interleaved(*packed, *pointers, size(rows), size(256), rounded)
                 expected = rounded_to_8_bits(x).double() if rounded else x.double()
-                reference = expected @ layer.dequantized().double().t()
+                reference = expected @ weight.double().t()
                 assert relative(y, reference) < 1e-5, (NAMES[kind], rows, flags, rounded)
+            w = torch.empty(32, 256)
+            lib.gguf_dequantize_interleaved(
+                *packed, ctypes.c_void_p(w.data_ptr()), size(256), size(0), size(32)
+            )
+            assert torch.equal(w.view(torch.int32), weight.view(torch.int32)), (NAMES[kind], flags)
 
 
 @pytest.mark.parametrize("kind", [3, 7], ids=["Q4_1", "Q5_1"])
@@ -235,5 +253,44 @@ def test_a_layer_after_a_call_deep_copies_and_refuses_a_wrong_interleaved_copy()
     twin = copy.deepcopy(layer.eval())
     layer(x)  # the C call's arrays are made
     assert torch.equal(copy.deepcopy(layer)(x), twin(x))
-    with pytest.raises(ValueError, match="packed must be the parts interleaved"):
-        product(x, layer.parts(), 32, [layer.packed()[0][:1]])
+    mixed = [*layer.stored(), *layer.parts()]  # interleaved and blocks: not one layout
+    with pytest.raises(ValueError, match="all blocks or all interleaved .* hold 64 rows"):
+        product(x, mixed, 64)
+    with pytest.raises(ValueError, match="hold 48 rows"):
+        product(x, layer.stored(), 48)
+
+
+@pytest.mark.parametrize("rounded", [False, True], ids=["exact", "rounded"])
+@pytest.mark.parametrize("kind", sorted(gguf_linear.INTERLEAVED), ids=lambda k: NAMES[k])
+def test_a_layer_keeps_its_rows_interleaved_instead_of_the_blocks(kind, rounded):
+    """One copy of the weight: the interleaved rows replace the blocks (no ``blocks0``);
+    ``parts()`` lays the file's blocks out again byte for byte, and every path (a step's
+    rows, a prompt's, many rows decoded) computes from the interleaved copy what the blocks
+    give; a layer given that copy shares it."""
+    blocks = random_blocks(kind, 48, 256, seed=kind)
+    layer = GGUFLinear([(kind, blocks)], in_features=256, rounded=rounded)
+    expected = layer.interleaved
+    assert expected == (rounded or kind not in (Q5_0, 7))  # Q5_1 is type 7
+    if not expected:
+        assert torch.equal(layer.blocks0, blocks)
+        return
+    assert not hasattr(layer, "blocks0")
+    assert layer.packed()[0].shape == (3, 8, 16 * BLOCK_BYTES[kind])
+    assert torch.equal(layer.parts()[0][1], blocks)
+    twin = GGUFLinear(layer.stored(), in_features=256, rounded=rounded)
+    assert twin.packed()[0].data_ptr() == layer.packed()[0].data_ptr()
+    weight = GGUFLinear([(kind, blocks)], 256).dequantized()  # from the blocks, readable
+    assert torch.equal(layer.dequantized(), weight)
+    assert torch.equal(gguf_linear.decoded(layer).view(torch.int32), weight.view(torch.int32))
+    for rows in (1, 30, 80):
+        x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+        x = rounded_to_8_bits(x) if rounded else x
+        assert relative(layer(x), x.double() @ weight.double().t()) < 1e-5, rows
+
+
+def test_deinterleaving_picks_one_row_of_each_group():
+    blocks = random_blocks(Q8_0, 64, 64)
+    packed = interleave(Q8_0, blocks)
+    which = torch.tensor([5, 0, 15, 9])
+    picked = gguf_linear.deinterleave(Q8_0, packed, which)
+    assert torch.equal(picked, blocks[torch.arange(4) * 16 + which])

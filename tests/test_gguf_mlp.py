@@ -57,7 +57,8 @@ def test_the_fused_mlp_keeps_the_layers_hook_points_and_their_names():
     with torch.no_grad():
         fused(torch.randn(1, 4, D))
     assert seen == [torch.Size([1, 4, FF])]
-    assert not (fused.gate_proj.interleaved or fused.up_proj.interleaved)  # gate_up has them
+    shared = [t.data_ptr() for t in fused.gate_proj.packed() + fused.up_proj.packed()]
+    assert [t.data_ptr() for t in fused.gate_up.packed()] == shared  # one copy of the rows
 
 
 def test_layers_that_cannot_share_a_product_are_left_as_they_are():

@@ -275,9 +275,9 @@ def test_gguf_q8_rounds_every_products_input_to_8_bits(legacy_file):
     assert all(m.rounded for m in layers)
     assert q8.blocks[0].attn.qkv_proj.interleaved  # Q5_0 + Q4_1 + Q8_0 rows
     assert not q8.lm_head.interleaved  # 300 rows: not a multiple of 16
-    mlp = q8.blocks[0].mlp  # gate and up interleaved once, fused: no copies of their own
-    assert mlp.gate_up.interleaved and not (mlp.gate_proj.interleaved or mlp.up_proj.interleaved)
-    assert "packed0" not in dict(mlp.gate_proj.named_buffers())
+    mlp = q8.blocks[0].mlp  # gate and up interleaved once, fused: the same copies, shared
+    shared = [t.data_ptr() for t in mlp.gate_proj.packed() + mlp.up_proj.packed()]
+    assert mlp.gate_up.interleaved and [t.data_ptr() for t in mlp.gate_up.packed()] == shared
     ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         plain = {rows: exact(ids[:, :rows]).logits for rows in (1, 3, 20)}

@@ -129,9 +129,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     products = [*parts, pointer, pointer, size, size, ctypes.c_int]  # x, y, M, K, rounded
     lib.gguf_matmul.argtypes = lib.gguf_matmul_interleaved.argtypes = products
     lib.gguf_matmul_interleaved.restype = None
-    lib.gguf_dequantize.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
+    for decoder in (lib.gguf_dequantize, lib.gguf_dequantize_interleaved):
+        decoder.argtypes = [*parts, pointer, size, size, size]  # w, K, first, count
+        decoder.restype = None
     lib.one_query_attention.argtypes = [*[pointer] * 5, *[size] * 6, ctypes.c_float]
-    lib.gguf_matmul.restype = lib.gguf_dequantize.restype = lib.one_query_attention.restype = None
+    lib.gguf_matmul.restype = lib.one_query_attention.restype = None
 
 
 # ---- what the library's bytes depend on --------------------------------------------------

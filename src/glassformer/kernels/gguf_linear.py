@@ -11,13 +11,14 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
 - the readable one: decode the blocks to fp32 (``dequantized()``, PyTorch code equal to the
   gguf package's decoder bit for bit) and call ``F.linear``;
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
-  cache folder and loaded with ``ctypes``. A decoding step's rows (up to ``FEW_ROWS``) are
-  multiplied from a copy of the rows interleaved 16 at a time (``interleave``: Q4_0, Q4_1,
-  Q8_0; rounded, Q5_0 and Q5_1 too), 16 rows' sums at once; a few rows (a short prompt, other types)
-  straight from the blocks, block by block, in fp32 (AVX-512 where the compiler targets it,
-  OpenMP threads over the rows); many rows (a prompt) decode the weight once, in C, and use
-  PyTorch's fp32 matrix product. Where no compiler is found the readable path runs, with one
-  warning.
+  cache folder and loaded with ``ctypes``. Where a weight's types allow (Q4_0, Q4_1, Q8_0;
+  rounded, Q5_0 and Q5_1 too) the layer keeps its rows interleaved 16 at a time
+  (``interleave``) in place of the file's layout: one copy of the weight, from which a
+  decoding step's and a prompt's rows are multiplied, 16 rows' sums at once. Other types
+  are multiplied straight from the blocks, block by block, in fp32 (AVX-512 where the
+  compiler targets it; OpenMP threads over the rows). Many rows (a long prompt) decode the
+  weight, a tile at a time, in C, and use PyTorch's fp32 matrix product. Where no compiler is
+  found the readable path runs, with one warning.
 
 ``rounded`` (the dtype ``"gguf-q8"``) trades exactness for speed, much as llama.cpp does: every
 product's input is rounded to 8 bits, 32 values to a scale (``rounded_to_8_bits``); a
@@ -55,14 +56,12 @@ from glassformer.kernels.quantized import DecodedWeight
 
 # From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
 # TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
-# took 113 MB, which glibc then kept); below, the rows are multiplied straight from the
-# blocks, four at a time per decoded block (SmolLM2, 2-core Intel Xeon, a forward of 27 rows:
-# 67 ms from the blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198).
+# took 113 MB, which glibc then kept); below, the rows are multiplied from the interleaved
+# rows or the blocks (SmolLM2, 2-core Intel Xeon, a forward of 27 rows: 67 ms from the
+# blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198; from the interleaved rows,
+# exact: 71 rows 230 ms, 72 decoded 254, 128 rows 402 against 311 decoded).
 MANY_ROWS = 72
 TILE = 1024
-# Up to this many input rows (a decoding step's), the weight's rows are read interleaved 16
-# at a time where its types allow (``interleave``).
-FEW_ROWS = 4
 # The types whose rows interleave: the widths of the fields before a block's values (d, m,
 # the fifth bits), in bytes
 INTERLEAVED = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
@@ -76,11 +75,13 @@ class GGUFLinear(DecodedWeight):
     q/k/v projection whose three tensors have different types has three parts).
 
     Where every part is Q4_0, Q4_1 or Q8_0 (and, ``rounded``, Q5_0 or Q5_1) of a multiple of
-    16 rows and the C library is built, the layer also keeps them interleaved (``packed()``)
-    for a decoding step's few rows. ``rounded``: the input is rounded to 8 bits first
+    16 rows and the C library is built, the layer keeps its rows interleaved (``packed()``)
+    *instead of* the file's layout: every product reads them, and ``parts()`` lays them out
+    as the file had them again, on demand. A part may be given either way (the file's
+    ``(rows, bytes)`` blocks or ``interleave``'s copy), so layers share what another kept
+    (``stored()``). ``rounded``: the input is rounded to 8 bits first
     (``for_inference("gguf-q8")``), whichever path computes."""
 
-    blocks0: Tensor  # the first part's blocks (blocks1, ... the others')
     bias: Tensor | None
 
     def __init__(
@@ -93,46 +94,55 @@ class GGUFLinear(DecodedWeight):
         super().__init__()
         if not parts:
             raise ValueError("a GGUFLinear needs at least one part")
-        for kind, blocks in parts:
-            _check_part(kind, blocks, in_features)
+        for kind, stored in parts:
+            _check_part(kind, stored, in_features)
         self.in_features, self.rounded = in_features, rounded
         self.types = tuple(int(kind) for kind, _ in parts)
-        self.rows = tuple(int(blocks.shape[0]) for _, blocks in parts)
+        self.rows = tuple(_rows_of(stored) for _, stored in parts)
         self.out_features = sum(self.rows)
-        for i, (_, blocks) in enumerate(parts):
-            self.register_buffer(f"blocks{i}", blocks, persistent=False)
         self.register_buffer("bias", bias)
         self.fast = kernels() is not None  # built now: not while a graph is being traced
         # Q5 rows pay interleaved only in integers: exact, their fifth bits cost as much as
         # the rows save (SmolLM2's Q4_K_M file, a step's products: 8.25 ms against 8.15)
         kinds = set(INTERLEAVED) - (set() if rounded else {Q5_0, Q5_1})
         self.interleaved = self.fast and all(
-            kind in kinds and len(blocks) % 16 == 0 for kind, blocks in parts
+            kind in kinds and rows % 16 == 0
+            for kind, rows in zip(self.types, self.rows, strict=True)
         )
-        for i, (kind, blocks) in enumerate(parts if self.interleaved else []):
-            self.register_buffer(f"packed{i}", interleave(kind, blocks), persistent=False)
-        self._arguments: Calls | None = None  # the C calls' arrays, made once
+        name = "packed" if self.interleaved else "blocks"
+        for i, (kind, stored) in enumerate(parts):
+            if self.interleaved:
+                kept = stored if stored.dim() == 3 else interleave(kind, stored)
+            else:
+                kept = deinterleave(kind, stored) if stored.dim() == 3 else stored
+            self.register_buffer(f"{name}{i}", kept, persistent=False)
+        self._arguments: tuple | None = None  # the C calls' arrays, made once
+
+    def kept(self) -> list[Tensor]:
+        """The tensors this layer keeps: its parts' rows interleaved, or their blocks."""
+        name = "packed" if self.interleaved else "blocks"
+        return [self.get_buffer(f"{name}{i}") for i in range(len(self.types))]
+
+    def stored(self) -> list[Part]:
+        """The parts as this layer keeps them, which another ``GGUFLinear`` takes and
+        shares without a copy (a fused gate/up product of a gate's and an up's)."""
+        return list(zip(self.types, self.kept(), strict=True))
 
     def parts(self) -> list[Part]:
-        return [(kind, self.get_buffer(f"blocks{i}")) for i, kind in enumerate(self.types)]
+        """The parts as the file stores them: (type, (rows, bytes per row) uint8); where the
+        layer keeps its rows interleaved, a copy laid out again (``deinterleave``)."""
+        if not self.interleaved:
+            return self.stored()
+        return [(kind, deinterleave(kind, packed)) for kind, packed in self.stored()]
 
     def __getstate__(self) -> dict:
         """Without the C call's arrays (pointers: not picklable), so the layer deep-copies
         and pickles; they are made again at the next call."""
         return {**self.__dict__, "_arguments": None}
 
-    def drop_interleaved(self) -> None:
-        """Free the interleaved copy (a layer whose product another layer makes: the gate and
-        up projections once fused), which then multiplies from the blocks alone."""
-        for i in range(len(self.types) if self.interleaved else 0):
-            delattr(self, f"packed{i}")
-        self.interleaved, self._arguments = False, None
-
     def packed(self) -> list[Tensor]:
         """The parts' rows interleaved 16 at a time (``interleave``), or [] where not."""
-        if not self.interleaved:
-            return []
-        return [self.get_buffer(f"packed{i}") for i in range(len(self.types))]
+        return self.kept() if self.interleaved else []
 
     def dequantized(self) -> Tensor:
         """The weight this layer multiplies by, (N, K) fp32: the readable decoder's values."""
@@ -147,15 +157,12 @@ class GGUFLinear(DecodedWeight):
         if x.device.type == "cpu" and self.fast:
             flat = x.reshape(-1, self.in_features).float().contiguous()
             if torch.compiler.is_compiling():  # a custom operator: one node of the graph
-                y = gguf_linear(flat, self.parts(), self.out_features, self.packed(), self.rounded)
+                y = gguf_linear(flat, self.stored(), self.out_features, self.rounded)
             else:  # called straight: the operator's dispatch costs more than a small product
-                if self._arguments is None or self._arguments[0][2][0] != self.blocks0.data_ptr():
-                    self._arguments = (
-                        _arguments(self.parts()),
-                        _interleaved(self.types, self.packed()),
-                    )
-                blocks, packed = self._arguments
-                y = _compute(flat, blocks, packed, self.out_features, self.rounded)
+                first = self.kept()[0].data_ptr()
+                if self._arguments is None or self._arguments[2][0] != first:
+                    self._arguments = _arguments(self.stored())
+                y = _compute(flat, self._arguments, self.out_features, self.rounded)
             y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         else:
             x = rounded_to_8_bits(x) if self.rounded else x
@@ -174,22 +181,24 @@ class GGUFLinear(DecodedWeight):
 
 class GGUFEmbedding(nn.Module):
     """Token ids → the decoded rows of a GGUF token table (B, T) → (B, T, D), scaled by
-    ``scale``; ``num_embeddings`` and ``embedding_dim`` as ``nn.Embedding`` has them."""
+    ``scale``; ``num_embeddings`` and ``embedding_dim`` as ``nn.Embedding`` has them. The
+    table is the file's blocks, or the rows interleaved that a tied head keeps
+    (``GGUFLinear.stored()``): one copy serves both."""
 
-    blocks: Tensor
+    table: Tensor
 
     def __init__(self, part: Part, embedding_dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        kind, blocks = part
-        _check_part(kind, blocks, embedding_dim)
+        kind, table = part
+        _check_part(kind, table, embedding_dim)
         self.kind, self.embedding_dim, self.scale = int(kind), embedding_dim, scale
-        self.num_embeddings = int(blocks.shape[0])
-        self.register_buffer("blocks", blocks, persistent=False)
+        self.num_embeddings = _rows_of(table)
+        self.register_buffer("table", table, persistent=False)
 
     @property
     def weight(self) -> Tensor:
         """The whole table decoded, (V, D) fp32 (for tools that read it; decoding does not)."""
-        return dequantize(self.blocks, self.kind, (self.num_embeddings, self.embedding_dim), "")
+        return self._decoded(self._blocks())
 
     def forward(self, ids: Tensor) -> Tensor:
         if not torch.compiler.is_compiling():
@@ -199,48 +208,60 @@ class GGUFEmbedding(nn.Module):
                 raise ValueError(
                     f"token id {bad} is outside the vocabulary [0, {self.num_embeddings})"
                 )
-        rows = self.blocks.index_select(0, ids.reshape(-1))
-        x = dequantize(rows, self.kind, (*ids.shape, self.embedding_dim), NAMES[self.kind])
+        x = self._decoded(self._blocks(ids.reshape(-1))).view(*ids.shape, self.embedding_dim)
         return x * self.scale if self.scale != 1.0 else x
+
+    def _blocks(self, ids: Tensor | None = None) -> Tensor:
+        """The blocks of rows ``ids`` (all where None), (rows, bytes per row) uint8."""
+        if self.table.dim() == 2:
+            return self.table if ids is None else self.table.index_select(0, ids)
+        if ids is None:
+            return deinterleave(self.kind, self.table)
+        return deinterleave(self.kind, self.table.index_select(0, ids // 16), ids % 16)
+
+    def _decoded(self, blocks: Tensor) -> Tensor:
+        return dequantize(blocks, self.kind, (len(blocks), self.embedding_dim), NAMES[self.kind])
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, {NAMES[self.kind]}"
 
 
-def _check_part(kind: int, blocks: Tensor, in_features: int) -> None:
+def _rows_of(stored: Tensor) -> int:
+    """The weight rows a part holds: its blocks' rows, or 16 a group of its interleaved copy."""
+    return int(stored.shape[0]) * (16 if stored.dim() == 3 else 1)
+
+
+def _check_part(kind: int, stored: Tensor, in_features: int) -> None:
     if kind not in COMPUTED:
         raise ValueError(
             f"GGUF type {NAMES.get(kind, kind)} is not computed from its blocks; "
             f"these are: {', '.join(NAMES[k] for k in COMPUTED)}"
         )
     per_row = in_features // BLOCK_VALUES[kind] * BLOCK_BYTES[kind]
-    if (
-        blocks.dtype != torch.uint8
-        or blocks.dim() != 2
-        or in_features % BLOCK_VALUES[kind]
-        or blocks.shape[1] != per_row
-    ):
+    if stored.dim() == 3 and kind in INTERLEAVED:  # interleave's copy
+        fits = tuple(stored.shape[1:]) == (in_features // 32, 16 * BLOCK_BYTES[kind])
+        expected = f"(rows / 16, {in_features // 32}, {16 * BLOCK_BYTES[kind]})"
+    else:
+        fits = stored.dim() == 2 and stored.shape[1] == per_row
+        expected = f"(rows, {per_row})"
+    if stored.dtype != torch.uint8 or in_features % BLOCK_VALUES[kind] or not fits:
         raise ValueError(
-            f"{NAMES[kind]} blocks for {in_features} input features must be (rows, {per_row}) "
-            f"uint8, got {blocks.dtype} {tuple(blocks.shape)}"
+            f"{NAMES[kind]} blocks for {in_features} input features must be {expected} "
+            f"uint8, got {stored.dtype} {tuple(stored.shape)}"
         )
 
 
-def _arguments(parts: Sequence[Part], rows_each: int = 1) -> tuple:
-    """The C call's arrays for ``parts``: their count, types, addresses and rows (an entry of
-    an interleaved copy holds 16: ``rows_each``)."""
-    n = len(parts)
+def _arguments(stored: Sequence[Part]) -> tuple:
+    """The C calls' arrays for parts as a layer keeps them (``GGUFLinear.stored()``): whether
+    they are interleaved, then their count, types, addresses and rows."""
+    n, interleaved = len(stored), stored[0][1].dim() == 3
     return (
+        interleaved,
         n,
-        (ctypes.c_int * n)(*[kind for kind, _ in parts]),
-        (ctypes.c_void_p * n)(*[blocks.data_ptr() for _, blocks in parts]),
-        (ctypes.c_int64 * n)(*[rows_each * blocks.shape[0] for _, blocks in parts]),
+        (ctypes.c_int * n)(*[kind for kind, _ in stored]),
+        (ctypes.c_void_p * n)(*[kept.data_ptr() for _, kept in stored]),
+        (ctypes.c_int64 * n)(*[_rows_of(kept) for _, kept in stored]),
     )
-
-
-def _interleaved(types: Sequence[int], packed: Sequence[Tensor]) -> tuple | None:
-    """``_arguments`` of a layer's interleaved copies, or None where it has none."""
-    return _arguments(list(zip(types, packed, strict=True)), 16) if packed else None
 
 
 def interleave(kind: int, blocks: Tensor) -> Tensor:
@@ -260,6 +281,23 @@ def interleave(kind: int, blocks: Tensor) -> Tensor:
     return torch.cat([f.reshape(rows // 16, per_row, -1) for f in fields], dim=2).contiguous()
 
 
+def deinterleave(kind: int, packed: Tensor, which: Tensor | None = None) -> Tensor:
+    """``interleave`` undone: (groups, blocks per row, 16 · bytes per block) → the rows'
+    blocks as the file lays them out, (16 · groups, bytes per row); ``which`` (groups,):
+    only row ``which[g]`` of each group g, (groups, bytes per row)."""
+    groups, per_row, _ = packed.shape
+    fields, at = [], 0
+    for width in INTERLEAVED[kind]:  # (groups, blocks, 16 rows, width)
+        fields.append(packed[..., at : at + 16 * width].unflatten(-1, (16, width)))
+        at += 16 * width
+    values = packed[..., at:].unflatten(-1, (-1, 16, 4)).transpose(-3, -2)
+    fields.append(values.flatten(-2))  # (groups, blocks, 16 rows, value bytes)
+    rows = torch.cat(fields, dim=-1)  # (groups, blocks, 16 rows, bytes per block)
+    if which is not None:
+        return rows[torch.arange(groups), :, which].reshape(groups, -1)
+    return rows.transpose(1, 2).reshape(16 * groups, -1)
+
+
 def rounded_to_8_bits(x: Tensor) -> Tensor:
     """``x`` as ``rounded`` products see it: each 32 values of a row rounded to 8 bits with
     their own scale, d = max|x| / 127, x ≈ d · round(x · (1 / d)), ties to even (what
@@ -272,29 +310,28 @@ def rounded_to_8_bits(x: Tensor) -> Tensor:
     return (torch.round(blocks * inverse) * d).flatten(-2).to(x.dtype)
 
 
-def _compute(
-    x: Tensor, args: tuple, packed: tuple | None, out_features: int, rounded: bool = False
-) -> Tensor:
-    """(M, K) fp32 times the weight of the parts of ``args`` transposed → (M, N): for a
-    step's rows from the rows interleaved (``packed``, where there are; ``rounded``: x
-    rounded to 8 bits first), for a few rows straight from the blocks in C, for many
-    decoded in C then PyTorch's GEMM."""
+def _compute(x: Tensor, args: tuple, out_features: int, rounded: bool = False) -> Tensor:
+    """(M, K) fp32 times the weight of the parts of ``args`` (``_arguments``) transposed →
+    (M, N). Rows interleaved: up to ``MANY_ROWS`` rows of x multiplied from them in C
+    (``rounded``: x rounded to 8 bits first, multiplied in integers). Blocks as the file
+    has them: a few rows of x straight from them in C. Many rows: the weight decoded in C,
+    a tile at a time, then PyTorch's GEMM."""
     lib = kernels()
     assert lib is not None  # the layer checked
+    interleaved, *calls = args
     M, K = x.shape
     y = torch.empty(M, out_features, dtype=torch.float32, device="cpu")  # C writes fp32
-    if packed is not None and M <= FEW_ROWS:  # rounded: in C, multiplied in integers
-        lib.gguf_matmul_interleaved(*packed, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
+    if M < MANY_ROWS:
+        product = lib.gguf_matmul_interleaved if interleaved else lib.gguf_matmul
+        product(*calls, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
         return y
-    if M >= MANY_ROWS:
-        x = rounded_to_8_bits(x) if rounded else x  # the same rounding, then exact sums
-        tile = torch.empty(min(TILE, out_features), K, dtype=torch.float32, device="cpu")
-        for first in range(0, out_features, TILE):
-            count = min(TILE, out_features - first)
-            lib.gguf_dequantize(*args, tile.data_ptr(), K, first, count)
-            torch.mm(x, tile[:count].t(), out=y[:, first : first + count])
-        return y
-    lib.gguf_matmul(*args, x.data_ptr(), y.data_ptr(), M, K, int(rounded))  # rounded in C
+    x = rounded_to_8_bits(x) if rounded else x  # the same rounding, then exact sums
+    decoder = lib.gguf_dequantize_interleaved if interleaved else lib.gguf_dequantize
+    tile = torch.empty(min(TILE, out_features), K, dtype=torch.float32, device="cpu")
+    for first in range(0, out_features, TILE):
+        count = min(TILE, out_features - first)
+        decoder(*calls, tile.data_ptr(), K, first, count)
+        torch.mm(x, tile[:count].t(), out=y[:, first : first + count])
     return y
 
 
@@ -304,74 +341,56 @@ def decoded(layer: GGUFLinear) -> Tensor:
     if lib is None:
         raise RuntimeError("the GGUF kernels are not built on this machine")
     w = torch.empty(layer.out_features, layer.in_features, dtype=torch.float32, device="cpu")
-    args = _arguments(layer.parts())
-    lib.gguf_dequantize(*args, w.data_ptr(), layer.in_features, 0, layer.out_features)
+    interleaved, *calls = _arguments(layer.stored())
+    decoder = lib.gguf_dequantize_interleaved if interleaved else lib.gguf_dequantize
+    decoder(*calls, w.data_ptr(), layer.in_features, 0, layer.out_features)
     return w
 
 
-Calls = tuple[tuple, tuple | None]  # the C calls' arrays: the blocks', the interleaved rows'
-_ARGUMENTS: dict[tuple[int, ...], Calls] = {}  # by the blocks' addresses
+_ARGUMENTS: dict[tuple[int, ...], tuple] = {}  # the C calls' arrays, by the parts' addresses
 
 
 def _operator(
-    x: Tensor,
-    blocks: list[Tensor],
-    types: list[int],
-    out_features: int,
-    packed: list[Tensor],
-    rounded: bool,
+    x: Tensor, stored: list[Tensor], types: list[int], out_features: int, rounded: bool
 ) -> Tensor:
     """``_compute`` as the PyTorch operator ``glassformer::gguf_linear``, which a compiled
     graph calls as one node."""
-    # every address the arrays hold: a freed layer's blocks may be followed at the same
-    # address by another's whose interleaved copy lies elsewhere
-    tensors = [*blocks, *packed]
-    key = (*types, *(t.data_ptr() for t in tensors), *(len(t) for t in tensors))
+    # every address and shape: a freed layer's parts may be followed at the same address
+    # by another's laid out otherwise
+    key = (*types, *(t.data_ptr() for t in stored), *(s for t in stored for s in t.shape))
     args = _ARGUMENTS.get(key)
     if args is None:
-        interleaved = _interleaved(types, packed)
-        args = _ARGUMENTS[key] = (_arguments(list(zip(types, blocks, strict=True))), interleaved)
-    return _compute(x, args[0], args[1], out_features, rounded)
+        args = _ARGUMENTS[key] = _arguments(list(zip(types, stored, strict=True)))
+    return _compute(x, args, out_features, rounded)
 
 
 # Defined through torch.library's operator registry (not @custom_op, whose Python dispatch
 # cost 10 us a call here against 3: a decoding step makes some 150 of them).
 _LIBRARY = torch.library.Library("glassformer", "FRAGMENT")  # gguf_kernels defines it
 _LIBRARY.define(
-    "gguf_linear(Tensor x, Tensor[] blocks, int[] types, int out_features, Tensor[] packed,"
-    " bool rounded) -> Tensor"
+    "gguf_linear(Tensor x, Tensor[] stored, int[] types, int out_features, bool rounded) -> Tensor"
 )
 _LIBRARY.impl("gguf_linear", _operator, "CPU")
 
 
 @torch.library.register_fake("glassformer::gguf_linear")
-def _(
-    x: Tensor,
-    blocks: list[Tensor],
-    types: list[int],
-    out_features: int,
-    packed: list[Tensor],
-    rounded: bool,
-) -> Tensor:
+def _(x: Tensor, stored: list[Tensor], types: list[int], out_features: int, rounded: bool):
     return x.new_empty(x.shape[0], out_features)
 
 
 def gguf_linear(
-    x: Tensor,
-    parts: Sequence[Part],
-    out_features: int,
-    packed: Sequence[Tensor] = (),
-    rounded: bool = False,
+    x: Tensor, parts: Sequence[Part], out_features: int, rounded: bool = False
 ) -> Tensor:
     """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N);
-    ``packed``: the parts interleaved (``GGUFLinear.packed``), or none; ``rounded``: x
-    rounded to 8 bits first (``rounded_to_8_bits``), whichever path computes."""
-    blocks, types = [b for _, b in parts], [k for k, _ in parts]
-    if packed and not (
-        len(packed) == len(parts)
-        and all(k in INTERLEAVED for k in types)
-        and all(16 * len(p) == len(b) for p, b in zip(packed, blocks, strict=True))
-    ):
-        raise ValueError("packed must be the parts interleaved (GGUFLinear.packed()), or empty")
-    op = torch.ops.glassformer.gguf_linear
-    return op(x, blocks, types, out_features, list(packed), rounded)
+    ``parts`` as a layer keeps them (``GGUFLinear.stored()``): every one the file's blocks,
+    or every one interleaved; ``rounded``: x rounded to 8 bits first
+    (``rounded_to_8_bits``), whichever path computes."""
+    stored, types = [t for _, t in parts], [k for k, _ in parts]
+    for kind, t in parts:
+        _check_part(kind, t, x.shape[-1])
+    if len({t.dim() for t in stored}) != 1 or sum(map(_rows_of, stored)) != out_features:
+        raise ValueError(
+            f"parts must be all blocks or all interleaved (GGUFLinear.stored()) and hold "
+            f"{out_features} rows; got shapes {[tuple(t.shape) for t in stored]}"
+        )
+    return torch.ops.glassformer.gguf_linear(x, stored, types, out_features, rounded)

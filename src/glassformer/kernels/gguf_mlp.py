@@ -5,8 +5,8 @@ calls into the C library, one product of ``2·d_ff`` outputs costs one. So where
 computes from a file's blocks, ``for_inference`` swaps each ``modules.GatedFeedForward`` whose
 gate and up projections are both ``GGUFLinear`` (and have no bias) for this subclass: the
 same layers, hook points and activation, plus ``gate_up``, the two projections' blocks
-stacked. ``gate_proj`` and ``up_proj`` stay (what reads their weights finds them) but drop
-their interleaved copies, which ``gate_up`` now holds.
+stacked. ``gate_proj`` and ``up_proj`` stay (what reads their weights finds them), sharing
+their stored rows with ``gate_up`` (one copy of each).
 """
 
 from __future__ import annotations
@@ -38,10 +38,9 @@ class FusedGatedFeedForward(GatedFeedForward):
         )
         for name, child in mlp.named_children():
             fused.add_module(name, child)
-        fused.gate_up = GGUFLinear(gate.parts() + up.parts(), up.in_features, rounded=rounded)
+        # their rows as they keep them, shared: no second copy
+        fused.gate_up = GGUFLinear(gate.stored() + up.stored(), up.in_features, rounded=rounded)
         fused.training = mlp.training
-        gate.drop_interleaved()  # gate_up makes their product
-        up.drop_interleaved()
         return fused
 
     def forward(self, x: Tensor) -> Tensor:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from glassformer.kernels.fidelity import (
     Fidelity,
@@ -207,15 +207,20 @@ def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded
     kind keeps an fp32 weight: where it has none yet (a model built on the meta device to
     be read straight into its blocks), its parts decoded."""
     modules = dict(model.named_modules())
-    for weight, parts in blocks.items():
+    kept: dict[int, Tensor] = {}  # a file tensor's id → what a linear layer keeps of it
+    linears_first = sorted(blocks.items(), key=lambda item: not _is_linear(modules, item[0]))
+    for weight, parts in linears_first:
         path = weight.removesuffix(".weight")
         parent_path, _, name = path.rpartition(".")
         old = modules[path]
         if isinstance(old, nn.Linear):
             bias = None if old.bias is None else old.bias.detach()
-            new: nn.Module = GGUFLinear(parts, old.in_features, bias, rounded=rounded)
+            layer = GGUFLinear(parts, old.in_features, bias, rounded=rounded)
+            kept.update((id(t), k) for (_, t), (_, k) in zip(parts, layer.stored(), strict=True))
+            new: nn.Module = layer
         elif isinstance(old, TokenEmbedding) and len(parts) == 1:
-            new = GGUFEmbedding(parts[0], old.embedding_dim, old.scale)
+            kind, table = parts[0]  # a tied head's rows, interleaved: one copy for both
+            new = GGUFEmbedding((kind, kept.get(id(table), table)), old.embedding_dim, old.scale)
         else:  # stays in fp32
             weight_now = old.get_parameter("weight")
             if weight_now.is_meta:
@@ -232,6 +237,10 @@ def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded
             )
             if fused is not None:
                 setattr(parent, name, fused)
+
+
+def _is_linear(modules: dict[str, nn.Module], weight: str) -> bool:
+    return isinstance(modules[weight.removesuffix(".weight")], nn.Linear)
 
 
 def release_freed_memory() -> None:

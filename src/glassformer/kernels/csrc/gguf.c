@@ -624,6 +624,33 @@ static void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
 }
 #endif
 
+/* w (count, K) = rows first .. first + count - 1 of a weight whose parts are interleaved,
+   decoded with the arithmetic of `decode` (so equal to the reference decoder bit for bit). */
+void gguf_dequantize_interleaved(int parts, const int *types, const uint8_t *const *packed,
+                                 const int64_t *rows, float *w, int64_t K, int64_t first,
+                                 int64_t count) {
+    (void)parts;  /* part_of finds the part */
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+        int64_t row = first + i;
+        const int p = part_of(&row, rows), type = types[p], r = (int)(row % 16);
+        const int min = has_min(type), offset = stored_offset(type);
+        const int64_t bytes = interleaved_bytes(type);
+        const uint8_t *block = packed[p] + (row / 16) * (K / 32) * bytes;
+        for (int64_t k = 0; k < K; k += 32, block += bytes) {
+            const float d = half(block + 2 * r), m = min ? half(block + 32 + 2 * r) : 0.0f;
+            const uint8_t *q = block + values_at(type);
+            float *out = w + i * K + k;
+            for (int c = 0; c < 32; c++) {
+                const int v = stored_value(type, q, r, c);
+                out[c] = type == Q8_0 ? (float)(v - offset) * d
+                         : min       ? d * (float)v + m
+                                     : d * (float)(v - offset);
+            }
+        }
+    }
+}
+
 /* y (M, N) = x (M, K) times the transpose of a weight whose parts are interleaved (each part's
    rows a multiple of 16), a row of x at a time; rounded: x rounded to 8 bits first. */
 void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *packed,
