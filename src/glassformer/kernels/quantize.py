@@ -201,15 +201,18 @@ def use_gguf_blocks(model: Any, device: torch.device, rounded: bool = False) -> 
 
 
 def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded: bool) -> None:
-    """Make each layer whose weight ``blocks`` names ({weight name: its parts}) compute from
-    those blocks: a linear layer becomes a ``GGUFLinear``, a token table a ``GGUFEmbedding``,
-    and a gated MLP whose gate and up both do a ``FusedGatedFeedForward``. A layer of another
-    kind keeps an fp32 weight: where it has none yet (a model built on the meta device to
-    be read straight into its blocks), its parts decoded."""
+    """Make each layer whose weight ``blocks`` names ({weight name: its parts}, emptied as
+    it goes, so that the blocks a layer keeps interleaved are freed one layer at a time)
+    compute from those blocks: a linear layer becomes a ``GGUFLinear``, a token table a
+    ``GGUFEmbedding``, and a gated MLP whose gate and up both do a ``FusedGatedFeedForward``.
+    A layer of another kind keeps an fp32 weight: where it has none yet (a model built on
+    the meta device to be read straight into its blocks), its parts decoded."""
     modules = dict(model.named_modules())
-    kept: dict[int, Tensor] = {}  # a file tensor's id → what a linear layer keeps of it
-    linears_first = sorted(blocks.items(), key=lambda item: not _is_linear(modules, item[0]))
-    for weight, parts in linears_first:
+    # a file tensor's id → what a linear layer keeps of it (every file tensor lives from
+    # before the loop until its entry is taken out: no two of them share an id)
+    kept: dict[int, Tensor] = {}
+    for weight in sorted(blocks, key=lambda name: not _is_linear(modules, name)):
+        parts = blocks.pop(weight)  # taken out: freed once a layer keeps its own copy
         path = weight.removesuffix(".weight")
         parent_path, _, name = path.rpartition(".")
         old = modules[path]

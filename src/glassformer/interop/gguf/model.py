@@ -115,7 +115,6 @@ def _read_into_blocks(path: Path, dtype: str) -> GPT:
     unread = [name for name, p in model.named_parameters() if p.is_meta]
     if unread:
         raise CheckpointError(f"{path}: no tensor for {unread[:5]}")
-    del blocks  # the file's blocks that layers keep interleaved instead: freed, then trimmed
     return model.eval().for_inference(dtype)
 
 
