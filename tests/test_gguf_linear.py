@@ -243,21 +243,27 @@ def test_rounding_keeps_nan_and_infinity_and_zeroes_blocks_too_small_to_scale():
         assert torch.equal(layer(tiny.expand(rows, 64).contiguous()), torch.zeros(rows, 32))
 
 
-def test_a_layer_after_a_call_deep_copies_and_refuses_a_wrong_interleaved_copy():
+def test_a_layer_after_a_call_deep_copies_with_a_handle_of_its_own():
+    """A copy computes from its own rows (a compiled graph calls a layer by its handle);
+    a freed layer's handle is one line, not a crash."""
     import copy
-
-    from glassformer.kernels.gguf_linear import gguf_linear as product
+    import gc
 
     layer = GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
     x = torch.randn(1, 64)
     twin = copy.deepcopy(layer.eval())
     layer(x)  # the C call's arrays are made
-    assert torch.equal(copy.deepcopy(layer)(x), twin(x))
-    mixed = [*layer.stored(), *layer.parts()]  # interleaved and blocks: not one layout
-    with pytest.raises(ValueError, match="all blocks or all interleaved .* hold 64 rows"):
-        product(x, mixed, 64)
-    with pytest.raises(ValueError, match="hold 48 rows"):
-        product(x, layer.stored(), 48)
+    copied = copy.deepcopy(layer)
+    assert copied.handle not in (layer.handle, twin.handle)
+    copied.packed()[0].zero_()  # its own rows: the original's product is unchanged
+    op = torch.ops.glassformer.gguf_linear
+    assert torch.equal(op(x, layer.handle, 32, False), twin(x))
+    assert torch.equal(op(x, copied.handle, 32, False), torch.zeros(1, 32))
+    handle = copied.handle
+    del copied
+    gc.collect()
+    with pytest.raises(RuntimeError, match=f"no GGUF layer has handle {handle}"):
+        op(x, handle, 32, False)
 
 
 @pytest.mark.parametrize("rounded", [False, True], ids=["exact", "rounded"])

@@ -34,6 +34,8 @@ Shapes: N output features, K input features, M rows of input.
 from __future__ import annotations
 
 import ctypes
+import itertools
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -117,6 +119,7 @@ class GGUFLinear(DecodedWeight):
                 kept = deinterleave(kind, stored) if stored.dim() == 3 else stored
             self.register_buffer(f"{name}{i}", kept, persistent=False)
         self._arguments: tuple | None = None  # the C calls' arrays, made once
+        self.handle = _register(self)  # what a compiled graph's operator calls it by
 
     def kept(self) -> list[Tensor]:
         """The tensors this layer keeps: its parts' rows interleaved, or their blocks."""
@@ -140,6 +143,19 @@ class GGUFLinear(DecodedWeight):
         and pickles; they are made again at the next call."""
         return {**self.__dict__, "_arguments": None}
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy (deep-copied, unpickled) gets a handle of its own."""
+        super().__setstate__(state)
+        self.handle = _register(self)
+
+    def calls(self) -> tuple:
+        """The C calls' arrays for the tensors kept now (``_arguments``; made again where
+        they moved)."""
+        name = "packed0" if self.interleaved else "blocks0"
+        if self._arguments is None or self._arguments[3][0] != self._buffers[name].data_ptr():
+            self._arguments = _arguments(self.stored())
+        return self._arguments
+
     def packed(self) -> list[Tensor]:
         """The parts' rows interleaved 16 at a time (``interleave``), or [] where not."""
         return self.kept() if self.interleaved else []
@@ -157,12 +173,10 @@ class GGUFLinear(DecodedWeight):
         if x.device.type == "cpu" and self.fast:
             flat = x.reshape(-1, self.in_features).float().contiguous()
             if torch.compiler.is_compiling():  # a custom operator: one node of the graph
-                y = gguf_linear(flat, self.stored(), self.out_features, self.rounded)
+                op = torch.ops.glassformer.gguf_linear
+                y = op(flat, self.handle, self.out_features, self.rounded)
             else:  # called straight: the operator's dispatch costs more than a small product
-                first = self.kept()[0].data_ptr()
-                if self._arguments is None or self._arguments[2][0] != first:
-                    self._arguments = _arguments(self.stored())
-                y = _compute(flat, self._arguments, self.out_features, self.rounded)
+                y = _compute(flat, self.calls(), self.out_features, self.rounded)
             y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         else:
             x = rounded_to_8_bits(x) if self.rounded else x
@@ -347,50 +361,37 @@ def decoded(layer: GGUFLinear) -> Tensor:
     return w
 
 
-_ARGUMENTS: dict[tuple[int, ...], tuple] = {}  # the C calls' arrays, by the parts' addresses
+# The layers a compiled graph's operator may call, by handle. A graph passes a layer's
+# handle, not its tensors: a list of tensors and types cost 10 us a call to dispatch and to
+# look the C arrays up by, a handle 4 (a decoding step of SmolLM2 makes 121 calls).
+_LAYERS: dict[int, weakref.ref[GGUFLinear]] = {}
+_HANDLES = itertools.count()
 
 
-def _operator(
-    x: Tensor, stored: list[Tensor], types: list[int], out_features: int, rounded: bool
-) -> Tensor:
+def _register(layer: GGUFLinear) -> int:
+    """A new handle for ``layer``, forgotten when the layer is."""
+    handle = next(_HANDLES)
+    _LAYERS[handle] = weakref.ref(layer, lambda _: _LAYERS.pop(handle, None))
+    return handle
+
+
+def _operator(x: Tensor, layer: int, out_features: int, rounded: bool) -> Tensor:
     """``_compute`` as the PyTorch operator ``glassformer::gguf_linear``, which a compiled
-    graph calls as one node."""
-    # every address and shape: a freed layer's parts may be followed at the same address
-    # by another's laid out otherwise
-    key = (*types, *(t.data_ptr() for t in stored), *(s for t in stored for s in t.shape))
-    args = _ARGUMENTS.get(key)
-    if args is None:
-        args = _ARGUMENTS[key] = _arguments(list(zip(types, stored, strict=True)))
-    return _compute(x, args, out_features, rounded)
+    graph calls as one node: ``x`` times the weight of the layer of handle ``layer``."""
+    found = _LAYERS.get(layer)
+    module = found() if found is not None else None
+    if module is None:
+        raise RuntimeError(f"no GGUF layer has handle {layer} (a graph of a freed model?)")
+    return _compute(x, module.calls(), out_features, rounded)
 
 
 # Defined through torch.library's operator registry (not @custom_op, whose Python dispatch
-# cost 10 us a call here against 3: a decoding step makes some 150 of them).
+# cost 10 us a call here against 3).
 _LIBRARY = torch.library.Library("glassformer", "FRAGMENT")  # gguf_kernels defines it
-_LIBRARY.define(
-    "gguf_linear(Tensor x, Tensor[] stored, int[] types, int out_features, bool rounded) -> Tensor"
-)
+_LIBRARY.define("gguf_linear(Tensor x, int layer, int out_features, bool rounded) -> Tensor")
 _LIBRARY.impl("gguf_linear", _operator, "CPU")
 
 
 @torch.library.register_fake("glassformer::gguf_linear")
-def _(x: Tensor, stored: list[Tensor], types: list[int], out_features: int, rounded: bool):
+def _(x: Tensor, layer: int, out_features: int, rounded: bool) -> Tensor:
     return x.new_empty(x.shape[0], out_features)
-
-
-def gguf_linear(
-    x: Tensor, parts: Sequence[Part], out_features: int, rounded: bool = False
-) -> Tensor:
-    """``x`` (M, K) fp32, contiguous, times the weight of ``parts`` transposed: (M, N);
-    ``parts`` as a layer keeps them (``GGUFLinear.stored()``): every one the file's blocks,
-    or every one interleaved; ``rounded``: x rounded to 8 bits first
-    (``rounded_to_8_bits``), whichever path computes."""
-    stored, types = [t for _, t in parts], [k for k, _ in parts]
-    for kind, t in parts:
-        _check_part(kind, t, x.shape[-1])
-    if len({t.dim() for t in stored}) != 1 or sum(map(_rows_of, stored)) != out_features:
-        raise ValueError(
-            f"parts must be all blocks or all interleaved (GGUFLinear.stored()) and hold "
-            f"{out_features} rows; got shapes {[tuple(t.shape) for t in stored]}"
-        )
-    return torch.ops.glassformer.gguf_linear(x, stored, types, out_features, rounded)
