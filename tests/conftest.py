@@ -52,6 +52,14 @@ def _unforced(request, monkeypatch):
         monkeypatch.delenv("GLASSFORMER_FASTER", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _fixed_gguf_rows(monkeypatch):
+    """From how many rows a GGUF product of interleaved rows decodes its weight, fixed at 72
+    (forced, unmeasured: ``kernels.gguf_choice``), so that no test waits for this machine's
+    measurement; tests/test_gguf_choice.py measures."""
+    monkeypatch.setenv("GLASSFORMER_MANY_ROWS", "72")
+
+
 @pytest.fixture
 def released_checkpoint():
     """``find(*repo_ids)``: the directory of a released Hugging Face checkpoint that is

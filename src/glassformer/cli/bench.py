@@ -34,6 +34,10 @@ several repeats, and prints medians and ratios:
   precision      what `--dtype auto` and `--bf16 auto` chose on this machine: each cached
                  measurement with its spread and age (--refresh: measure them all again;
                  --model M: that model's decoding products)
+  kernels        what the GGUF products chose on this machine: from how many rows of a
+                 prompt the weight is decoded rather than multiplied from its rows
+                 interleaved, exact and with gguf-q8, with the figures (--refresh: measure
+                 again)
   scaling        time and peak memory of one attention layer and of a model against
                  sequence length (128 to 16,384 tokens): the readable path, the fused one
                  and local attention; fitted exponents, a PNG and a JSON in --out (slow)
@@ -68,6 +72,7 @@ SCRIPTS = {
     "precision-quality": "precision_quality.py",
     "llama-cpp": "vs_llama_cpp.py",
     "precision": "",  # in this process: glassformer.kernels.precision, no script
+    "kernels": "",  # in this process: glassformer.kernels.gguf_choice, no script
 }
 DEFAULT = ("attention", "gpt-train", "seq2seq-train", "classifier")
 REPEATABLE = {
@@ -101,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="llama-cpp: also perplexity against llama.cpp's llama-perplexity tool",
     )
     p.add_argument(
-        "--refresh", action="store_true", help="precision: measure every cached entry again"
+        "--refresh",
+        action="store_true",
+        help="precision, kernels: measure again (precision: every cached entry)",
     )
     p.add_argument(
         "--model", help="precision: also what --dtype auto chooses for this model, and why"
@@ -139,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         if len(args.names) > 1:
             raise ValueError("glassformer bench precision runs alone; name no other benchmark")
         return precision_report(args.refresh, args.model)
+    if "kernels" in args.names:
+        if len(args.names) > 1:
+            raise ValueError("glassformer bench kernels runs alone; name no other benchmark")
+        return kernels_report(args.refresh)
     folder = benchmarks_dir(args.benchmarks)
     failed = []
     for name in args.names or DEFAULT:
@@ -186,6 +197,22 @@ def precision_report(refresh: bool, model_name: str | None) -> int:
             precision.decoding_measurement(model, refresh=True)
         model = model.for_inference("auto", tokenizer=tokenizer)  # speed, then fidelity
         print(f"  {model_name} decoding, --dtype auto: {describe_choice(model)}")
+    return 0
+
+
+def kernels_report(refresh: bool) -> int:
+    """Print what the GGUF products chose on this machine, exact and with ``gguf-q8``
+    (measured now where not cached, or with ``refresh``)."""
+    from glassformer.kernels import gguf_choice
+    from glassformer.kernels.gguf_kernels import kernels
+
+    if kernels() is None:
+        print("the GGUF kernels are not built on this machine: nothing to choose")
+        return 1
+    print(f"GGUF kernel choices in {gguf_choice.cache_root() / gguf_choice.CACHE_FILE}:")
+    for rounded in (False, True):
+        measured = gguf_choice.crossover(rounded, refresh=refresh)
+        print(f"  {gguf_choice.cache_key(rounded)}:\n    {measured.describe()}")
     return 0
 
 

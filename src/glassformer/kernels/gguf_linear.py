@@ -46,27 +46,23 @@ from glassformer.kernels.gguf_blocks import (
     BLOCK_BYTES,
     BLOCK_VALUES,
     NAMES,
-    Q4_0,
-    Q4_1,
     Q5_0,
     Q5_1,
-    Q8_0,
     dequantize,
 )
+from glassformer.kernels.gguf_interleave import INTERLEAVED, deinterleave, interleave
 from glassformer.kernels.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 from glassformer.kernels.quantized import DecodedWeight
 
-# From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM,
-# TILE rows of it at a time (a small buffer, used again: decoding a 49,152-row head whole
+# From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM
+# (rows interleaved: from the count this machine measures, ``gguf_choice``), TILE rows of it
+# at a time (a small buffer, used again: decoding a 49,152-row head whole
 # took 113 MB, which glibc then kept); below, the rows are multiplied from the interleaved
 # rows or the blocks (SmolLM2, 2-core Intel Xeon, a forward of 27 rows: 67 ms from the
 # blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198; from the interleaved rows,
 # exact: 71 rows 230 ms, 72 decoded 254, 128 rows 402 against 311 decoded).
 MANY_ROWS = 72
 TILE = 1024
-# The types whose rows interleave: the widths of the fields before a block's values (d, m,
-# the fifth bits), in bytes
-INTERLEAVED = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
 
 Part = tuple[int, Tensor]  # (ggml type, its rows' blocks: (rows, bytes per row) uint8)
@@ -278,40 +274,6 @@ def _arguments(stored: Sequence[Part]) -> tuple:
     )
 
 
-def interleave(kind: int, blocks: Tensor) -> Tensor:
-    """Rows of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks (rows, bytes per row), 16 rows side by
-    side, as ``csrc/gguf.c``'s ``sixteen_rows`` reads them: for each 16 rows and block of 32
-    columns, the rows' scales (fp16), mins (Q4_1, Q5_1), fifth bits (Q5: a word each), then
-    bytes 4j to 4j + 3 of the 16 rows' values, for each j.
-    The same bytes, moved: (rows / 16, blocks per row, 16 * bytes per block)."""
-    rows, row_bytes = blocks.shape
-    per_row = row_bytes // BLOCK_BYTES[kind]
-    b = blocks.view(rows // 16, 16, per_row, BLOCK_BYTES[kind]).transpose(1, 2)
-    widths = INTERLEAVED[kind]  # (groups, blocks, 16 rows, bytes), cut into its fields:
-    ends = torch.tensor(widths).cumsum(0).tolist()
-    fields = [b[..., end - width : end] for width, end in zip(widths, ends, strict=True)]
-    values = b[..., ends[-1] :].unflatten(-1, (-1, 4))  # (.., 16 rows, bytes / 4, 4)
-    fields.append(values.transpose(2, 3))  # four bytes of each of the 16 rows, in turn
-    return torch.cat([f.reshape(rows // 16, per_row, -1) for f in fields], dim=2).contiguous()
-
-
-def deinterleave(kind: int, packed: Tensor, which: Tensor | None = None) -> Tensor:
-    """``interleave`` undone: (groups, blocks per row, 16 · bytes per block) → the rows'
-    blocks as the file lays them out, (16 · groups, bytes per row); ``which`` (groups,):
-    only row ``which[g]`` of each group g, (groups, bytes per row)."""
-    groups, per_row, _ = packed.shape
-    fields, at = [], 0
-    for width in INTERLEAVED[kind]:  # (groups, blocks, 16 rows, width)
-        fields.append(packed[..., at : at + 16 * width].unflatten(-1, (16, width)))
-        at += 16 * width
-    values = packed[..., at:].unflatten(-1, (-1, 16, 4)).transpose(-3, -2)
-    fields.append(values.flatten(-2))  # (groups, blocks, 16 rows, value bytes)
-    rows = torch.cat(fields, dim=-1)  # (groups, blocks, 16 rows, bytes per block)
-    if which is not None:
-        return rows[torch.arange(groups), :, which].reshape(groups, -1)
-    return rows.transpose(1, 2).reshape(16 * groups, -1)
-
-
 def rounded_to_8_bits(x: Tensor) -> Tensor:
     """``x`` as ``rounded`` products see it: each 32 values of a row rounded to 8 bits with
     their own scale, d = max|x| / 127, x ≈ d · round(x · (1 / d)), ties to even (what
@@ -326,20 +288,44 @@ def rounded_to_8_bits(x: Tensor) -> Tensor:
 
 def _compute(x: Tensor, args: tuple, out_features: int, rounded: bool = False) -> Tensor:
     """(M, K) fp32 times the weight of the parts of ``args`` (``_arguments``) transposed →
-    (M, N). Rows interleaved: up to ``MANY_ROWS`` rows of x multiplied from them in C
-    (``rounded``: x rounded to 8 bits first, multiplied in integers). Blocks as the file
-    has them: a few rows of x straight from them in C. Many rows: the weight decoded in C,
-    a tile at a time, then PyTorch's GEMM."""
+    (M, N): up to ``MANY_ROWS`` rows of x from the rows (``_from_rows``), and for rows
+    interleaved up to the count measured on this machine (``gguf_choice.many_rows``); more
+    from the weight decoded (``_from_decoded``)."""
+    M = x.shape[0]
+    if M < MANY_ROWS:
+        return _from_rows(x, args, out_features, rounded)
+    if args[0]:  # interleaved: where decoding pays is this machine's
+        from glassformer.kernels.gguf_choice import many_rows
+
+        limit = many_rows(rounded)
+        if limit is None or limit > M:
+            return _from_rows(x, args, out_features, rounded)
+    return _from_decoded(x, args, out_features, rounded)
+
+
+def _from_rows(x: Tensor, args: tuple, out_features: int, rounded: bool) -> Tensor:
+    """x times the weight, multiplied in C from the rows as the layer keeps them:
+    interleaved (``rounded``: x rounded to 8 bits first, multiplied in integers), or the
+    file's blocks, four rows of x per decoded block."""
     lib = kernels()
     assert lib is not None  # the layer checked
     interleaved, *calls = args
     M, K = x.shape
     y = torch.empty(M, out_features, dtype=torch.float32, device="cpu")  # C writes fp32
-    if M < MANY_ROWS:
-        product = lib.gguf_matmul_interleaved if interleaved else lib.gguf_matmul
-        product(*calls, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
-        return y
-    x = rounded_to_8_bits(x) if rounded else x  # the same rounding, then exact sums
+    product = lib.gguf_matmul_interleaved if interleaved else lib.gguf_matmul
+    product(*calls, x.data_ptr(), y.data_ptr(), M, K, int(rounded))
+    return y
+
+
+def _from_decoded(x: Tensor, args: tuple, out_features: int, rounded: bool) -> Tensor:
+    """x times the weight decoded in C, ``TILE`` rows at a time, by PyTorch's fp32 GEMM
+    (``rounded``: x rounded to 8 bits first, then exact sums)."""
+    lib = kernels()
+    assert lib is not None  # the layer checked
+    interleaved, *calls = args
+    M, K = x.shape
+    y = torch.empty(M, out_features, dtype=torch.float32, device="cpu")
+    x = rounded_to_8_bits(x) if rounded else x
     decoder = lib.gguf_dequantize_interleaved if interleaved else lib.gguf_dequantize
     tile = torch.empty(min(TILE, out_features), K, dtype=torch.float32, device="cpu")
     for first in range(0, out_features, TILE):

@@ -338,7 +338,7 @@ def _measure(
         for dtype in dtypes:
             rounds[dtype].append(one_round(dtype))
     flops = sum(2 * m * k * n for m, k, n in shapes)
-    (fp32, fp32_spread), (bf16, bf16_spread) = (_summary(rounds[d]) for d in dtypes)
+    (fp32, fp32_spread), (bf16, bf16_spread) = (fastest_tenth(rounds[d]) for d in dtypes)
     return Measurement(
         fp32_gflops=float(f"{flops / fp32 / 1e9:.3g}"),  # three digits: tiny products too
         bf16_gflops=float(f"{flops / bf16 / 1e9:.3g}"),
@@ -348,7 +348,7 @@ def _measure(
     )
 
 
-def _summary(times: list[float]) -> tuple[float, float]:
+def fastest_tenth(times: list[float]) -> tuple[float, float]:
     """(the tenth percentile of ``times``, interquartile range over median)."""
     q = sorted(times)
     n = len(q) - 1

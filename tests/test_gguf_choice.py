@@ -1,0 +1,139 @@
+"""glassformer.kernels.gguf_choice: from how many rows of input a GGUF product of rows
+interleaved decodes its weight instead, measured on this machine: the choice its figures
+make, a cache per machine that a hostile file cannot steer, a busy machine that cannot flip
+the choice or write it down, the forced count, and the path each product then takes."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from glassformer.kernels import gguf_choice, gguf_linear
+from glassformer.kernels.gguf_choice import CANDIDATES, Crossover, crossover, many_rows
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Measured, not forced, with the cache in a folder of its own."""
+    monkeypatch.delenv(gguf_choice.FORCE_ENV, raising=False)
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))
+    monkeypatch.setattr(gguf_choice, "_CHOSEN", {})
+    return tmp_path
+
+
+def machine(decoded_fixed: float, seed: int = 0, share: float = 0.0):
+    """A ``_round_timer`` stub: a product from the interleaved rows takes 10 us a row, from
+    the decoded weight ``decoded_fixed`` seconds plus 5 us a row; each timing slowed, with
+    probability ``share``, by a random factor of 1.5 to 25 (a busy machine)."""
+    rng = random.Random(seed)
+
+    def timer(rounded):
+        def one_round(how):
+            base = [
+                (1e-5 * n) if how == "interleaved" else decoded_fixed + 5e-6 * n for n in CANDIDATES
+            ]
+            return [t * (rng.uniform(1.5, 25) if rng.random() < share else 1.0) for t in base]
+
+        return one_round
+
+    return timer
+
+
+@pytest.mark.parametrize("decoded_fixed, rows", [(1e-3, 256), (4e-4, 96), (3e-3, None)])
+def test_the_choice_is_the_fewest_rows_from_which_decoding_stays_faster(
+    monkeypatch, measuring, decoded_fixed, rows
+):
+    """Decoding overtakes the interleaved rows past decoded_fixed / 5 us rows: 200 → 256,
+    80 → 96, 600 → never within 512; cached, then read back without measuring."""
+    monkeypatch.setattr(gguf_choice, "_round_timer", machine(decoded_fixed))
+    measured = crossover(rounded=True)
+    assert measured.trusted and measured.rows == rows and measured.spread == 0
+    entries = json.loads((measuring / "kernels.json").read_text())
+    assert list(entries) == [gguf_choice.cache_key(True)]
+    monkeypatch.setattr(gguf_choice, "_round_timer", None)  # measuring again would fail
+    assert crossover(rounded=True) == measured and many_rows(True) == rows
+
+
+def test_a_busy_machine_keeps_the_quiet_choice_and_caches_nothing(monkeypatch, measuring):
+    """Half of all timings slowed at random, 20 different ways: each measurement makes the
+    quiet machine's choice, is called too noisy, and nothing is written."""
+    for seed in range(20):
+        monkeypatch.setattr(gguf_choice, "_round_timer", machine(1e-3, seed, share=0.5))
+        noisy = crossover(rounded=False)
+        assert noisy.rows == 256, seed
+        assert not noisy.trusted and noisy.spread > gguf_choice.MAX_SPREAD
+        assert "too noisy to cache" in noisy.describe()
+        assert not (measuring / "kernels.json").exists()
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "fast",
+        {"interleaved_s": [0.0] * 7, "decoded_s": ["0"] * 7, "spread": 0, "measured_at": 0},
+        {"interleaved_s": [1.0] * 3, "decoded_s": [0.0] * 3, "spread": 0, "measured_at": 0},
+        {"interleaved_s": [1.0] * 7, "decoded_s": [-1.0] * 7, "spread": 0, "measured_at": 0},
+        {"interleaved_s": [1.0] * 7, "decoded_s": [0.0] * 7, "spread": 0.9, "measured_at": 0},
+    ],
+    ids=["not-an-object", "a-string", "too-few", "negative", "too-noisy"],
+)
+def test_a_cache_entry_that_is_not_a_measurement_is_measured_again(monkeypatch, measuring, entry):
+    key = gguf_choice.cache_key(True)
+    (measuring / "kernels.json").write_text(json.dumps({key: entry}))
+    monkeypatch.setattr(gguf_choice, "_round_timer", machine(4e-4))
+    assert crossover(rounded=True).rows == 96  # measured, not the file's
+    assert json.loads((measuring / "kernels.json").read_text())[key]["decoded_s"][0] > 0
+
+
+def test_a_forced_count_is_used_unmeasured_and_a_bad_one_is_one_line(monkeypatch, measuring):
+    monkeypatch.setattr(gguf_choice, "_round_timer", None)  # measuring would fail
+    monkeypatch.setenv(gguf_choice.FORCE_ENV, "300")
+    assert many_rows(True) == 300 and many_rows(False) == 300
+    monkeypatch.setenv(gguf_choice.FORCE_ENV, "never")
+    assert many_rows(True) is None
+    monkeypatch.setenv(gguf_choice.FORCE_ENV, "-5")
+    with pytest.raises(ValueError, match=r"GLASSFORMER_MANY_ROWS='-5': expected a count"):
+        many_rows(True)
+
+
+def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
+    """100 rows of a layer kept interleaved: from the rows where the choice is 'never' or
+    above 100, decoded where it is 72 or less; both equal the readable product (1e-5); a
+    layer kept as blocks decodes from 72 rows whatever the choice."""
+    from test_gguf_blocks import random_blocks
+
+    from glassformer.kernels.gguf_blocks import Q4_K, Q8_0
+
+    taken = []
+    for name in ("_from_rows", "_from_decoded"):
+        real = getattr(gguf_linear, name)
+        spy = lambda *a, _real=real, _name=name: taken.append(_name) or _real(*a)  # noqa: E731
+        monkeypatch.setattr(gguf_linear, name, spy)
+    layer = gguf_linear.GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
+    blocks = gguf_linear.GGUFLinear([(Q4_K, random_blocks(Q4_K, 32, 256))], in_features=256)
+    x = torch.randn(100, 64)
+    reference = x.double() @ layer.dequantized().double().t()
+    for forced, path in (("never", "_from_rows"), ("101", "_from_rows"), ("72", "_from_decoded")):
+        monkeypatch.setenv(gguf_choice.FORCE_ENV, forced)
+        taken.clear()
+        y = layer(x)
+        assert taken == [path], forced
+        assert ((y - reference).norm() / reference.norm()).item() < 1e-5
+        taken.clear()
+        blocks(torch.randn(100, 256))
+        assert taken == ["_from_decoded"], forced
+
+
+def test_this_machine_measures_a_choice_that_the_cache_then_lists(measuring):
+    """A real measurement here (about a second a precision): a count of CANDIDATES or
+    never, its figures positive, listed by ``cached()`` where it was trusted."""
+    measured = crossover(rounded=True)
+    assert measured.rows in (*CANDIDATES, None)
+    assert all(t > 0 for t in measured.interleaved_s + measured.decoded_s)
+    listed = dict(gguf_choice.cached())
+    if measured.trusted:
+        assert listed[gguf_choice.cache_key(True)] == measured
+    assert isinstance(measured, Crossover) and "ms interleaved/decoded" in measured.describe()
