@@ -544,6 +544,25 @@ def test_smollm2_read_into_its_blocks_keeps_one_copy_of_each_weight(dtype):
     assert sum(kept.values()) == sum(int(t.n_bytes) for t in matrices)
 
 
+def test_reading_smollm2_into_its_blocks_and_decoding_never_imports_torchdynamo():
+    """Built on the meta device without PyTorch's Python references (no ``nn.init`` draws,
+    the rotary table computed on the CPU), loading and decoding uncompiled leave TorchDynamo
+    unimported: 74 MiB and a second that a process which never compiles does not pay."""
+    import subprocess
+
+    code = (
+        "import sys, torch\n"
+        "from glassformer import GPT\n"
+        f"model = GPT.from_pretrained({str(_smollm2())!r}, dtype='gguf-q8')\n"
+        "with torch.inference_mode():\n"
+        "    model.generate(torch.tensor([[1, 2, 3]]), 4, do_sample=False, eos_id=None)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.slow
 def test_smollm2_state_dict_equals_transformers():
     """Every tensor equals what transformers' own GGUF loader gives for the same file (to

@@ -146,12 +146,23 @@ def taker(state: dict[str, Tensor], family: str) -> Callable[[str], Tensor]:
     return take
 
 
+class _NoInitialisation(torch.overrides.TorchFunctionMode):
+    """``torch.nn.init``'s draws made no-ops: on the meta device there is nothing to draw,
+    and PyTorch's meta path for them imports TorchDynamo (74 MiB and a second, measured on
+    torch 2.13) into a process that may never compile."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
 def skeleton(cls: Callable[[Any], M], config: Any, state: dict[str, Tensor]) -> M:
     """``cls(config)`` on the meta device (no memory, no random numbers), held against
     ``state`` before anything is allocated from the config's numbers: every weight's shape,
     and every table the config alone makes (a sinusoidal one, max_len × d_model) no larger
     than the weights or ``TABLE_BYTES``."""
-    with torch.device("meta"):
+    with torch.device("meta"), _NoInitialisation():
         model = cls(config)
     expected = model.state_dict()
     for name, value in state.items():  # names the model lacks are load_state_dict's to say

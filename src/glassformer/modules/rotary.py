@@ -88,8 +88,10 @@ class RotaryEmbedding(nn.Module):
                 self.scaling, self.theta, self.head_dim, length
             )
             return theta
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        return 1.0 / self.theta**exponents  # (Dh/2,)
+        # on the CPU, then the default device: on the meta device PyTorch computes these
+        # through its Python references, which import TorchDynamo (74 MiB, a second)
+        exponents = torch.arange(0, self.head_dim, 2, device="cpu").float() / self.head_dim
+        return (1.0 / self.theta**exponents).to(torch.get_default_device())  # (Dh/2,)
 
     def reset_buffers(self) -> None:
         """Compute the frequencies again (on the CPU): for a model built on the meta device
