@@ -294,6 +294,23 @@ def test_a_layer_keeps_its_rows_interleaved_instead_of_the_blocks(kind, rounded)
         assert relative(layer(x), x.double() @ weight.double().t()) < 1e-5, rows
 
 
+@pytest.mark.parametrize("kind", sorted(gguf_linear.INTERLEAVED), ids=lambda k: NAMES[k])
+def test_interleaving_in_place_rearranges_the_blocks_own_memory(monkeypatch, kind):
+    """The same bytes as the copy, in the blocks' own memory, a few groups at a time (here
+    2, over 5 groups: 2, 2, then 1); a layer given ``in_place`` keeps that view."""
+    from glassformer.kernels import gguf_interleave
+
+    monkeypatch.setattr(gguf_interleave, "CHUNK", 2)
+    blocks = random_blocks(kind, 80, 64, seed=kind)
+    copied = interleave(kind, blocks)
+    moved = interleave(kind, blocks.clone(), in_place=True)
+    assert torch.equal(moved, copied)
+    mine = blocks.clone()
+    layer = GGUFLinear([(kind, mine)], in_features=64, rounded=True, in_place=True)
+    assert layer.packed()[0].data_ptr() == mine.data_ptr()
+    assert torch.equal(layer.parts()[0][1], blocks)
+
+
 def test_deinterleaving_picks_one_row_of_each_group():
     blocks = random_blocks(Q8_0, 64, 64)
     packed = interleave(Q8_0, blocks)

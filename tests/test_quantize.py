@@ -413,3 +413,30 @@ def test_under_bf16_every_activation_stays_fp32_without_biases_to_promote_it():
     _, cache = model.run_with_cache(torch.randint(0, 40, (1, 8)))
     dtypes = {name: cache[name].dtype for name in cache}
     assert dtypes and set(dtypes.values()) == {torch.float32}, dtypes
+
+
+def test_only_blocks_one_layer_alone_reads_are_interleaved_in_place():
+    """A tensor read by one linear layer (and a tied token table, which reads that layer's
+    copy) is rearranged in place while loading; one read by two layers, or sharing memory
+    with another tensor (rows of one file tensor), is copied: rearranging it would change
+    what the other reads."""
+    from torch import nn
+
+    from glassformer.kernels.quantize import _read_once
+    from glassformer.modules.position import TokenEmbedding
+
+    modules = {"a": nn.Linear(1, 1), "b": nn.Linear(1, 1), "c": nn.Linear(1, 1)}
+    modules |= {"d": nn.Linear(1, 1), "e": nn.Linear(1, 1), "head": nn.Linear(1, 1)}
+    modules["table"] = TokenEmbedding(vocab_size=4, d_model=2)
+    alone, twice, whole = torch.zeros(4, 8), torch.zeros(4, 8), torch.zeros(8, 8)
+    tied = torch.zeros(4, 8)
+    blocks = {
+        "a.weight": [(8, alone)],
+        "b.weight": [(8, twice)],
+        "c.weight": [(8, twice)],
+        "d.weight": [(8, whole[:4])],  # rows of one file tensor, shared out
+        "e.weight": [(8, whole[4:])],
+        "head.weight": [(8, tied)],
+        "table.weight": [(8, tied)],
+    }
+    assert _read_once(blocks, modules) == {id(alone), id(tied)}

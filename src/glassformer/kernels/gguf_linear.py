@@ -88,7 +88,11 @@ class GGUFLinear(DecodedWeight):
         in_features: int,
         bias: Tensor | None = None,
         rounded: bool = False,
+        *,
+        in_place: bool = False,
     ):
+        """``in_place``: the parts' blocks are this layer's alone (nothing else reads them),
+        so interleaving may rearrange them in their own memory instead of copying them."""
         super().__init__()
         if not parts:
             raise ValueError("a GGUFLinear needs at least one part")
@@ -110,7 +114,7 @@ class GGUFLinear(DecodedWeight):
         name = "packed" if self.interleaved else "blocks"
         for i, (kind, stored) in enumerate(parts):
             if self.interleaved:
-                kept = stored if stored.dim() == 3 else interleave(kind, stored)
+                kept = stored if stored.dim() == 3 else interleave(kind, stored, in_place)
             else:
                 kept = deinterleave(kind, stored) if stored.dim() == 3 else stored
             self.register_buffer(f"{name}{i}", kept, persistent=False)

@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -211,6 +212,7 @@ def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded
     # a file tensor's id → what a linear layer keeps of it (every file tensor lives from
     # before the loop until its entry is taken out: no two of them share an id)
     kept: dict[int, Tensor] = {}
+    alone = _read_once(blocks, modules)
     for weight in sorted(blocks, key=lambda name: not _is_linear(modules, name)):
         parts = blocks.pop(weight)  # taken out: freed once a layer keeps its own copy
         path = weight.removesuffix(".weight")
@@ -218,7 +220,8 @@ def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded
         old = modules[path]
         if isinstance(old, nn.Linear):
             bias = None if old.bias is None else old.bias.detach()
-            layer = GGUFLinear(parts, old.in_features, bias, rounded=rounded)
+            in_place = all(id(t) in alone for _, t in parts)  # no second copy while loading
+            layer = GGUFLinear(parts, old.in_features, bias, rounded=rounded, in_place=in_place)
             kept.update((id(t), k) for (_, t), (_, k) in zip(parts, layer.stored(), strict=True))
             new: nn.Module = layer
         elif isinstance(old, TokenEmbedding) and len(parts) == 1:
@@ -240,6 +243,20 @@ def compute_from_blocks(model: nn.Module, blocks: dict[str, list[Part]], rounded
             )
             if fused is not None:
                 setattr(parent, name, fused)
+
+
+def _read_once(blocks: dict[str, list[Part]], modules: dict[str, nn.Module]) -> set[int]:
+    """The ids of the file tensors that only one layer reads (a tied token table reads what
+    that layer keeps of it) and that share their memory with no other tensor: those a
+    layer may interleave in place."""
+    holders: defaultdict[int, set[int]] = defaultdict(set)  # memory address → tensor ids
+    readers: Counter[int] = Counter()
+    for weight, parts in blocks.items():
+        table = isinstance(modules[weight.removesuffix(".weight")], TokenEmbedding)
+        for _, t in parts:
+            holders[t.untyped_storage().data_ptr()].add(id(t))
+            readers[id(t)] += 0 if table and len(parts) == 1 else 1
+    return {i for ids in holders.values() if len(ids) == 1 for i in ids if readers[i] == 1}
 
 
 def _is_linear(modules: dict[str, nn.Module], weight: str) -> bool:
