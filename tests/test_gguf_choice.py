@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from glassformer.kernels import gguf_choice, gguf_linear
+from glassformer.kernels.gguf_blocks import Q4_1, Q8_0
 from glassformer.kernels.gguf_choice import CANDIDATES, Crossover, crossover, many_rows
 
 
@@ -30,7 +31,7 @@ def machine(decoded_fixed: float, seed: int = 0, share: float = 0.0):
     probability ``share``, by a random factor of 1.5 to 25 (a busy machine)."""
     rng = random.Random(seed)
 
-    def timer(rounded):
+    def timer(kind, rounded):
         def one_round(how):
             base = [
                 (1e-5 * n) if how == "interleaved" else decoded_fixed + 5e-6 * n for n in CANDIDATES
@@ -49,12 +50,12 @@ def test_the_choice_is_the_fewest_rows_from_which_decoding_stays_faster(
     """Decoding overtakes the interleaved rows past decoded_fixed / 5 us rows: 200 → 256,
     80 → 96, 600 → never within 512; cached, then read back without measuring."""
     monkeypatch.setattr(gguf_choice, "_round_timer", machine(decoded_fixed))
-    measured = crossover(rounded=True)
+    measured = crossover(Q8_0, rounded=True)
     assert measured.trusted and measured.rows == rows and measured.spread == 0
     entries = json.loads((measuring / "kernels.json").read_text())
-    assert list(entries) == [gguf_choice.cache_key(True)]
+    assert list(entries) == [gguf_choice.cache_key(Q8_0, True)]
     monkeypatch.setattr(gguf_choice, "_round_timer", None)  # measuring again would fail
-    assert crossover(rounded=True) == measured and many_rows(True) == rows
+    assert crossover(Q8_0, rounded=True) == measured and many_rows(Q8_0, True) == rows
 
 
 def test_a_busy_machine_keeps_the_quiet_choice_and_caches_nothing(monkeypatch, measuring):
@@ -62,7 +63,7 @@ def test_a_busy_machine_keeps_the_quiet_choice_and_caches_nothing(monkeypatch, m
     quiet machine's choice, is called too noisy, and nothing is written."""
     for seed in range(20):
         monkeypatch.setattr(gguf_choice, "_round_timer", machine(1e-3, seed, share=0.5))
-        noisy = crossover(rounded=False)
+        noisy = crossover(Q8_0, rounded=False)
         assert noisy.rows == 256, seed
         assert not noisy.trusted and noisy.spread > gguf_choice.MAX_SPREAD
         assert "too noisy to cache" in noisy.describe()
@@ -81,22 +82,22 @@ def test_a_busy_machine_keeps_the_quiet_choice_and_caches_nothing(monkeypatch, m
     ids=["not-an-object", "a-string", "too-few", "negative", "too-noisy"],
 )
 def test_a_cache_entry_that_is_not_a_measurement_is_measured_again(monkeypatch, measuring, entry):
-    key = gguf_choice.cache_key(True)
+    key = gguf_choice.cache_key(Q8_0, True)
     (measuring / "kernels.json").write_text(json.dumps({key: entry}))
     monkeypatch.setattr(gguf_choice, "_round_timer", machine(4e-4))
-    assert crossover(rounded=True).rows == 96  # measured, not the file's
+    assert crossover(Q8_0, rounded=True).rows == 96  # measured, not the file's
     assert json.loads((measuring / "kernels.json").read_text())[key]["decoded_s"][0] > 0
 
 
 def test_a_forced_count_is_used_unmeasured_and_a_bad_one_is_one_line(monkeypatch, measuring):
     monkeypatch.setattr(gguf_choice, "_round_timer", None)  # measuring would fail
     monkeypatch.setenv(gguf_choice.FORCE_ENV, "300")
-    assert many_rows(True) == 300 and many_rows(False) == 300
+    assert many_rows(Q8_0, True) == 300 and many_rows(Q4_1, False) == 300
     monkeypatch.setenv(gguf_choice.FORCE_ENV, "never")
-    assert many_rows(True) is None
+    assert many_rows(Q8_0, True) is None
     monkeypatch.setenv(gguf_choice.FORCE_ENV, "-5")
     with pytest.raises(ValueError, match=r"GLASSFORMER_MANY_ROWS='-5': expected a count"):
-        many_rows(True)
+        many_rows(Q8_0, True)
 
 
 def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
@@ -105,7 +106,7 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
     layer kept as blocks decodes from 72 rows whatever the choice."""
     from test_gguf_blocks import random_blocks
 
-    from glassformer.kernels.gguf_blocks import Q4_K, Q8_0
+    from glassformer.kernels.gguf_blocks import Q4_K
 
     taken = []
     for name in ("_from_rows", "_from_decoded"):
@@ -130,10 +131,33 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
 def test_this_machine_measures_a_choice_that_the_cache_then_lists(measuring):
     """A real measurement here (about a second a precision): a count of CANDIDATES or
     never, its figures positive, listed by ``cached()`` where it was trusted."""
-    measured = crossover(rounded=True)
+    measured = crossover(Q8_0, rounded=True)
     assert measured.rows in (*CANDIDATES, None)
     assert all(t > 0 for t in measured.interleaved_s + measured.decoded_s)
     listed = dict(gguf_choice.cached())
     if measured.trusted:
-        assert listed[gguf_choice.cache_key(True)] == measured
+        assert listed[gguf_choice.cache_key(Q8_0, True)] == measured
     assert isinstance(measured, Crossover) and "ms interleaved/decoded" in measured.describe()
+
+
+def test_a_layer_of_several_types_decodes_where_any_of_its_types_does(monkeypatch):
+    """Each type has its own count (a 5-bit type's rows cost more): a q/k/v of Q8_0 and Q5_0
+    rows decodes 100 rows where Q5_0 decodes from 80, though Q8_0 never does."""
+    from test_gguf_blocks import random_blocks
+
+    from glassformer.kernels.gguf_blocks import Q5_0
+
+    counts = {Q8_0: None, Q5_0: 80}
+    monkeypatch.setattr(gguf_choice, "many_rows", lambda kind, rounded: counts[kind])
+    taken = []
+    real = gguf_linear._from_decoded
+    monkeypatch.setattr(
+        gguf_linear, "_from_decoded", lambda *a: taken.append("decoded") or real(*a)
+    )
+    mixed = [(Q8_0, random_blocks(Q8_0, 32, 64)), (Q5_0, random_blocks(Q5_0, 16, 64))]
+    gguf_linear.GGUFLinear(mixed, in_features=64, rounded=True)(torch.randn(100, 64))
+    assert taken == ["decoded"]
+    taken.clear()
+    alone = gguf_linear.GGUFLinear(mixed[:1], in_features=64, rounded=True)
+    alone(torch.randn(100, 64))
+    assert taken == []

@@ -9,16 +9,16 @@ is the machine's: its integer against its fp32 throughput, the width its vectors
 forward of 512 rows took 790 ms interleaved against 911 decoded under ``gguf-q8``, and
 1,639 against 834 exact. So the count is measured at first use, not fixed for one chip:
 
-- a product of SmolLM2's MLP shape in the packaged file's types (1,536 × 576: 768 rows of
-  Q4_1, 768 of Q8_0), each count of ``CANDIDATES`` rows timed both ways in interleaved
-  rounds, each figure the fastest tenth of its rounds, with its spread (``kernels.precision``'s
-  method: other work only ever slows a round down);
+- per block type (a 5-bit type's rows cost more than a 4-bit one's), a product of SmolLM2's
+  MLP shape (1,536 × 576) in that type, each count of ``CANDIDATES`` rows timed both ways in
+  interleaved rounds, each figure the fastest tenth of its rounds, with its spread
+  (``kernels.precision``'s method: other work only ever slows a round down);
 - the choice: the fewest candidate rows from which decoding is faster at that count and at
   every larger one; None where the interleaved rows are faster at the largest;
 - trusted only when every spread is at most ``MAX_SPREAD``, else measured again
   (``ATTEMPTS`` in all); an untrusted measurement serves this run only, never cached;
-- cached in the cache folder's ``kernels.json`` per processor, threads, torch and C source,
-  for ``EXPIRES_DAYS`` days; ``glassformer bench kernels --refresh`` measures again.
+- cached in the cache folder's ``kernels.json`` per processor, threads, torch, C source and
+  type, for ``EXPIRES_DAYS`` days; ``glassformer bench kernels --refresh`` measures again.
 
 ``GLASSFORMER_MANY_ROWS`` (a count of rows, or ``never``) forces the choice, unmeasured and
 uncached: the test suite does, so that its products do not depend on this machine's timing.
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from glassformer.cache import cache_root
-from glassformer.kernels.gguf_blocks import BLOCK_BYTES, Q4_1, Q8_0
+from glassformer.kernels.gguf_blocks import BLOCK_BYTES, NAMES, Q4_1, Q5_1
 from glassformer.kernels.gguf_kernels import SOURCE
 from glassformer.kernels.precision import (
     ATTEMPTS,
@@ -51,10 +51,10 @@ from glassformer.kernels.precision_cache import processor, read_cache, write_cac
 CACHE_FILE = "kernels.json"
 FORCE_ENV = "GLASSFORMER_MANY_ROWS"  # a count of rows, or "never": forced, unmeasured
 CANDIDATES = (72, 96, 128, 192, 256, 384, 512)  # 72: ``gguf_linear.MANY_ROWS``
-OUT, IN = 1536, 576  # SmolLM2's MLP: a product of its shape, half Q4_1 and half Q8_0 rows
+OUT, IN = 1536, 576  # SmolLM2's MLP: a product of its shape
 HOWS = ("interleaved", "decoded")
 
-_CHOSEN: dict[bool, int | None] = {}  # this process's choice, per precision (rounded)
+_CHOSEN: dict[tuple[int, bool], int | None] = {}  # this process's, per type and precision
 
 
 @dataclass(frozen=True)
@@ -99,16 +99,16 @@ class Crossover:
         }
 
 
-def many_rows(rounded: bool) -> int | None:
-    """From how many rows of input a product of interleaved rows decodes its weight instead
-    (None: never), under ``rounded`` (``gguf-q8``) or exact: forced by ``FORCE_ENV``, else
-    this machine's measurement (once a process; cached)."""
+def many_rows(kind: int, rounded: bool) -> int | None:
+    """From how many rows of input a product of interleaved rows of type ``kind`` decodes its
+    weight instead (None: never), under ``rounded`` (``gguf-q8``) or exact: forced by
+    ``FORCE_ENV``, else this machine's measurement (once a process; cached)."""
     forced = os.environ.get(FORCE_ENV)
     if forced:
         return _forced(forced)
-    if rounded not in _CHOSEN:
-        _CHOSEN[rounded] = crossover(rounded).rows
-    return _CHOSEN[rounded]
+    if (kind, rounded) not in _CHOSEN:
+        _CHOSEN[kind, rounded] = crossover(kind, rounded).rows
+    return _CHOSEN[kind, rounded]
 
 
 def _forced(value: str) -> int | None:
@@ -120,19 +120,20 @@ def _forced(value: str) -> int | None:
 
 
 def crossover(
-    rounded: bool, cache_dir: str | Path | None = None, refresh: bool = False
+    kind: int, rounded: bool, cache_dir: str | Path | None = None, refresh: bool = False
 ) -> Crossover:
-    """This machine's measurement for ``rounded`` or exact products: the cached one, unless
-    ``refresh``, it has expired or it cannot be read; else measured (and cached if trusted)."""
+    """This machine's measurement for type ``kind``'s ``rounded`` or exact products: the cached
+    one, unless ``refresh``, it has expired or it cannot be read; else measured (and cached
+    if trusted)."""
     path = Path(cache_dir if cache_dir is not None else cache_root()) / CACHE_FILE
-    key = cache_key(rounded)
+    key = cache_key(kind, rounded)
     if not refresh:
         known = _entry(read_cache(path).get(key))
         if known is not None and time.time() - known.measured_at < EXPIRES_DAYS * 86400:
             return known
     best: Crossover | None = None
     for _ in range(ATTEMPTS):
-        measured = _measure(rounded)
+        measured = _measure(kind, rounded)
         if measured.trusted:
             entries = read_cache(path, warn=False)
             entries[key] = measured.stored()
@@ -144,11 +145,11 @@ def crossover(
     return best
 
 
-def cache_key(rounded: bool) -> str:
+def cache_key(kind: int, rounded: bool) -> str:
     source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     precision = "gguf-q8" if rounded else "gguf"
     where = f"{processor()}, {torch.get_num_threads()} threads"
-    return f"{where}; torch {torch.__version__}; gguf.c {source}; {precision}"
+    return f"{where}; torch {torch.__version__}; gguf.c {source}; {NAMES[kind]} {precision}"
 
 
 def cached(cache_dir: str | Path | None = None) -> list[tuple[str, Crossover | str]]:
@@ -176,10 +177,10 @@ def _entry(entry: Any) -> Crossover | None:
     return Crossover(interleaved, decoded, float(spread), int(at))
 
 
-def _measure(rounded: bool) -> Crossover:
+def _measure(kind: int, rounded: bool) -> Crossover:
     """Interleaved rounds, at least ``MIN_ROUNDS`` of each way: per count of rows, each
     way's fastest tenth, and the largest spread."""
-    one_round = _round_timer(rounded)
+    one_round = _round_timer(kind, rounded)
     for how in HOWS:  # warm-up: memory touched, threads started
         one_round(how)
     rounds: dict[str, list[list[float]]] = {how: [] for how in HOWS}
@@ -200,21 +201,18 @@ def _measure(rounded: bool) -> Crossover:
     )
 
 
-def _round_timer(rounded: bool) -> Callable[[str], list[float]]:
+def _round_timer(kind: int, rounded: bool) -> Callable[[str], list[float]]:
     """A function timing one round of products one way ("interleaved" or "decoded"): one
     product per candidate count of rows, each time in seconds; operands made once."""
     from glassformer.kernels.gguf_linear import GGUFLinear, _from_decoded, _from_rows
 
     generator = torch.Generator().manual_seed(0)
     scale = torch.tensor([0.01], dtype=torch.float16).view(torch.uint8)
-    parts = []
-    for kind, scales in ((Q4_1, (0, 2)), (Q8_0, (0,))):  # d (and Q4_1's m): small, finite
-        shape = (OUT // 2, IN // 32, BLOCK_BYTES[kind])
-        blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
-        for at in scales:
-            blocks[..., at : at + 2] = scale
-        parts.append((kind, blocks.reshape(OUT // 2, -1)))
-    layer = GGUFLinear(parts, IN, rounded=rounded)
+    shape = (OUT, IN // 32, BLOCK_BYTES[kind])
+    blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
+    for at in (0, 2) if kind in (Q4_1, Q5_1) else (0,):  # d (and m): small, finite
+        blocks[..., at : at + 2] = scale
+    layer = GGUFLinear([(kind, blocks.reshape(OUT, -1))], IN, rounded=rounded)
     if not layer.interleaved:
         raise RuntimeError("the GGUF kernels are not built here: there is nothing to choose")
     inputs = [torch.randn(count, IN, generator=generator) for count in CANDIDATES]

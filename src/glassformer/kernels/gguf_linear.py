@@ -104,11 +104,8 @@ class GGUFLinear(DecodedWeight):
         self.out_features = sum(self.rows)
         self.register_buffer("bias", bias)
         self.fast = kernels() is not None  # built now: not while a graph is being traced
-        # Q5 rows pay interleaved only in integers: exact, their fifth bits cost as much as
-        # the rows save (SmolLM2's Q4_K_M file, a step's products: 8.25 ms against 8.15)
-        kinds = set(INTERLEAVED) - (set() if rounded else {Q5_0, Q5_1})
         self.interleaved = self.fast and all(
-            kind in kinds and rows % 16 == 0
+            interleaves(kind, rounded) and rows % 16 == 0
             for kind, rows in zip(self.types, self.rows, strict=True)
         )
         name = "packed" if self.interleaved else "blocks"
@@ -240,6 +237,14 @@ class GGUFEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, {NAMES[self.kind]}"
 
 
+def interleaves(kind: int, rounded: bool) -> bool:
+    """Whether a layer keeps rows of type ``kind`` interleaved: Q5 rows pay only in integers
+    (exact, their fifth bits cost as much as the rows save: SmolLM2's Q4_K_M file, a step's
+    products, 8.25 ms against 8.15; again with one copy of the weights, 14.11 ms a token
+    against 13.76)."""
+    return kind in INTERLEAVED and (rounded or kind not in (Q5_0, Q5_1))
+
+
 def _rows_of(stored: Tensor) -> int:
     """The weight rows a part holds: its blocks' rows, or 16 a group of its interleaved copy."""
     return int(stored.shape[0]) * (16 if stored.dim() == 3 else 1)
@@ -293,16 +298,16 @@ def rounded_to_8_bits(x: Tensor) -> Tensor:
 def _compute(x: Tensor, args: tuple, out_features: int, rounded: bool = False) -> Tensor:
     """(M, K) fp32 times the weight of the parts of ``args`` (``_arguments``) transposed →
     (M, N): up to ``MANY_ROWS`` rows of x from the rows (``_from_rows``), and for rows
-    interleaved up to the count measured on this machine (``gguf_choice.many_rows``); more
-    from the weight decoded (``_from_decoded``)."""
+    interleaved up to the count measured on this machine for each of its types
+    (``gguf_choice.many_rows``); more from the weight decoded (``_from_decoded``)."""
     M = x.shape[0]
     if M < MANY_ROWS:
         return _from_rows(x, args, out_features, rounded)
-    if args[0]:  # interleaved: where decoding pays is this machine's
+    if args[0]:  # interleaved: where decoding pays is this machine's, per type
         from glassformer.kernels.gguf_choice import many_rows
 
-        limit = many_rows(rounded)
-        if limit is None or limit > M:
+        limits = [many_rows(kind, rounded) for kind in set(args[2])]
+        if all(limit is None or limit > M for limit in limits):
             return _from_rows(x, args, out_features, rounded)
     return _from_decoded(x, args, out_features, rounded)
 
