@@ -106,7 +106,7 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
     layer kept as blocks decodes from 72 rows whatever the choice."""
     from test_gguf_blocks import random_blocks
 
-    from glassformer.kernels.gguf_blocks import Q4_K
+    from glassformer.kernels.gguf_blocks import Q6_K
 
     taken = []
     for name in ("_from_rows", "_from_decoded"):
@@ -114,7 +114,7 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
         spy = lambda *a, _real=real, _name=name: taken.append(_name) or _real(*a)  # noqa: E731
         monkeypatch.setattr(gguf_linear, name, spy)
     layer = gguf_linear.GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
-    blocks = gguf_linear.GGUFLinear([(Q4_K, random_blocks(Q4_K, 32, 256))], in_features=256)
+    blocks = gguf_linear.GGUFLinear([(Q6_K, random_blocks(Q6_K, 32, 256))], in_features=256)
     x = torch.randn(100, 64)
     reference = x.double() @ layer.dequantized().double().t()
     for forced, path in (("never", "_from_rows"), ("101", "_from_rows"), ("72", "_from_decoded")):

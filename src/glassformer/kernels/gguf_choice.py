@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from glassformer.cache import cache_root
-from glassformer.kernels.gguf_blocks import BLOCK_BYTES, NAMES, Q4_1, Q5_1
+from glassformer.kernels.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, Q4_1, Q4_K, Q5_1
 from glassformer.kernels.gguf_kernels import SOURCE
 from glassformer.kernels.precision import (
     ATTEMPTS,
@@ -51,7 +51,7 @@ from glassformer.kernels.precision_cache import processor, read_cache, write_cac
 CACHE_FILE = "kernels.json"
 FORCE_ENV = "GLASSFORMER_MANY_ROWS"  # a count of rows, or "never": forced, unmeasured
 CANDIDATES = (72, 96, 128, 192, 256, 384, 512)  # 72: ``gguf_linear.MANY_ROWS``
-OUT, IN = 1536, 576  # SmolLM2's MLP: a product of its shape
+OUT, IN = 1536, 576  # SmolLM2's gate/up: a product of its shape (a K-quant's: the down's)
 HOWS = ("interleaved", "decoded")
 
 _CHOSEN: dict[tuple[int, bool], int | None] = {}  # this process's, per type and precision
@@ -208,21 +208,22 @@ def _round_timer(kind: int, rounded: bool) -> Callable[[str], list[float]]:
 
     generator = torch.Generator().manual_seed(0)
     scale = torch.tensor([0.01], dtype=torch.float16).view(torch.uint8)
-    shape = (OUT, IN // 32, BLOCK_BYTES[kind])
+    out, k = (OUT, IN) if BLOCK_VALUES[kind] == 32 else (IN, OUT)  # a K-quant: the down's
+    shape = (out, k // BLOCK_VALUES[kind], BLOCK_BYTES[kind])
     blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
-    for at in (0, 2) if kind in (Q4_1, Q5_1) else (0,):  # d (and m): small, finite
+    for at in (0, 2) if kind in (Q4_1, Q5_1, Q4_K) else (0,):  # d (and m): small, finite
         blocks[..., at : at + 2] = scale
-    layer = GGUFLinear([(kind, blocks.reshape(OUT, -1))], IN, rounded=rounded)
+    layer = GGUFLinear([(kind, blocks.reshape(out, -1))], k, rounded=rounded)
     if not layer.interleaved:
         raise RuntimeError("the GGUF kernels are not built here: there is nothing to choose")
-    inputs = [torch.randn(count, IN, generator=generator) for count in CANDIDATES]
+    inputs = [torch.randn(count, k, generator=generator) for count in CANDIDATES]
     ways = {"interleaved": _from_rows, "decoded": _from_decoded}
 
     def one_round(how: str) -> list[float]:
         product, args, times = ways[how], layer.calls(), []
         for x in inputs:
             start = time.perf_counter()
-            product(x, args, OUT, rounded)
+            product(x, args, out, rounded)
             times.append(time.perf_counter() - start)
         return times
 

@@ -5,6 +5,11 @@ Q5_1), their fifth bits (Q5_0, Q5_1: a 32-bit word a row), then the values' byte
 time: bytes 4j to 4j + 3 of rows 0 to 15, for each j. A 512-bit vector of them holds 16
 rows, one per 32-bit lane, so 16 sums grow at once. ``GGUFLinear`` keeps a weight this way
 in place of the file's layout; ``deinterleave`` gives the file's bytes back.
+
+Q4_K, per 16 rows and super-block of 256 columns: the rows' d, their dmin, their eight
+sub-blocks' 6-bit scales and mins each unpacked to a byte (sub-block by sub-block, 16 rows
+each: 32 bytes more than the 12 packed bytes a row, +2.8%), then the nibbles as above, four
+bytes of each row in turn. Unpacked, a sub-block's 16 scales are one load away.
 """
 
 from __future__ import annotations
@@ -12,11 +17,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from glassformer.kernels.gguf_blocks import BLOCK_BYTES, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+from glassformer.kernels.gguf_blocks import BLOCK_BYTES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q8_0
 
-# The types whose rows interleave: the widths of the fields before a block's values (d, m,
-# the fifth bits), in bytes
-INTERLEAVED = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
+# The 32-value types whose rows interleave: the widths of the fields before a block's values
+# (d, m, the fifth bits), in bytes
+FIELDS = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
+INTERLEAVED = (*FIELDS, Q4_K)  # every type whose rows interleave
+K4_BYTES = 2368  # 16 rows of one Q4_K super-block: 32 d, 32 dmin, 128 scales, 128 mins, 2048
+
+
+def group_bytes(kind: int) -> int:
+    """The bytes of 16 rows' block (a K-quant's super-block), interleaved."""
+    return K4_BYTES if kind == Q4_K else 16 * BLOCK_BYTES[kind]
 
 
 CHUNK = 256  # groups of 16 rows rearranged at a time in place
@@ -33,6 +45,8 @@ def interleave(kind: int, blocks: Tensor, in_place: bool = False) -> Tensor:
     same bytes interleaved as laid out, so the rows are rearranged in their own memory,
     ``CHUNK`` groups at a time, and the result is a view of ``blocks``: loading needs no
     second copy of the weight."""
+    if kind == Q4_K:  # larger interleaved (its scales unpacked): never in place
+        return _interleave_k4(blocks)
     if in_place and blocks.is_contiguous():
         for first in range(0, len(blocks), 16 * CHUNK):
             rows = blocks[first : first + 16 * CHUNK]
@@ -43,7 +57,7 @@ def interleave(kind: int, blocks: Tensor, in_place: bool = False) -> Tensor:
     b = blocks.view(rows // 16, 16, row_bytes // size, size).transpose(1, 2)
     out = torch.empty(b.shape[:2] + (16 * size,), dtype=torch.uint8)  # each field copied in
     at = 0  # (no temporary copies: a 49,152-row head is 30 MiB at Q8_0)
-    for width in INTERLEAVED[kind]:  # (groups, blocks, 16 rows, width)
+    for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
         out[..., 16 * at : 16 * (at + width)].unflatten(-1, (16, width)).copy_(
             b[..., at : at + width]
         )
@@ -58,13 +72,52 @@ def deinterleave(kind: int, packed: Tensor, which: Tensor | None = None) -> Tens
     blocks as the file lays them out, (16 · groups, bytes per row); ``which`` (groups,):
     only row ``which[g]`` of each group g, (groups, bytes per row)."""
     groups, per_row, _ = packed.shape
-    fields, at = [], 0
-    for width in INTERLEAVED[kind]:  # (groups, blocks, 16 rows, width)
-        fields.append(packed[..., at : at + 16 * width].unflatten(-1, (16, width)))
-        at += 16 * width
-    values = packed[..., at:].unflatten(-1, (-1, 16, 4)).transpose(-3, -2)
-    fields.append(values.flatten(-2))  # (groups, blocks, 16 rows, value bytes)
-    rows = torch.cat(fields, dim=-1)  # (groups, blocks, 16 rows, bytes per block)
+    if kind == Q4_K:
+        rows = _deinterleave_k4(packed)
+    else:
+        fields, at = [], 0
+        for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
+            fields.append(packed[..., at : at + 16 * width].unflatten(-1, (16, width)))
+            at += 16 * width
+        values = packed[..., at:].unflatten(-1, (-1, 16, 4)).transpose(-3, -2)
+        fields.append(values.flatten(-2))  # (groups, blocks, 16 rows, value bytes)
+        rows = torch.cat(fields, dim=-1)  # (groups, blocks, 16 rows, bytes per block)
     if which is not None:
         return rows[torch.arange(groups), :, which].reshape(groups, -1)
     return rows.transpose(1, 2).reshape(16 * groups, -1)
+
+
+def _interleave_k4(blocks: Tensor) -> Tensor:
+    """Q4_K rows (rows, 144 bytes per super-block) → (rows / 16, super-blocks, K4_BYTES)."""
+    rows, row_bytes = blocks.shape
+    b = blocks.view(rows // 16, 16, row_bytes // 144, 144).transpose(1, 2)  # (G, n, 16, 144)
+    scales, mins = _k4_unpacked(b[..., 4:16])  # (G, n, 16 rows, 8 sub-blocks) each
+    values = b[..., 16:].unflatten(-1, (4, 8, 4)).permute(0, 1, 3, 4, 2, 5)  # (.., 8, 16, 4)
+    fields = [b[..., 0:2], b[..., 2:4], scales.transpose(2, 3), mins.transpose(2, 3), values]
+    return torch.cat([f.reshape(*b.shape[:2], -1) for f in fields], dim=2)
+
+
+def _deinterleave_k4(packed: Tensor) -> Tensor:
+    """``_interleave_k4`` undone: (groups, super-blocks, 16 rows, 144 bytes)."""
+    d, dmin = (packed[..., at : at + 32].unflatten(-1, (16, 2)) for at in (0, 32))
+    scales, mins = (packed[..., at : at + 128].unflatten(-1, (8, 16)).mT for at in (64, 192))
+    values = packed[..., 320:].unflatten(-1, (4, 8, 16, 4)).permute(0, 1, 4, 2, 3, 5)
+    return torch.cat([d, dmin, _k4_packed(scales, mins), values.flatten(-3)], dim=-1)
+
+
+def _k4_unpacked(s: Tensor) -> tuple[Tensor, Tensor]:
+    """A Q4_K super-block's 12 bytes → its 8 sub-blocks' 6-bit scales and mins, a byte each
+    (as ``csrc/gguf.c``'s ``scale_min`` reads them)."""
+    low, middle, high = s[..., 0:4], s[..., 4:8], s[..., 8:12]
+    scales = torch.cat([low & 63, (high & 15) | ((low >> 6) << 4)], dim=-1)
+    mins = torch.cat([middle & 63, (high >> 4) | ((middle >> 6) << 4)], dim=-1)
+    return scales, mins
+
+
+def _k4_packed(scales: Tensor, mins: Tensor) -> Tensor:
+    """``_k4_unpacked`` undone: every bit of the 12 bytes is one of a scale's or a min's."""
+    first, last = scales[..., :4], scales[..., 4:]
+    low = first | ((last >> 4) << 6)
+    middle = mins[..., :4] | ((mins[..., 4:] >> 4) << 6)
+    high = (last & 15) | ((mins[..., 4:] & 15) << 4)
+    return torch.cat([low, middle, high], dim=-1)

@@ -11,7 +11,7 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
 - the readable one: decode the blocks to fp32 (``dequantized()``, PyTorch code equal to the
   gguf package's decoder bit for bit) and call ``F.linear``;
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
-  cache folder and loaded with ``ctypes``. Where a weight's types allow (Q4_0, Q4_1, Q8_0;
+  cache folder and loaded with ``ctypes``. Where a weight's types allow (Q4_0, Q4_1, Q8_0, Q4_K;
   rounded, Q5_0 and Q5_1 too) the layer keeps its rows interleaved 16 at a time
   (``interleave``) in place of the file's layout: one copy of the weight, from which a
   decoding step's and a prompt's rows are multiplied, 16 rows' sums at once. Other types
@@ -50,7 +50,12 @@ from glassformer.kernels.gguf_blocks import (
     Q5_1,
     dequantize,
 )
-from glassformer.kernels.gguf_interleave import INTERLEAVED, deinterleave, interleave
+from glassformer.kernels.gguf_interleave import (
+    INTERLEAVED,
+    deinterleave,
+    group_bytes,
+    interleave,
+)
 from glassformer.kernels.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 from glassformer.kernels.quantized import DecodedWeight
 
@@ -72,7 +77,7 @@ class GGUFLinear(DecodedWeight):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
     q/k/v projection whose three tensors have different types has three parts).
 
-    Where every part is Q4_0, Q4_1 or Q8_0 (and, ``rounded``, Q5_0 or Q5_1) of a multiple of
+    Where every part is Q4_0, Q4_1, Q8_0 or Q4_K (and, ``rounded``, Q5_0 or Q5_1) of a multiple of
     16 rows and the C library is built, the layer keeps its rows interleaved (``packed()``)
     *instead of* the file's layout: every product reads them, and ``parts()`` lays them out
     as the file had them again, on demand. A part may be given either way (the file's
@@ -258,8 +263,9 @@ def _check_part(kind: int, stored: Tensor, in_features: int) -> None:
         )
     per_row = in_features // BLOCK_VALUES[kind] * BLOCK_BYTES[kind]
     if stored.dim() == 3 and kind in INTERLEAVED:  # interleave's copy
-        fits = tuple(stored.shape[1:]) == (in_features // 32, 16 * BLOCK_BYTES[kind])
-        expected = f"(rows / 16, {in_features // 32}, {16 * BLOCK_BYTES[kind]})"
+        shape = (in_features // BLOCK_VALUES[kind], group_bytes(kind))
+        fits = tuple(stored.shape[1:]) == shape
+        expected = f"(rows / 16, {shape[0]}, {shape[1]})"
     else:
         fits = stored.dim() == 2 and stored.shape[1] == per_row
         expected = f"(rows, {per_row})"

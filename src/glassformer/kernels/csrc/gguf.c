@@ -454,6 +454,8 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
      Q4_0's -8, Q5_0's -16 and Q8_0's signed values (stored + 128 for the unsigned operand)
      come out through the sum of q. */
 
+enum { K4_SCALES = 64, K4_MINS = 192, K4_VALUES = 320, K4_BYTES = 2368 };
+
 /* the bytes before an interleaved block's values: d, m, the fifth bits */
 static inline int64_t values_at(int type) {
     return 32 + 32 * has_min(type) + 64 * has_fifth(type);
@@ -463,8 +465,18 @@ int interleaved_bytes(int type) {  /* of 16 rows' block of 32 columns; 0: not in
     switch (type) {
         case Q4_0: case Q4_1: case Q5_0: case Q5_1: return (int)values_at(type) + 256;
         case Q8_0: return 32 + 512;
+        case Q4_K: return K4_BYTES / 8;
         default: return 0;
     }
+}
+
+/* Q4_K interleaved: per 16 rows and super-block of 256 columns (K4_BYTES), the rows' d, then
+   their dmin (fp16 each), their eight sub-blocks' 6-bit scales unpacked to a byte each (sub-
+   block t's 16 rows at K4_SCALES + 16 t), their mins likewise (K4_MINS), then the values:
+   for each of the four 32-byte chunks of a row's nibbles (chunk j: sub-block 2j in the low
+   nibbles, 2j + 1 in the high), bytes 4m..4m+3 of the 16 rows, for each m. */
+static inline uint8_t k4_byte(const uint8_t *p, int r, int j, int i) {  /* chunk j, byte i */
+    return p[K4_VALUES + 512 * j + 64 * (i / 4) + 4 * r + i % 4];
 }
 
 /* what the rounded products take out, times the sum of q: the values' offset */
@@ -637,6 +649,20 @@ void gguf_dequantize_interleaved(int parts, const int *types, const uint8_t *con
         const int min = has_min(type), offset = stored_offset(type);
         const int64_t bytes = interleaved_bytes(type);
         const uint8_t *block = packed[p] + (row / 16) * (K / 32) * bytes;
+        if (type == Q4_K) {  /* s q - m, as `decode` computes it */
+            for (int64_t k = 0; k < K; k += 256, block += K4_BYTES) {
+                const float d = half(block + 2 * r), dmin = half(block + 32 + 2 * r);
+                for (int t = 0; t < 8; t++) {
+                    const float sc = d * (float)block[K4_SCALES + 16 * t + r];
+                    const float mn = dmin * (float)block[K4_MINS + 16 * t + r];
+                    for (int c = 0; c < 32; c++) {
+                        const int q = (k4_byte(block, r, t / 2, c) >> (4 * (t % 2))) & 15;
+                        w[i * K + k + 32 * t + c] = sc * (float)q - mn;
+                    }
+                }
+            }
+            continue;
+        }
         for (int64_t k = 0; k < K; k += 32, block += bytes) {
             const float d = half(block + 2 * r), m = min ? half(block + 32 + 2 * r) : 0.0f;
             const uint8_t *q = block + values_at(type);
@@ -650,6 +676,108 @@ void gguf_dequantize_interleaved(int parts, const int *types, const uint8_t *con
         }
     }
 }
+
+/* Without AVX-512 (or VNNI): row r's sub-block t, s (sum q x) - m (sum x), x given exact (x, xq NULL)
+   or rounded (xq and its scale dx); `total` its sum of x (times dx where rounded). */
+static inline float k4_row(const uint8_t *p, int r, int t, const float *x, const int8_t *xq, float dx,
+                    float total) {
+    float sum = 0.0f;
+    for (int c = 0; c < 32; c++) {
+        const int q = (k4_byte(p, r, t / 2, c) >> (4 * (t % 2))) & 15;
+        sum += xq ? (float)(q * xq[c]) : (float)q * x[c];
+    }
+    const float s = half(p + 2 * r) * (float)p[K4_SCALES + 16 * t + r];
+    const float m = half(p + 32 + 2 * r) * (float)p[K4_MINS + 16 * t + r];
+    return s * (xq ? dx * sum : sum) - m * total;
+}
+
+/* Q4_K's 16 rows times one row of x: exact (x in fp32, sx its 32-value sums) or rounded
+   (xq, xd, xs: x rounded to 8 bits). A sub-block's sum is s (sum q x) - m (sum x), its s and m
+   d and dmin times the unpacked bytes, 16 rows at a time. */
+#if defined(__AVX512F__)
+/* A super-block's 16 rows: prefetch two ahead, then their d and dmin */
+static inline void k4_start(const uint8_t *p, __m512 *d, __m512 *dmin) {
+    for (int line = 0; line < K4_BYTES; line += 64) _mm_prefetch((const char *)p + 2 * K4_BYTES + line, _MM_HINT_T0);
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    *dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+}
+
+/* total + s (sums) - m (the sum of x, dx): sub-block t's 16 rows, s = d sc and m = dmin mn */
+static inline __m512 k4_add(const uint8_t *p, int t, __m512 d, __m512 dmin, __m512 sums,
+                            float dx, __m512 total) {
+    const __m512 s = _mm512_mul_ps(d, as_float(widen(p + K4_SCALES + 16 * t)));
+    const __m512 mn = _mm512_mul_ps(dmin, as_float(widen(p + K4_MINS + 16 * t)));
+    return _mm512_fnmadd_ps(mn, _mm512_set1_ps(dx), _mm512_fmadd_ps(s, sums, total));
+}
+
+INLINE void sixteen_k4(const uint8_t *p, const float *x, const float *sx, int64_t K, float *y) {
+    const __m512 nibbles = table(0);
+    __m512 total = _mm512_setzero_ps(), d, dmin;
+    for (int64_t k = 0; k < K; k += 256, p += K4_BYTES) {
+        k4_start(p, &d, &dmin);
+        for (int j = 0; j < 4; j++) {
+            __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+            const float *x0 = x + k + 64 * j, *x1 = x0 + 32;
+            for (int m = 0; m < 8; m++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + K4_VALUES + 512 * j + 64 * m));
+                for (int c = 0; c < 4; c++) {  /* column 4m + c: byte c of each lane */
+                    const __m512i w = _mm512_srli_epi32(v, 8 * c);
+                    lo = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x0[4 * m + c]), lo);
+                    hi = _mm512_fmadd_ps(nibble(_mm512_srli_epi32(w, 4), nibbles), _mm512_set1_ps(x1[4 * m + c]), hi);
+                }
+            }
+            total = k4_add(p, 2 * j, d, dmin, lo, sx[k / 32 + 2 * j], total);
+            total = k4_add(p, 2 * j + 1, d, dmin, hi, sx[k / 32 + 2 * j + 1], total);
+        }
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_k4(const uint8_t *p, const float *x, const float *sx, int64_t K, float *y) {
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 256, p += K4_BYTES)
+        for (int r = 0; r < 16; r++)
+            for (int t = 0; t < 8; t++) y[r] += k4_row(p, r, t, x + k + 32 * t, NULL, 0.0f, sx[k / 32 + t]);
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+INLINE void sixteen_k4_rounded(const uint8_t *p, const int8_t *xq, const float *xd,
+                               const int32_t *xs, int64_t K, float *y) {
+    const __m512i low = _mm512_set1_epi8(15);
+    __m512 total = _mm512_setzero_ps(), d, dmin;
+    for (int64_t k = 0; k < K; k += 256, p += K4_BYTES) {
+        k4_start(p, &d, &dmin);
+        for (int j = 0; j < 4; j++) {
+            const int64_t b0 = k / 32 + 2 * j;  /* x's blocks of 32: sub-blocks 2j and 2j + 1 */
+            int32_t x0[8], x1[8];
+            memcpy(x0, xq + 32 * b0, sizeof x0), memcpy(x1, xq + 32 * b0 + 32, sizeof x1);
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            for (int m = 0; m < 8; m++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + K4_VALUES + 512 * j + 64 * m));
+                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, low), _mm512_set1_epi32(x0[m]));
+                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_set1_epi32(x1[m]));
+            }
+            for (int h = 0; h < 2; h++) {  /* the sums times x's scale: s dx sum q xq */
+                const __m512 sums = _mm512_mul_ps(_mm512_set1_ps(xd[b0 + h]), as_float(h ? hi : lo));
+                total = k4_add(p, 2 * j + h, d, dmin, sums, xd[b0 + h] * (float)xs[b0 + h], total);
+            }
+        }
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_k4_rounded(const uint8_t *p, const int8_t *xq, const float *xd,
+                               const int32_t *xs, int64_t K, float *y) {
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 256, p += K4_BYTES)
+        for (int r = 0; r < 16; r++)
+            for (int t = 0; t < 8; t++) {
+                const int64_t b = k / 32 + t;
+                y[r] += k4_row(p, r, t, NULL, xq + 32 * b, xd[b], xd[b] * (float)xs[b]);
+            }
+}
+#endif
 
 /* y (M, N) = x (M, K) times the transpose of a weight whose parts are interleaved (each part's
    rows a multiple of 16), a row of x at a time; rounded: x rounded to 8 bits first. */
@@ -681,6 +809,10 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
             #define SIXTEEN(T) (rounded ? sixteen_rows_rounded(T, group, xq + m * K, xd + b, xs + b, K, out) \
                                         : sixteen_rows(T, group, x + m * K, sx + b, K, out))
             switch (type) {  /* the type a constant in each copy */
+                case Q4_K:
+                    if (rounded) sixteen_k4_rounded(group, xq + m * K, xd + b, xs + b, K, out);
+                    else sixteen_k4(group, x + m * K, sx + b, K, out);
+                    break;
                 case Q4_0: SIXTEEN(Q4_0); break;
                 case Q4_1: SIXTEEN(Q4_1); break;
                 case Q5_0: SIXTEEN(Q5_0); break;
