@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from glassformer.cache import cache_root
-from glassformer.kernels.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, Q4_1, Q4_K, Q5_1
+from glassformer.kernels.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, NAMES, Q4_1, Q4_K, Q5_1, Q6_K
 from glassformer.kernels.gguf_kernels import SOURCE
 from glassformer.kernels.precision import (
     ATTEMPTS,
@@ -53,6 +53,7 @@ FORCE_ENV = "GLASSFORMER_MANY_ROWS"  # a count of rows, or "never": forced, unme
 CANDIDATES = (72, 96, 128, 192, 256, 384, 512)  # 72: ``gguf_linear.MANY_ROWS``
 OUT, IN = 1536, 576  # SmolLM2's gate/up: a product of its shape (a K-quant's: the down's)
 HOWS = ("interleaved", "decoded")
+SCALES = {Q4_1: (0, 2), Q5_1: (0, 2), Q4_K: (0, 2), Q6_K: (208,)}  # fp16 fields; else d at 0
 
 _CHOSEN: dict[tuple[int, bool], int | None] = {}  # this process's, per type and precision
 
@@ -211,7 +212,7 @@ def _round_timer(kind: int, rounded: bool) -> Callable[[str], list[float]]:
     out, k = (OUT, IN) if BLOCK_VALUES[kind] == 32 else (IN, OUT)  # a K-quant: the down's
     shape = (out, k // BLOCK_VALUES[kind], BLOCK_BYTES[kind])
     blocks = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
-    for at in (0, 2) if kind in (Q4_1, Q5_1, Q4_K) else (0,):  # d (and m): small, finite
+    for at in SCALES.get(kind, (0,)):  # d (and m, dmin): small, finite
         blocks[..., at : at + 2] = scale
     layer = GGUFLinear([(kind, blocks.reshape(out, -1))], k, rounded=rounded)
     if not layer.interleaved:

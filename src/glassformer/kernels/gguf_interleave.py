@@ -9,7 +9,9 @@ in place of the file's layout; ``deinterleave`` gives the file's bytes back.
 Q4_K, per 16 rows and super-block of 256 columns: the rows' d, their dmin, their eight
 sub-blocks' 6-bit scales and mins each unpacked to a byte (sub-block by sub-block, 16 rows
 each: 32 bytes more than the 12 packed bytes a row, +2.8%), then the nibbles as above, four
-bytes of each row in turn. Unpacked, a sub-block's 16 scales are one load away.
+bytes of each row in turn. Unpacked, a sub-block's 16 scales are one load away. Q6_K, the
+same bytes moved: the rows' d, their 16 int8 scales scale by scale, then their low nibbles'
+128 bytes and their high bit pairs' 64, four bytes of each row in turn.
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from glassformer.kernels.gguf_blocks import BLOCK_BYTES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q8_0
+from glassformer.kernels.gguf_blocks import (
+    BLOCK_BYTES,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q5_0,
+    Q5_1,
+    Q6_K,
+    Q8_0,
+)
 
 # The 32-value types whose rows interleave: the widths of the fields before a block's values
 # (d, m, the fifth bits), in bytes
 FIELDS = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
-INTERLEAVED = (*FIELDS, Q4_K)  # every type whose rows interleave
+INTERLEAVED = (*FIELDS, Q4_K, Q6_K)  # every type whose rows interleave
 K4_BYTES = 2368  # 16 rows of one Q4_K super-block: 32 d, 32 dmin, 128 scales, 128 mins, 2048
 
 
@@ -52,6 +63,8 @@ def interleave(kind: int, blocks: Tensor, in_place: bool = False) -> Tensor:
             rows = blocks[first : first + 16 * CHUNK]
             rows.copy_(interleave(kind, rows).view(rows.shape))
         return blocks.view(len(blocks) // 16, -1, 16 * BLOCK_BYTES[kind])
+    if kind == Q6_K:
+        return _interleave_k6(blocks)
     rows, row_bytes = blocks.shape
     size = BLOCK_BYTES[kind]
     b = blocks.view(rows // 16, 16, row_bytes // size, size).transpose(1, 2)
@@ -72,8 +85,8 @@ def deinterleave(kind: int, packed: Tensor, which: Tensor | None = None) -> Tens
     blocks as the file lays them out, (16 · groups, bytes per row); ``which`` (groups,):
     only row ``which[g]`` of each group g, (groups, bytes per row)."""
     groups, per_row, _ = packed.shape
-    if kind == Q4_K:
-        rows = _deinterleave_k4(packed)
+    if kind in (Q4_K, Q6_K):
+        rows = _deinterleave_k4(packed) if kind == Q4_K else _deinterleave_k6(packed)
     else:
         fields, at = [], 0
         for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
@@ -121,3 +134,23 @@ def _k4_packed(scales: Tensor, mins: Tensor) -> Tensor:
     middle = mins[..., :4] | ((mins[..., 4:] >> 4) << 6)
     high = (last & 15) | ((mins[..., 4:] & 15) << 4)
     return torch.cat([low, middle, high], dim=-1)
+
+
+def _interleave_k6(blocks: Tensor) -> Tensor:
+    """Q6_K rows (rows, 210 bytes per super-block) → (rows / 16, super-blocks, 3,360)."""
+    rows, row_bytes = blocks.shape
+    b = blocks.view(rows // 16, 16, row_bytes // 210, 210).transpose(1, 2)  # (G, n, 16, 210)
+    low, high = (
+        b[..., a:z].unflatten(-1, (-1, 4)).transpose(2, 3) for a, z in ((0, 128), (128, 192))
+    )
+    fields = [b[..., 208:210], b[..., 192:208].transpose(2, 3), low, high]
+    return torch.cat([f.reshape(*b.shape[:2], -1) for f in fields], dim=2)
+
+
+def _deinterleave_k6(packed: Tensor) -> Tensor:
+    """``_interleave_k6`` undone: (groups, super-blocks, 16 rows, 210 bytes)."""
+    d = packed[..., 0:32].unflatten(-1, (16, 2))
+    scales = packed[..., 32:288].unflatten(-1, (16, 16)).mT
+    low, high = (packed[..., a:z].unflatten(-1, (-1, 16, 4)).transpose(-3, -2).flatten(-2)
+                 for a, z in ((288, 2336), (2336, 3360)))  # fmt: skip
+    return torch.cat([low, high, scales, d], dim=-1)

@@ -48,6 +48,7 @@ from glassformer.kernels.gguf_blocks import (
     NAMES,
     Q5_0,
     Q5_1,
+    Q6_K,
     dequantize,
 )
 from glassformer.kernels.gguf_interleave import (
@@ -77,7 +78,7 @@ class GGUFLinear(DecodedWeight):
     """``nn.Linear`` whose weight is GGUF blocks: one or more parts of stacked rows (a fused
     q/k/v projection whose three tensors have different types has three parts).
 
-    Where every part is Q4_0, Q4_1, Q8_0 or Q4_K (and, ``rounded``, Q5_0 or Q5_1) of a multiple of
+    Where every part is Q4_0, Q4_1, Q8_0, Q4_K (and, ``rounded``, Q5_0, Q5_1, Q6_K) of a multiple of
     16 rows and the C library is built, the layer keeps its rows interleaved (``packed()``)
     *instead of* the file's layout: every product reads them, and ``parts()`` lays them out
     as the file had them again, on demand. A part may be given either way (the file's
@@ -243,11 +244,12 @@ class GGUFEmbedding(nn.Module):
 
 
 def interleaves(kind: int, rounded: bool) -> bool:
-    """Whether a layer keeps rows of type ``kind`` interleaved: Q5 rows pay only in integers
-    (exact, their fifth bits cost as much as the rows save: SmolLM2's Q4_K_M file, a step's
-    products, 8.25 ms against 8.15; again with one copy of the weights, 14.11 ms a token
-    against 13.76)."""
-    return kind in INTERLEAVED and (rounded or kind not in (Q5_0, Q5_1))
+    """Whether a layer keeps rows of type ``kind`` interleaved: Q5 and Q6_K rows pay only in
+    integers. Exact, the bits they put together cost as much as the rows save (SmolLM2's
+    Q4_K_M file, 2-core Xeon, a step: Q5_0 interleaved 14.11 ms against 13.76; Q6_K 14.13
+    and 13.76 against 13.47 and 13.57; under gguf-q8, Q6_K 10.01 and 9.86 against 10.31 and
+    10.85)."""
+    return kind in INTERLEAVED and (rounded or kind not in (Q5_0, Q5_1, Q6_K))
 
 
 def _rows_of(stored: Tensor) -> int:

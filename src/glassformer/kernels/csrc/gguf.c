@@ -455,6 +455,7 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
      come out through the sum of q. */
 
 enum { K4_SCALES = 64, K4_MINS = 192, K4_VALUES = 320, K4_BYTES = 2368 };
+enum { K6_SCALES = 32, K6_LOW = 288, K6_HIGH = 2336, K6_BYTES = 3360 };
 
 /* the bytes before an interleaved block's values: d, m, the fifth bits */
 static inline int64_t values_at(int type) {
@@ -466,8 +467,20 @@ int interleaved_bytes(int type) {  /* of 16 rows' block of 32 columns; 0: not in
         case Q4_0: case Q4_1: case Q5_0: case Q5_1: return (int)values_at(type) + 256;
         case Q8_0: return 32 + 512;
         case Q4_K: return K4_BYTES / 8;
+        case Q6_K: return K6_BYTES / 8;
         default: return 0;
     }
+}
+
+/* Q6_K interleaved, the same bytes moved: per 16 rows and super-block (K6_BYTES), the rows' d
+   (fp16), their 16 scales (int8, scale u of the 16 rows at K6_SCALES + 16 u), then their 128
+   bytes of low nibbles (K6_LOW) and 64 bytes of high bit pairs (K6_HIGH), four bytes of each
+   row in turn. Column c of row r, 0..63 (the weight: d scale[c / 16] (q - 32)): */
+static inline int k6_value(const uint8_t *p, int r, int c) {
+    const int h = c / 128, t = c % 128 / 32, i = c % 32;
+    const int low = 64 * h + 32 * (t % 2) + i, high = 32 * h + i;  /* bytes of the row */
+    const int q = p[K6_LOW + 64 * (low / 4) + 4 * r + low % 4] >> (4 * (t / 2)) & 15;
+    return q | (p[K6_HIGH + 64 * (high / 4) + 4 * r + high % 4] >> (2 * t) & 3) << 4;
 }
 
 /* Q4_K interleaved: per 16 rows and super-block of 256 columns (K4_BYTES), the rows' d, then
@@ -663,6 +676,16 @@ void gguf_dequantize_interleaved(int parts, const int *types, const uint8_t *con
             }
             continue;
         }
+        if (type == Q6_K) {  /* (d scale) (q - 32), as `decode` computes it */
+            for (int64_t k = 0; k < K; k += 256, block += K6_BYTES) {
+                const float d = half(block + 2 * r);
+                for (int c = 0; c < 256; c++) {
+                    const float s = d * (float)(int8_t)block[K6_SCALES + 16 * (c / 16) + r];
+                    w[i * K + k + c] = s * (float)(k6_value(block, r, c) - 32);
+                }
+            }
+            continue;
+        }
         for (int64_t k = 0; k < K; k += 32, block += bytes) {
             const float d = half(block + 2 * r), m = min ? half(block + 32 + 2 * r) : 0.0f;
             const uint8_t *q = block + values_at(type);
@@ -779,6 +802,99 @@ static void sixteen_k4_rounded(const uint8_t *p, const int8_t *xq, const float *
 }
 #endif
 
+/* Q6_K's 16 rows times one row of x: exact (x in fp32) or rounded (xq and its scales xd,
+   xh: its sums of 16 values, which the -32 multiplies). A scale covers 16 columns: their
+   sums grow four columns at a time, then are scaled by d times the scale, 16 rows at once. */
+static inline float k6_row(const uint8_t *p, int r, int u, const float *x, const int8_t *xq) {
+    float sum = 0.0f;  /* row r's 16 columns of scale u: sum (q - 32) x, or (q - 32) xq */
+    for (int c = 0; c < 16; c++) {
+        const int q = k6_value(p, r, 16 * u + c) - 32;
+        sum += xq ? (float)(q * xq[c]) : (float)q * x[c];
+    }
+    return half(p + 2 * r) * (float)(int8_t)p[K6_SCALES + 16 * u + r] * sum;
+}
+
+#if defined(__AVX512F__)
+INLINE void sixteen_k6(const uint8_t *p, const float *x, int64_t K, float *y) {
+    const __m512i fifteen = _mm512_set1_epi32(15), three = _mm512_set1_epi32(3);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 256, p += K6_BYTES) {
+        for (int line = 0; line < K6_BYTES; line += 64) _mm_prefetch((const char *)p + 2 * K6_BYTES + line, _MM_HINT_T0);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        for (int u = 0; u < 16; u++) {  /* 16 columns a scale */
+            const int h = u / 8, t = u % 8 / 2, i = 16 * (u % 2);
+            __m512 acc = _mm512_setzero_ps();
+            for (int m = 0; m < 4; m++) {  /* four columns: byte c of each lane */
+                const int low = 64 * h + 32 * (t % 2) + i + 4 * m, high = 32 * h + i + 4 * m;
+                const __m512i vl = _mm512_loadu_si512((const void *)(p + K6_LOW + 16 * low));
+                const __m512i vh = _mm512_loadu_si512((const void *)(p + K6_HIGH + 16 * high));
+                for (int c = 0; c < 4; c++) {
+                    const __m512i q = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(vl, 8 * c + 4 * (t / 2)), fifteen),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(vh, 8 * c + 2 * t), three), 4));
+                    const __m512 v = as_float(_mm512_sub_epi32(q, _mm512_set1_epi32(32)));
+                    acc = _mm512_fmadd_ps(v, _mm512_set1_ps(x[k + 16 * u + 4 * m + c]), acc);
+                }
+            }
+            const __m128i scales = _mm_loadu_si128((const __m128i *)(p + K6_SCALES + 16 * u));
+            const __m512 s = _mm512_mul_ps(d, as_float(_mm512_cvtepi8_epi32(scales)));
+            total = _mm512_fmadd_ps(s, acc, total);
+        }
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_k6(const uint8_t *p, const float *x, int64_t K, float *y) {
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 256, p += K6_BYTES)
+        for (int r = 0; r < 16; r++)
+            for (int u = 0; u < 16; u++) y[r] += k6_row(p, r, u, x + k + 16 * u, NULL);
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+INLINE void sixteen_k6_rounded(const uint8_t *p, const int8_t *xq, const float *xd,
+                               const int32_t *xh, int64_t K, float *y) {
+    const __m512i fifteen = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 256, p += K6_BYTES) {
+        for (int line = 0; line < K6_BYTES; line += 64) _mm_prefetch((const char *)p + 2 * K6_BYTES + line, _MM_HINT_T0);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        for (int u = 0; u < 16; u++) {
+            const int h = u / 8, t = u % 8 / 2, i = 16 * (u % 2);
+            int32_t x4[4];  /* four bytes of xq at a time */
+            memcpy(x4, xq + k + 16 * u, sizeof x4);
+            __m512i acc = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) {
+                const int low = 64 * h + 32 * (t % 2) + i + 4 * m, high = 32 * h + i + 4 * m;
+                const __m512i vl = _mm512_loadu_si512((const void *)(p + K6_LOW + 16 * low));
+                const __m512i vh = _mm512_loadu_si512((const void *)(p + K6_HIGH + 16 * high));
+                const __m512i q = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(vl, 4 * (t / 2)), fifteen),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(vh, 2 * t), three), 4));
+                acc = _mm512_dpbusd_epi32(acc, q, _mm512_set1_epi32(x4[m]));
+            }
+            const int64_t at = (k + 16 * u) / 16;  /* sum (q - 32) xq = acc - 32 sum xq */
+            const __m512i sum = _mm512_sub_epi32(acc, _mm512_set1_epi32(32 * xh[at]));
+            const __m128i scales = _mm_loadu_si128((const __m128i *)(p + K6_SCALES + 16 * u));
+            const __m512 s = _mm512_mul_ps(d, as_float(_mm512_cvtepi8_epi32(scales)));
+            total = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xd[at / 2])), as_float(sum), total);
+        }
+    }
+    _mm512_storeu_ps(y, total);
+}
+#else
+static void sixteen_k6_rounded(const uint8_t *p, const int8_t *xq, const float *xd,
+                               const int32_t *xh, int64_t K, float *y) {
+    (void)xh;
+    for (int r = 0; r < 16; r++) y[r] = 0.0f;
+    for (int64_t k = 0; k < K; k += 256, p += K6_BYTES)
+        for (int r = 0; r < 16; r++)
+            for (int u = 0; u < 16; u++)
+                y[r] += xd[(k + 16 * u) / 32] * k6_row(p, r, u, NULL, xq + k + 16 * u);
+}
+#endif
+
 /* y (M, N) = x (M, K) times the transpose of a weight whose parts are interleaved (each part's
    rows a multiple of 16), a row of x at a time; rounded: x rounded to 8 bits first. */
 void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *packed,
@@ -789,11 +905,16 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
     const int64_t n = M * (K / 32);
     float *sx = NULL, *xd = NULL;  /* exact: x's 32-value sums; rounded: x rounded */
     int8_t *xq = NULL;
-    int32_t *xs = NULL;
+    int32_t *xs = NULL, *xh = NULL;  /* rounded: q's sums of 32 values, and of 16 (Q6_K) */
     if (rounded) {
         xd = malloc(sizeof(float) * (size_t)n), xs = malloc(sizeof(int32_t) * (size_t)n);
-        xq = malloc((size_t)(M * K));
+        xq = malloc((size_t)(M * K)), xh = malloc(sizeof(int32_t) * (size_t)(2 * n));
         round_to_8_bits(x, n, xq, xd, xs);
+        for (int64_t i = 0; i < 2 * n; i++) {
+            int32_t sum = 0;
+            for (int c = 0; c < 16; c++) sum += xq[16 * i + c];
+            xh[i] = sum;
+        }
     } else {
         sx = block_sums(x, n);
     }
@@ -813,6 +934,10 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
                     if (rounded) sixteen_k4_rounded(group, xq + m * K, xd + b, xs + b, K, out);
                     else sixteen_k4(group, x + m * K, sx + b, K, out);
                     break;
+                case Q6_K:
+                    if (rounded) sixteen_k6_rounded(group, xq + m * K, xd + b, xh + 2 * b, K, out);
+                    else sixteen_k6(group, x + m * K, K, out);
+                    break;
                 case Q4_0: SIXTEEN(Q4_0); break;
                 case Q4_1: SIXTEEN(Q4_1); break;
                 case Q5_0: SIXTEEN(Q5_0); break;
@@ -823,5 +948,5 @@ void gguf_matmul_interleaved(int parts, const int *types, const uint8_t *const *
             memcpy(y + m * N + 16 * g, out, sizeof out);
         }
     }
-    free(sx), free(xd), free(xq), free(xs);
+    free(sx), free(xd), free(xq), free(xs), free(xh);
 }
