@@ -12,7 +12,7 @@ Two paths, equal to each other (``tests/test_gguf_linear.py``):
   gguf package's decoder bit for bit) and call ``F.linear``;
 - the fast one: ``csrc/gguf.c``, compiled on first use with the machine's C compiler into the
   cache folder and loaded with ``ctypes``. Where a weight's types allow (Q4_0, Q4_1, Q8_0, Q4_K;
-  rounded, Q5_0 and Q5_1 too) the layer keeps its rows interleaved 16 at a time
+  rounded, Q5_0, Q5_1 and Q6_K too) the layer keeps its rows interleaved 16 at a time
   (``interleave``) in place of the file's layout: one copy of the weight, from which a
   decoding step's and a prompt's rows are multiplied, 16 rows' sums at once. Other types
   are multiplied straight from the blocks, block by block, in fp32 (AVX-512 where the
