@@ -78,8 +78,9 @@ def test_a_busy_machine_keeps_the_quiet_choice_and_caches_nothing(monkeypatch, m
         {"interleaved_s": [1.0] * 3, "decoded_s": [0.0] * 3, "spread": 0, "measured_at": 0},
         {"interleaved_s": [1.0] * 7, "decoded_s": [-1.0] * 7, "spread": 0, "measured_at": 0},
         {"interleaved_s": [1.0] * 7, "decoded_s": [0.0] * 7, "spread": 0.9, "measured_at": 0},
+        {"interleaved_s": [1.0] * 7, "decoded_s": [0.0] * 7, "spread": 0, "measured_at": 9e11},
     ],
-    ids=["not-an-object", "a-string", "too-few", "negative", "too-noisy"],
+    ids=["not-an-object", "a-string", "too-few", "negative", "too-noisy", "in-the-future"],
 )
 def test_a_cache_entry_that_is_not_a_measurement_is_measured_again(monkeypatch, measuring, entry):
     key = gguf_choice.cache_key(Q8_0, True)

@@ -270,8 +270,10 @@ def test_a_layer_after_a_call_deep_copies_with_a_handle_of_its_own():
     handle = copied.handle
     del copied
     gc.collect()
-    with pytest.raises(RuntimeError, match=f"no GGUF layer has handle {handle}"):
+    with pytest.raises(RuntimeError, match=f"no GGUF layer of 32 outputs has handle {handle}"):
         op(x, handle, 32, False)
+    with pytest.raises(RuntimeError, match="no GGUF layer of 48 outputs"):  # not this layer's
+        op(x, layer.handle, 48, False)
 
 
 @pytest.mark.parametrize("rounded", [False, True], ids=["exact", "rounded"])

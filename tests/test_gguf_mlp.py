@@ -69,3 +69,19 @@ def test_layers_that_cannot_share_a_product_are_left_as_they_are():
 def test_the_textbook_mlp_has_no_slot_for_a_fused_layer():
     mlp = GatedFeedForward(d_model=D, d_ff=FF)
     assert not hasattr(mlp, "gate_up")
+
+
+def test_the_fused_product_follows_a_part_that_moved():
+    """gate_up shares its second part with up_proj: when only that tensor moves (here: put
+    in shared memory), the fused product reads it where it now is."""
+    mlp = gguf_mlp()
+    fused = FusedGatedFeedForward.fuse(mlp)
+    assert fused is not None
+    x = torch.randn(1, 1, D)
+    with torch.no_grad():
+        before = fused(x)
+        moved = fused.up_proj.packed()[0]
+        fused.gate_up.register_buffer("packed1", moved.clone().share_memory_(), persistent=False)
+        assert torch.equal(fused(x), before)
+        fused.gate_up.packed()[1].zero_()
+        assert not torch.equal(fused(x), before)

@@ -166,16 +166,15 @@ def _entry(entry: Any) -> Crossover | None:
         return None
     times = [entry.get(name) for name in ("interleaved_s", "decoded_s")]
     numbers = [entry.get(name) for name in ("spread", "measured_at")]
-    if not all(isinstance(t, list) and len(t) == len(CANDIDATES) for t in times):
+    lists = [t for t in times if isinstance(t, list) and len(t) == len(CANDIDATES)]
+    values = [v for t in lists for v in t] + numbers
+    if len(lists) != 2 or not all(type(v) in (int, float) and 0 <= v < 1e12 for v in values):
         return None
-    values = [v for t in times for v in t] + numbers  # type: ignore[union-attr]
-    if not all(type(v) in (int, float) and 0 <= v < 1e12 for v in values):
+    interleaved, decoded = (tuple(float(v) for v in t) for t in lists)
+    spread, at = float(numbers[0]), int(numbers[1])  # type: ignore[arg-type]  # checked above
+    if spread > MAX_SPREAD or at > time.time() + 60:  # noisy, or written in the future
         return None
-    interleaved, decoded = (tuple(float(v) for v in t) for t in times)  # type: ignore[union-attr]
-    spread, at = numbers
-    if spread > MAX_SPREAD:
-        return None
-    return Crossover(interleaved, decoded, float(spread), int(at))
+    return Crossover(interleaved, decoded, spread, at)
 
 
 def _measure(kind: int, rounded: bool) -> Crossover:

@@ -58,17 +58,17 @@ def interleave(kind: int, blocks: Tensor, in_place: bool = False) -> Tensor:
     second copy of the weight."""
     if kind == Q4_K:  # larger interleaved (its scales unpacked): never in place
         return _interleave_k4(blocks)
-    if in_place and blocks.is_contiguous():
+    if in_place and blocks.is_contiguous() and len(blocks):
         for first in range(0, len(blocks), 16 * CHUNK):
-            rows = blocks[first : first + 16 * CHUNK]
-            rows.copy_(interleave(kind, rows).view(rows.shape))
+            chunk = blocks[first : first + 16 * CHUNK]
+            chunk.copy_(interleave(kind, chunk).view(chunk.shape))
         return blocks.view(len(blocks) // 16, -1, 16 * BLOCK_BYTES[kind])
     if kind == Q6_K:
         return _interleave_k6(blocks)
     rows, row_bytes = blocks.shape
     size = BLOCK_BYTES[kind]
     b = blocks.view(rows // 16, 16, row_bytes // size, size).transpose(1, 2)
-    out = torch.empty(b.shape[:2] + (16 * size,), dtype=torch.uint8)  # each field copied in
+    out = blocks.new_empty(b.shape[:2] + (16 * size,))  # each field copied in
     at = 0  # (no temporary copies: a 49,152-row head is 30 MiB at Q8_0)
     for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
         out[..., 16 * at : 16 * (at + width)].unflatten(-1, (16, width)).copy_(

@@ -154,10 +154,10 @@ class GGUFLinear(DecodedWeight):
     def calls(self) -> tuple:
         """The C calls' arrays for the tensors kept now (``_arguments``; made again where
         they moved)."""
-        name = "packed0" if self.interleaved else "blocks0"
-        if self._arguments is None or self._arguments[3][0] != self._buffers[name].data_ptr():
-            self._arguments = _arguments(self.stored())
-        return self._arguments
+        kept, known = self.kept(), self._arguments
+        if known is None or any(p != t.data_ptr() for p, t in zip(known[3], kept, strict=True)):
+            self._arguments = known = _arguments(self.stored())
+        return known
 
     def packed(self) -> list[Tensor]:
         """The parts' rows interleaved 16 at a time (``interleave``), or [] where not."""
@@ -244,11 +244,9 @@ class GGUFEmbedding(nn.Module):
 
 
 def interleaves(kind: int, rounded: bool) -> bool:
-    """Whether a layer keeps rows of type ``kind`` interleaved: Q5 and Q6_K rows pay only in
-    integers. Exact, the bits they put together cost as much as the rows save (SmolLM2's
-    Q4_K_M file, 2-core Xeon, a step: Q5_0 interleaved 14.11 ms against 13.76; Q6_K 14.13
-    and 13.76 against 13.47 and 13.57; under gguf-q8, Q6_K 10.01 and 9.86 against 10.31 and
-    10.85)."""
+    """Whether a layer keeps rows of ``kind`` interleaved: Q5 and Q6_K only in integers (exact,
+    putting their bits together cost more than the rows saved: SmolLM2 Q4_K_M, 2-core Xeon, a
+    step: Q5_0 14.11 ms against 13.76, Q6_K 13.76-14.13 against 13.47-13.57)."""
     return kind in INTERLEAVED and (rounded or kind not in (Q5_0, Q5_1, Q6_K))
 
 
@@ -383,8 +381,8 @@ def _operator(x: Tensor, layer: int, out_features: int, rounded: bool) -> Tensor
     graph calls as one node: ``x`` times the weight of the layer of handle ``layer``."""
     found = _LAYERS.get(layer)
     module = found() if found is not None else None
-    if module is None:
-        raise RuntimeError(f"no GGUF layer has handle {layer} (a graph of a freed model?)")
+    if module is None or module.out_features != out_features:
+        raise RuntimeError(f"no GGUF layer of {out_features} outputs has handle {layer}")
     return _compute(x, module.calls(), out_features, rounded)
 
 
