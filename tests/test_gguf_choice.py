@@ -162,3 +162,29 @@ def test_a_layer_of_several_types_decodes_where_any_of_its_types_does(monkeypatc
     alone = gguf_linear.GGUFLinear(mixed[:1], in_features=64, rounded=True)
     alone(torch.randn(100, 64))
     assert taken == []
+
+
+def test_bench_kernels_prints_each_types_choice_and_refreshes_it(monkeypatch, measuring, capsys):
+    """``glassformer bench kernels``: every type a layer interleaves, exact and gguf-q8, its
+    choice and figures (measured where not cached); ``--refresh`` measures again; it runs
+    alone."""
+    from glassformer.cli import main
+
+    calls = []
+
+    def timer(kind, rounded):
+        calls.append((kind, rounded))
+        return machine(1e-3)(kind, rounded)
+
+    monkeypatch.setattr(gguf_choice, "_round_timer", timer)
+    assert main(["bench", "kernels"]) == 0
+    out = capsys.readouterr().out
+    # exact: Q4_0, Q4_1, Q8_0, Q4_K; gguf-q8: those, Q5_0, Q5_1 and Q6_K
+    assert out.count("weight decoded from 256 rows; ms interleaved/decoded at 72: 0.72/") == 11
+    assert "Q4_K gguf-q8:" in out and "Q6_K gguf:" not in out  # Q6_K exact stays row by row
+    assert len(calls) == 11
+    assert main(["bench", "kernels"]) == 0 and len(calls) == 11  # cached: nothing measured
+    capsys.readouterr()
+    assert main(["bench", "kernels", "--refresh"]) == 0 and len(calls) == 22
+    assert main(["bench", "kernels", "attention"]) == 2
+    assert "kernels runs alone; name no other benchmark" in capsys.readouterr().err
