@@ -60,13 +60,10 @@ from glassformer.kernels.gguf_interleave import (
 from glassformer.kernels.gguf_kernels import FLAGS, SOURCE, kernels, ready  # noqa: F401
 from glassformer.kernels.quantized import DecodedWeight
 
-# From this many input rows on, the weight is decoded and multiplied by PyTorch's fp32 GEMM
-# (rows interleaved: from the count this machine measures, ``gguf_choice``), TILE rows of it
-# at a time (a small buffer, used again: decoding a 49,152-row head whole
-# took 113 MB, which glibc then kept); below, the rows are multiplied from the interleaved
-# rows or the blocks (SmolLM2, 2-core Intel Xeon, a forward of 27 rows: 67 ms from the
-# blocks, 131 decoded; 64 rows 145 and 163; 128 rows 283 and 198; from the interleaved rows,
-# exact: 71 rows 230 ms, 72 decoded 254, 128 rows 402 against 311 decoded).
+# From this many input rows on (rows interleaved: from the count measured, ``gguf_choice``)
+# the weight is decoded, TILE rows at a time (a buffer used again: a 49,152-row head decoded
+# whole took 113 MB that glibc kept), for PyTorch's GEMM (SmolLM2, 2-core Xeon, 27 rows: 67 ms
+# from the blocks, 131 decoded; 128 rows 283 and 198; interleaved, 128 rows 402 and 311).
 MANY_ROWS = 72
 TILE = 1024
 COMPUTED = tuple(BLOCK_BYTES)  # the block types these layers hold
@@ -115,19 +112,19 @@ class GGUFLinear(DecodedWeight):
             for kind, rows in zip(self.types, self.rows, strict=True)
         )
         name = "packed" if self.interleaved else "blocks"
-        for i, (kind, stored) in enumerate(parts):
+        self.names = tuple(f"{name}{i}" for i in range(len(parts)))  # the buffers kept
+        for buffer, (kind, stored) in zip(self.names, parts, strict=True):
             if self.interleaved:
                 kept = stored if stored.dim() == 3 else interleave(kind, stored, in_place)
             else:
                 kept = deinterleave(kind, stored) if stored.dim() == 3 else stored
-            self.register_buffer(f"{name}{i}", kept, persistent=False)
+            self.register_buffer(buffer, kept, persistent=False)
         self._arguments: tuple | None = None  # the C calls' arrays, made once
         self.handle = _register(self)  # what a compiled graph's operator calls it by
 
     def kept(self) -> list[Tensor]:
         """The tensors this layer keeps: its parts' rows interleaved, or their blocks."""
-        name = "packed" if self.interleaved else "blocks"
-        return [self.get_buffer(f"{name}{i}") for i in range(len(self.types))]
+        return [self._buffers[name] for name in self.names]  # type: ignore[misc]
 
     def stored(self) -> list[Part]:
         """The parts as this layer keeps them, which another ``GGUFLinear`` takes and
@@ -154,9 +151,14 @@ class GGUFLinear(DecodedWeight):
     def calls(self) -> tuple:
         """The C calls' arrays for the tensors kept now (``_arguments``; made again where
         they moved)."""
-        kept, known = self.kept(), self._arguments
-        if known is None or any(p != t.data_ptr() for p, t in zip(known[3], kept, strict=True)):
-            self._arguments = known = _arguments(self.stored())
+        known, buffers = self._arguments, self._buffers  # a loop: 0.5 us, not 4 (121 a step)
+        if known is not None:
+            for i, name in enumerate(self.names):
+                if known[3][i] != buffers[name].data_ptr():  # type: ignore[union-attr]
+                    break
+            else:
+                return known
+        self._arguments = known = _arguments(self.stored())
         return known
 
     def packed(self) -> list[Tensor]:
