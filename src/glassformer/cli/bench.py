@@ -142,14 +142,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("nanogpt-lm needs --nanogpt PATH (a nanoGPT checkout)")
     if args.nanogpt and not Path(args.nanogpt).exists():
         raise ValueError(f"--nanogpt {args.nanogpt}: no such directory")
-    if "precision" in args.names:
-        if len(args.names) > 1:
-            raise ValueError("glassformer bench precision runs alone; name no other benchmark")
-        return precision_report(args.refresh, args.model)
-    if "kernels" in args.names:
-        if len(args.names) > 1:
-            raise ValueError("glassformer bench kernels runs alone; name no other benchmark")
-        return kernels_report(args.refresh)
+    for name in ("precision", "kernels"):  # reports of this process's cache, no script
+        if name in args.names:
+            if len(args.names) > 1:
+                raise ValueError(f"glassformer bench {name} runs alone; name no other benchmark")
+            if name == "kernels":
+                return kernels_report(args.refresh)
+            return precision_report(args.refresh, args.model)
     folder = benchmarks_dir(args.benchmarks)
     failed = []
     for name in args.names or DEFAULT:

@@ -26,6 +26,7 @@ uncached: the test suite does, so that its products do not depend on this machin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -126,7 +127,7 @@ def crossover(
     """This machine's measurement for type ``kind``'s ``rounded`` or exact products: the cached
     one, unless ``refresh``, it has expired or it cannot be read; else measured (and cached
     if trusted)."""
-    path = Path(cache_dir if cache_dir is not None else cache_root()) / CACHE_FILE
+    path = cache_root(cache_dir) / CACHE_FILE
     key = cache_key(kind, rounded)
     if not refresh:
         known = _entry(read_cache(path).get(key))
@@ -146,8 +147,14 @@ def crossover(
     return best
 
 
+@functools.cache
+def _source() -> str:
+    """The C source's hash, read once a process."""
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+
+
 def cache_key(kind: int, rounded: bool) -> str:
-    source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    source = _source()
     precision = "gguf-q8" if rounded else "gguf"
     where = f"{processor()}, {torch.get_num_threads()} threads"
     return f"{where}; torch {torch.__version__}; gguf.c {source}; {NAMES[kind]} {precision}"
@@ -155,7 +162,7 @@ def cache_key(kind: int, rounded: bool) -> str:
 
 def cached(cache_dir: str | Path | None = None) -> list[tuple[str, Crossover | str]]:
     """Every entry of the cache file: its key, and its measurement or why it is unusable."""
-    path = Path(cache_dir if cache_dir is not None else cache_root()) / CACHE_FILE
+    path = cache_root(cache_dir) / CACHE_FILE
     return [(key, _entry(entry) or "unreadable") for key, entry in read_cache(path).items()]
 
 
