@@ -107,7 +107,7 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
     layer kept as blocks decodes from 72 rows whatever the choice."""
     from test_gguf_blocks import random_blocks
 
-    from glassformer.kernels.gguf_blocks import Q6_K
+    from glassformer.kernels.gguf_blocks import Q5_K
 
     taken = []
     for name in ("_from_rows", "_from_decoded"):
@@ -115,7 +115,7 @@ def test_the_choice_decides_which_path_a_prompts_product_takes(monkeypatch):
         spy = lambda *a, _real=real, _name=name: taken.append(_name) or _real(*a)  # noqa: E731
         monkeypatch.setattr(gguf_linear, name, spy)
     layer = gguf_linear.GGUFLinear([(Q8_0, random_blocks(Q8_0, 32, 64))], in_features=64)
-    blocks = gguf_linear.GGUFLinear([(Q6_K, random_blocks(Q6_K, 32, 256))], in_features=256)
+    blocks = gguf_linear.GGUFLinear([(Q5_K, random_blocks(Q5_K, 32, 256))], in_features=256)
     x = torch.randn(100, 64)
     reference = x.double() @ layer.dequantized().double().t()
     for forced, path in (("never", "_from_rows"), ("101", "_from_rows"), ("72", "_from_decoded")):
@@ -179,12 +179,12 @@ def test_bench_kernels_prints_each_types_choice_and_refreshes_it(monkeypatch, me
     monkeypatch.setattr(gguf_choice, "_round_timer", timer)
     assert main(["bench", "kernels"]) == 0
     out = capsys.readouterr().out
-    # exact: Q4_0, Q4_1, Q8_0, Q4_K; gguf-q8: those, Q5_0, Q5_1 and Q6_K
-    assert out.count("weight decoded from 256 rows; ms interleaved/decoded at 72: 0.72/") == 11
-    assert "Q4_K gguf-q8:" in out and "Q6_K gguf:" not in out  # Q6_K exact stays row by row
-    assert len(calls) == 11
-    assert main(["bench", "kernels"]) == 0 and len(calls) == 11  # cached: nothing measured
+    # exact and gguf-q8 each: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K
+    assert out.count("weight decoded from 256 rows; ms interleaved/decoded at 72: 0.72/") == 14
+    assert "Q4_K gguf-q8:" in out and "Q6_K gguf:" in out
+    assert len(calls) == 14
+    assert main(["bench", "kernels"]) == 0 and len(calls) == 14  # cached: nothing measured
     capsys.readouterr()
-    assert main(["bench", "kernels", "--refresh"]) == 0 and len(calls) == 22
+    assert main(["bench", "kernels", "--refresh"]) == 0 and len(calls) == 28
     assert main(["bench", "kernels", "attention"]) == 2
     assert "kernels runs alone; name no other benchmark" in capsys.readouterr().err

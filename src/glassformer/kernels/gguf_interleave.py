@@ -1,10 +1,12 @@
 """GGUF rows interleaved 16 at a time, as ``csrc/gguf.c``'s products read them, and back.
 
 For each 16 rows and block of 32 columns: the 16 rows' scales d (fp16), their mins m (Q4_1,
-Q5_1), their fifth bits (Q5_0, Q5_1: a 32-bit word a row), then the values' bytes four at a
-time: bytes 4j to 4j + 3 of rows 0 to 15, for each j. A 512-bit vector of them holds 16
-rows, one per 32-bit lane, so 16 sums grow at once. ``GGUFLinear`` keeps a weight this way
-in place of the file's layout; ``deinterleave`` gives the file's bytes back.
+Q5_1), their fifth bits (Q5_0, Q5_1: a 32-bit word a row, regrouped: column 4m + n's bit
+at bit 8n + m, so one shift puts the bits of the four columns a value byte holds at bit 4 of
+each byte), then the values' bytes four at a time: bytes 4j to 4j + 3 of rows 0 to 15, for
+each j. A 512-bit vector of them holds 16 rows, one per 32-bit lane, so 16 sums grow at
+once. ``GGUFLinear`` keeps a weight this way in place of the file's layout;
+``deinterleave`` gives the file's bytes back.
 
 Q4_K, per 16 rows and super-block of 256 columns: the rows' d, their dmin, their eight
 sub-blocks' 6-bit scales and mins each unpacked to a byte (sub-block by sub-block, 16 rows
@@ -30,9 +32,10 @@ from glassformer.kernels.gguf_blocks import (
     Q8_0,
 )
 
-# The 32-value types whose rows interleave: the widths of the fields before a block's values
-# (d, m, the fifth bits), in bytes
-FIELDS = {Q4_0: (2,), Q4_1: (2, 2), Q5_0: (2, 4), Q5_1: (2, 2, 4), Q8_0: (2,)}
+# The 32-value types whose rows interleave: the fields before a block's values (d, m, the
+# fifth bits) and their widths in bytes
+D, M, FIFTH = ("d", 2), ("m", 2), ("fifth", 4)
+FIELDS = {Q4_0: (D,), Q4_1: (D, M), Q5_0: (D, FIFTH), Q5_1: (D, M, FIFTH), Q8_0: (D,)}
 INTERLEAVED = (*FIELDS, Q4_K, Q6_K)  # every type whose rows interleave
 K4_BYTES = 2368  # 16 rows of one Q4_K super-block: 32 d, 32 dmin, 128 scales, 128 mins, 2048
 
@@ -70,10 +73,10 @@ def interleave(kind: int, blocks: Tensor, in_place: bool = False) -> Tensor:
     b = blocks.view(rows // 16, 16, row_bytes // size, size).transpose(1, 2)
     out = blocks.new_empty(b.shape[:2] + (16 * size,))  # each field copied in
     at = 0  # (no temporary copies: a 49,152-row head is 30 MiB at Q8_0)
-    for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
+    for field, width in FIELDS[kind]:
         out[..., 16 * at : 16 * (at + width)].unflatten(-1, (16, width)).copy_(
-            b[..., at : at + width]
-        )
+            _regrouped(b[..., at : at + width]) if field == "fifth" else b[..., at : at + width]
+        )  # (groups, blocks, 16 rows, width)
         at += width
     values = b[..., at:].unflatten(-1, (-1, 4)).transpose(2, 3)  # (.., bytes / 4, 16 rows, 4)
     out[..., 16 * at :].unflatten(-1, values.shape[2:]).copy_(values)
@@ -89,15 +92,42 @@ def deinterleave(kind: int, packed: Tensor, which: Tensor | None = None) -> Tens
         rows = _deinterleave_k4(packed) if kind == Q4_K else _deinterleave_k6(packed)
     else:
         fields, at = [], 0
-        for width in FIELDS[kind]:  # (groups, blocks, 16 rows, width)
-            fields.append(packed[..., at : at + 16 * width].unflatten(-1, (16, width)))
-            at += 16 * width
+        for field, width in FIELDS[kind]:
+            read = packed[..., at : at + 16 * width].unflatten(-1, (16, width))
+            fields.append(_regrouped(read, back=True) if field == "fifth" else read)
+            at += 16 * width  # (groups, blocks, 16 rows, width)
         values = packed[..., at:].unflatten(-1, (-1, 16, 4)).transpose(-3, -2)
         fields.append(values.flatten(-2))  # (groups, blocks, 16 rows, value bytes)
         rows = torch.cat(fields, dim=-1)  # (groups, blocks, 16 rows, bytes per block)
     if which is not None:
         return rows[torch.arange(groups), :, which].reshape(groups, -1)
     return rows.transpose(1, 2).reshape(16 * groups, -1)
+
+
+def _bit_moves() -> tuple[Tensor, Tensor]:
+    """Column i's fifth bit (bit i of the file's word) goes to bit 8 (i % 4) + i // 4: a table
+    of each byte's bits moved, (4 bytes, 256 values) → the word they make, and back."""
+    moved, back = torch.zeros(4, 256, dtype=torch.int64), torch.zeros(4, 256, dtype=torch.int64)
+    values = torch.arange(256)
+    for bit in range(32):
+        to = 8 * (bit % 4) + bit // 4
+        moved[bit // 8] |= ((values >> (bit % 8)) & 1) << to
+        back[to // 8] |= ((values >> (to % 8)) & 1) << bit
+    return moved, back
+
+
+_MOVES = _bit_moves()
+
+
+def _regrouped(words: Tensor, back: bool = False) -> Tensor:
+    """Fifth-bit words (..., 4 bytes, little-endian) regrouped as ``csrc/gguf.c`` reads them
+    (``back``: the file's order again)."""
+    table = _MOVES[1 if back else 0].to(words.device)
+    word = table[0, words[..., 0].long()]
+    for byte in range(1, 4):  # each byte's bits land apart: adding is or-ing
+        word = word + table[byte, words[..., byte].long()]
+    shifts = torch.arange(0, 32, 8, device=words.device)
+    return ((word.unsqueeze(-1) >> shifts) & 255).to(torch.uint8)
 
 
 def _interleave_k4(blocks: Tensor) -> Tensor:

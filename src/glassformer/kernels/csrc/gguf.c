@@ -506,8 +506,8 @@ static inline int stored_value(int type, const uint8_t *q, int r, int i) {
     if (type == Q8_0) return value_byte(q, r, i) ^ 128;
     const int v = i < 16 ? value_byte(q, r, i) & 15 : value_byte(q, r, i - 16) >> 4;
     if (type != Q5_0 && type != Q5_1) return v;
-    const uint8_t *h = q - 64 + 4 * r;  /* the row's fifth bits */
-    return v | (int)((word(h) >> i) & 1) << 4;
+    const uint8_t *h = q - 64 + 4 * r;  /* the row's fifth bits, regrouped: column i's at */
+    return v | (int)((word(h) >> (8 * (i % 4) + i / 4)) & 1) << 4;  /* 8 (i % 4) + i / 4 */
 }
 
 /* x's blocks of 32 rounded to 8 bits: q (32 n bytes), scales d (n), sums of q (n). A block
@@ -531,12 +531,24 @@ static void round_to_8_bits(const float *x, int64_t n, int8_t *q, float *d, int3
 }
 
 #ifdef __AVX512F__
+/* Four columns' nibbles (byte n of each lane: of column 4j + n, `low`, or 16 + 4j + n) with
+   their fifth bits (h: a word a row, regrouped: column 4m + n's bit at 8n + m) put in at bit 4
+   of each byte; the bits above the nibble in `v` cleared. */
+static inline __m512i fifth_in(__m512i v, __m512i h, int j, int low) {
+    const __m512i bits = low ? _mm512_slli_epi32(h, (unsigned)(4 - j)) : _mm512_srli_epi32(h, (unsigned)j);
+    return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi8(15)),
+                           _mm512_and_si512(bits, _mm512_set1_epi8(16)));
+}
+
+static inline __m512 four_sums(const __m512 *a) {
+    return _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+}
+
 /* 16 rows (p: their interleaved blocks) times one row of x (sx: its 32-value sums) → y[0..15] */
 INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
     const int64_t bytes = interleaved_bytes(type), values = values_at(type);
     const int five = has_fifth(type), min = has_min(type);
-    const __m512i low = _mm512_set1_epi32(15);
     const __m512 nibbles = table(-stored_offset(type)), upper = table(16 - stored_offset(type));
     __m512 total = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 32, p += bytes) {
@@ -546,27 +558,26 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int j = 0; j < (type == Q8_0 ? 8 : 4); j++) {
             const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * j));
+            /* byte c of each lane: column 4j + c's value in `a`, column 4j + c + 16's in `b`
+               (Q4: in the low four bits; Q5: in the low five, its fifth bit put in) */
+            __m512i a = v, b = _mm512_srli_epi32(v, 4);
+            if (five) a = fifth_in(a, h, j, 1), b = fifth_in(b, h, j, 0);
             for (int c = 0; c < 4; c++) {  /* column 4j + c: byte c of each lane */
                 const int i = 4 * j + c;
                 if (type == Q8_0) {
                     const __m512i w = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * c), 24);
                     acc[c] = _mm512_fmadd_ps(as_float(w), _mm512_set1_ps(x[k + i]), acc[c]);
-                } else if (five) {  /* the nibble and its fifth bit: a 32-entry table */
-                    const __m512i w = _mm512_srli_epi32(v, 8 * c);
-                    const __m512i a = _mm512_or_si512(_mm512_and_si512(w, low), fifth(h, i));
-                    const __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w, 4), low), fifth(h, i + 16));
-                    acc[c] = _mm512_fmadd_ps(five_bits(a, nibbles, upper), _mm512_set1_ps(x[k + i]), acc[c]);
-                    acc[c] = _mm512_fmadd_ps(five_bits(b, nibbles, upper), _mm512_set1_ps(x[k + i + 16]), acc[c]);
-                } else {
-                    const __m512i w = _mm512_srli_epi32(v, 8 * c);
-                    acc[c] = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x[k + i]), acc[c]);
-                    const __m512 high = nibble(_mm512_srli_epi32(w, 4), nibbles);
-                    acc[c] = _mm512_fmadd_ps(high, _mm512_set1_ps(x[k + i + 16]), acc[c]);
+                    continue;
                 }
+                const __m512i ac = _mm512_srli_epi32(a, 8 * c), bc = _mm512_srli_epi32(b, 8 * c);
+                const __m512 wa = five ? five_bits(ac, nibbles, upper) : nibble(ac, nibbles);
+                const __m512 wb = five ? five_bits(bc, nibbles, upper) : nibble(bc, nibbles);
+                acc[c] = _mm512_fmadd_ps(wa, _mm512_set1_ps(x[k + i]), acc[c]);
+                acc[c] = _mm512_fmadd_ps(wb, _mm512_set1_ps(x[k + i + 16]), acc[c]);
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        total = _mm512_fmadd_ps(d, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), total);
+        total = _mm512_fmadd_ps(d, four_sums(acc), total);
         if (min)  /* + m times the sum of x */
             total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(sx[k / 32]), total);
     }
@@ -591,13 +602,6 @@ static void sixteen_rows(int type, const uint8_t *p, const float *x, const float
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-/* The fifth bits of columns first .. first + 3 of 16 rows (h: a word a row) as bit 4 of each
-   byte: the four bits times 2^4 + 2^11 + 2^18 + 2^25 land on bits 4, 12, 20 and 28, apart. */
-static inline __m512i fifth_bytes(__m512i h, int first) {
-    const __m512i four = _mm512_and_si512(_mm512_srli_epi32(h, (unsigned)first), _mm512_set1_epi32(15));
-    return _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x02040810)), _mm512_set1_epi32(0x10101010));
-}
-
 /* 16 rows times one row of x rounded to 8 bits (xq, its scales xd and sums xs) → y[0..15] */
 INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t K, float *y) {
@@ -618,7 +622,7 @@ INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
                 acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(v, flip), _mm512_set1_epi32(x4[j]));
             } else {
                 __m512i a = _mm512_and_si512(v, low), b = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if (five) a = _mm512_or_si512(a, fifth_bytes(h, 4 * j)), b = _mm512_or_si512(b, fifth_bytes(h, 16 + 4 * j));
+                if (five) a = fifth_in(v, h, j, 1), b = fifth_in(_mm512_srli_epi16(v, 4), h, j, 0);
                 acc = _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi32(x4[j]));
                 acc2 = _mm512_dpbusd_epi32(acc2, b, _mm512_set1_epi32(x4[j + 4]));
             }
@@ -739,18 +743,19 @@ INLINE void sixteen_k4(const uint8_t *p, const float *x, const float *sx, int64_
     for (int64_t k = 0; k < K; k += 256, p += K4_BYTES) {
         k4_start(p, &d, &dmin);
         for (int j = 0; j < 4; j++) {
-            __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+            __m512 lo[4], hi[4];  /* four sums each: a chain of products apiece */
+            for (int c = 0; c < 4; c++) lo[c] = hi[c] = _mm512_setzero_ps();
             const float *x0 = x + k + 64 * j, *x1 = x0 + 32;
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(p + K4_VALUES + 512 * j + 64 * m));
                 for (int c = 0; c < 4; c++) {  /* column 4m + c: byte c of each lane */
                     const __m512i w = _mm512_srli_epi32(v, 8 * c);
-                    lo = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x0[4 * m + c]), lo);
-                    hi = _mm512_fmadd_ps(nibble(_mm512_srli_epi32(w, 4), nibbles), _mm512_set1_ps(x1[4 * m + c]), hi);
+                    lo[c] = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x0[4 * m + c]), lo[c]);
+                    hi[c] = _mm512_fmadd_ps(nibble(_mm512_srli_epi32(w, 4), nibbles), _mm512_set1_ps(x1[4 * m + c]), hi[c]);
                 }
             }
-            total = k4_add(p, 2 * j, d, dmin, lo, sx[k / 32 + 2 * j], total);
-            total = k4_add(p, 2 * j + 1, d, dmin, hi, sx[k / 32 + 2 * j + 1], total);
+            total = k4_add(p, 2 * j, d, dmin, four_sums(lo), sx[k / 32 + 2 * j], total);
+            total = k4_add(p, 2 * j + 1, d, dmin, four_sums(hi), sx[k / 32 + 2 * j + 1], total);
         }
     }
     _mm512_storeu_ps(y, total);
@@ -814,31 +819,31 @@ static inline float k6_row(const uint8_t *p, int r, int u, const float *x, const
     return half(p + 2 * r) * (float)(int8_t)p[K6_SCALES + 16 * u + r] * sum;
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 INLINE void sixteen_k6(const uint8_t *p, const float *x, int64_t K, float *y) {
-    const __m512i fifteen = _mm512_set1_epi32(15), three = _mm512_set1_epi32(3);
+    const __m512i fifteen = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3), mid = _mm512_set1_epi8(32);
     __m512 total = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 256, p += K6_BYTES) {
         for (int line = 0; line < K6_BYTES; line += 64) _mm_prefetch((const char *)p + 2 * K6_BYTES + line, _MM_HINT_T0);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         for (int u = 0; u < 16; u++) {  /* 16 columns a scale */
             const int h = u / 8, t = u % 8 / 2, i = 16 * (u % 2);
-            __m512 acc = _mm512_setzero_ps();
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int m = 0; m < 4; m++) {  /* four columns: byte c of each lane */
                 const int low = 64 * h + 32 * (t % 2) + i + 4 * m, high = 32 * h + i + 4 * m;
                 const __m512i vl = _mm512_loadu_si512((const void *)(p + K6_LOW + 16 * low));
                 const __m512i vh = _mm512_loadu_si512((const void *)(p + K6_HIGH + 16 * high));
+                const __m512i q = _mm512_sub_epi8(_mm512_or_si512(  /* q - 32, a signed byte each */
+                    _mm512_and_si512(_mm512_srli_epi16(vl, 4 * (t / 2)), fifteen),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(vh, 2 * t), three), 4)), mid);
                 for (int c = 0; c < 4; c++) {
-                    const __m512i q = _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(vl, 8 * c + 4 * (t / 2)), fifteen),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(vh, 8 * c + 2 * t), three), 4));
-                    const __m512 v = as_float(_mm512_sub_epi32(q, _mm512_set1_epi32(32)));
-                    acc = _mm512_fmadd_ps(v, _mm512_set1_ps(x[k + 16 * u + 4 * m + c]), acc);
+                    const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * c), 24);
+                    acc[c] = _mm512_fmadd_ps(as_float(v), _mm512_set1_ps(x[k + 16 * u + 4 * m + c]), acc[c]);
                 }
             }
             const __m128i scales = _mm_loadu_si128((const __m128i *)(p + K6_SCALES + 16 * u));
             const __m512 s = _mm512_mul_ps(d, as_float(_mm512_cvtepi8_epi32(scales)));
-            total = _mm512_fmadd_ps(s, acc, total);
+            total = _mm512_fmadd_ps(s, four_sums(acc), total);
         }
     }
     _mm512_storeu_ps(y, total);
