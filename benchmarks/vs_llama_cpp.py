@@ -14,10 +14,11 @@ Side by side in one run, on this machine, with the same threads (torch's count):
   tokens (after, and at its peak: the high-water mark reset after the imports), imports
   excluded;
 - tokens: the first 32 greedy tokens of three prompts, ours against llama.cpp's;
-- perplexity (``--llama-perplexity BIN``): the first ``--reviews`` IMDb test reviews as one
-  text, llama.cpp's own perplexity tool against the same computation in glassformer (chunks
-  of ``--ctx`` tokens, each starting with BOS where the file asks for it, the second half of
-  each chunk scored).
+- perplexity (``--llama-perplexity BIN``, or ``--perplexity`` without the tool): the first
+  ``--reviews`` IMDb test reviews as one text, llama.cpp's own perplexity tool (or its
+  logits through llama-cpp-python, scored as the tool scores them) against the same
+  computation in glassformer (chunks of ``--ctx`` tokens, each starting with BOS where the
+  file asks for it, the second half of each chunk scored).
 
 The files: the packaged Q4_1 and, made from it by llama.cpp's own quantiser (through the
 given Python, ``allow_requantize``: their weights are the Q4_1's values re-encoded), Q8_0
@@ -49,7 +50,7 @@ QUANTISER = {"Q8_0": 7, "Q4_K_M": 15}  # llama.cpp's LLAMA_FTYPE_MOSTLY_* number
 LLAMA_CHILD = r"""
 import ctypes, json, sys, time
 mode, path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-job = json.loads(sys.argv[4])
+job = json.loads(sys.argv[4] if sys.argv[4] != "-" else sys.stdin.read())
 import llama_cpp
 if mode == "quantise":
     llama_cpp.llama_backend_init()
@@ -58,6 +59,23 @@ if mode == "quantise":
     sys.exit(llama_cpp.llama_model_quantize(path.encode(), job["out"].encode(),
                                             ctypes.byref(params)))
 from llama_cpp import Llama
+if mode == "perplexity":  # the perplexity tool's sum, from llama.cpp's own logits
+    import numpy as np
+    ctx = job["ctx"]
+    llm = Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, n_threads=threads,
+                n_threads_batch=threads, logits_all=True, verbose=False)
+    total, count = 0.0, 0
+    for chunk in job["chunks"]:
+        llm.reset()
+        llm.eval(chunk)
+        logits = np.asarray(llm.scores[ctx // 2 : ctx - 1], dtype=np.float64)
+        top = logits.max(axis=1, keepdims=True)
+        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        targets = np.asarray(chunk[ctx // 2 + 1 : ctx])
+        total -= float((logits[np.arange(len(targets)), targets] - log_z).sum())
+        count += len(targets)
+    print(json.dumps({"nll": total, "count": count}))
+    sys.exit(0)
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 def peak():  # the high-water mark since clear_refs reset it
@@ -115,8 +133,8 @@ PROMPTS = [
 ]
 
 
-def child(argv: list[str]) -> dict:
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+def child(argv: list[str], stdin: str | None = None) -> dict:
+    out = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{argv[1][:20]}... failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -124,7 +142,8 @@ def child(argv: list[str]) -> dict:
 
 def llama(python: str, mode: str, path: Path, job: dict) -> dict:
     threads = str(torch.get_num_threads())
-    return child([python, "-c", LLAMA_CHILD, mode, str(path), threads, json.dumps(job)])
+    # the job on stdin: one argument may hold no more than 128 KiB
+    return child([python, "-c", LLAMA_CHILD, mode, str(path), threads, "-"], json.dumps(job))
 
 
 def files(python: str, folder: Path, kinds: list[str]) -> dict[str, Path]:
@@ -280,37 +299,51 @@ def same_tokens(path: Path, python: str, tokenizer, emulate: bool, dtype: str) -
 
 
 def perplexity(
-    path: Path, binary: str, text_file: Path, ctx: int, tokenizer, add_bos, dtype: str
+    path: Path,
+    binary: str | None,
+    text_file: Path,
+    ctx: int,
+    tokenizer,
+    add_bos,
+    dtype: str,
+    python: str,
 ) -> dict:
-    """llama.cpp's perplexity tool and glassformer's replica of its computation."""
+    """llama.cpp's perplexity against glassformer's replica of its computation: chunks of
+    ``ctx`` tokens, the first BOS where the file asks for it, the second half of each scored.
+    llama.cpp's from its own tool (``binary``), or, without one, from its logits through
+    llama-cpp-python, scored by that same replica."""
     from glassformer import GPT
 
-    threads = str(torch.get_num_threads())
-    run = subprocess.run(
-        [binary, "-m", str(path), "-f", str(text_file), "-c", str(ctx), "-t", threads],
-        capture_output=True,
-        text=True,
-    )
-    found = re.search(r"Final estimate: PPL = ([0-9.]+)", run.stdout + run.stderr)
-    if not found:
-        raise SystemExit(f"llama-perplexity gave no estimate:\n{run.stderr[-2000:]}")
-    model = GPT.from_pretrained(path, dtype=dtype)
     ids = tokenizer.encode(text_file.read_text())
     if add_bos is not None:
         ids = [add_bos, *ids]
+    chunks = [ids[start : start + ctx] for start in range(0, len(ids) // ctx * ctx, ctx)]
+    if add_bos is not None:
+        chunks = [[add_bos, *chunk[1:]] for chunk in chunks]
+    if binary:
+        threads = str(torch.get_num_threads())
+        run = subprocess.run(
+            [binary, "-m", str(path), "-f", str(text_file), "-c", str(ctx), "-t", threads],
+            capture_output=True,
+            text=True,
+        )
+        found = re.search(r"Final estimate: PPL = ([0-9.]+)", run.stdout + run.stderr)
+        if not found:
+            raise SystemExit(f"llama-perplexity gave no estimate:\n{run.stderr[-2000:]}")
+        theirs, source = float(found.group(1)), "llama-perplexity"
+    else:
+        sums = llama(python, "perplexity", path, {"ctx": ctx, "chunks": chunks})
+        theirs, source = math.exp(sums["nll"] / sums["count"]), "llama-cpp-python logits"
+    model = GPT.from_pretrained(path, dtype=dtype)
     total, count = 0.0, 0
     with torch.inference_mode():
-        for start in range(0, len(ids) // ctx * ctx, ctx):
-            chunk = torch.tensor([ids[start : start + ctx]])
-            if add_bos is not None:
-                chunk[0, 0] = add_bos
-            logits = model(chunk).logits[0].double()
-            first = ctx // 2
-            scored = torch.log_softmax(logits[first : ctx - 1], dim=-1)
-            targets = chunk[0, first + 1 : ctx]
+        for chunk in chunks:
+            logits = model(torch.tensor([chunk])).logits[0].double()
+            scored = torch.log_softmax(logits[ctx // 2 : ctx - 1], dim=-1)
+            targets = torch.tensor(chunk[ctx // 2 + 1 : ctx])
             total -= scored.gather(1, targets[:, None]).sum().item()
             count += len(targets)
-    return {"llama.cpp": float(found.group(1)), "glassformer": math.exp(total / count)}
+    return {"llama.cpp": theirs, "glassformer": math.exp(total / count), "source": source}
 
 
 def adds_bos(path: Path) -> bool:
@@ -325,6 +358,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-cpp", metavar="PYTHON", required=True)
     parser.add_argument("--llama-perplexity", metavar="BIN")
+    parser.add_argument(
+        "--perplexity",
+        action="store_true",
+        help="measure perplexity even without --llama-perplexity: llama.cpp's from its "
+        "logits through llama-cpp-python, scored as its tool scores them",
+    )
     parser.add_argument("--kinds", default="Q4_1,Q8_0,Q4_K_M")
     parser.add_argument("--files", default=str(Path(tempfile.gettempdir()) / "gf-gguf"))
     parser.add_argument("--repeats", type=int, default=3)
@@ -380,7 +419,7 @@ def main() -> None:
         if "with_llama_cpp_rounding" in row["tokens"]:
             print("  with llama.cpp's rounding emulated (8-bit inputs to every product, fp16 "
                   f"q/k/v/weights): {row['tokens']['with_llama_cpp_rounding']}")  # fmt: skip
-    if args.llama_perplexity:
+    if args.llama_perplexity or args.perplexity:
         from glassformer.data.corpora import load_corpus
 
         reviews = [t for t, _ in load_corpus("imdb", "classify").test[: args.reviews]]
@@ -389,12 +428,19 @@ def main() -> None:
         bos = tokenizer.bos_id if adds_bos(paths[kinds[0]]) else None
         for kind, path in paths.items():
             ppl = perplexity(
-                path, args.llama_perplexity, text_file, args.ctx, tokenizer, bos, args.dtype
+                path,
+                args.llama_perplexity,
+                text_file,
+                args.ctx,
+                tokenizer,
+                bos,
+                args.dtype,
+                args.llama_cpp,
             )
             figures["files"][kind]["perplexity"] = ppl
             change = ppl["glassformer"] / ppl["llama.cpp"] - 1
             print(f"\n{kind} perplexity, {args.reviews} IMDb test reviews, chunks of "
-                  f"{args.ctx}: llama.cpp {ppl['llama.cpp']:.4f}, glassformer "
+                  f"{args.ctx}: llama.cpp ({ppl['source']}) {ppl['llama.cpp']:.4f}, glassformer "
                   f"{ppl['glassformer']:.4f} ({change:+.2%})")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
