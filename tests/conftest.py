@@ -10,6 +10,10 @@ import torch
 # The Keras twin's tests run on the torch backend (what glassformer.keras picks itself)
 # unless a backend was chosen; set here so test modules may import keras before it.
 os.environ.setdefault("KERAS_BACKEND", "torch")
+# Which precision is faster here is forced to fp32 for the whole session, module-scoped
+# fixtures included, so that a run's precision (--dtype auto, --bf16 auto, the default) and the
+# suite's figures are the same on every CPU.
+os.environ.setdefault("GLASSFORMER_FASTER", "fp32")
 
 
 def pytest_configure(config):
@@ -19,6 +23,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "network: needs the network (PyPI, Debian's archive) or the Hugging Face cache",
+    )
+    config.addinivalue_line(
+        "markers",
+        "measures_this_machine: the test measures which precision is faster here, as a user's "
+        "run would (elsewhere the verdict is forced, fp32 unless GLASSFORMER_FASTER says, so "
+        "that every CPU runs the same suite)",
     )
     config.addinivalue_line(
         "markers",
@@ -45,10 +55,11 @@ def faster(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _unforced(request, monkeypatch):
-    """Outside ``measured_choice`` tests, a forced verdict in the environment does not leak in:
-    those tests measure as a user's machine would."""
-    if not request.node.get_closest_marker("measured_choice"):
+def _measuring(request, monkeypatch):
+    """``measures_this_machine`` tests measure which precision is faster, as a user's machine
+    would; ``measured_choice`` ones run under each verdict (``faster``); every other test keeps
+    the session's forced verdict."""
+    if request.node.get_closest_marker("measures_this_machine"):
         monkeypatch.delenv("GLASSFORMER_FASTER", raising=False)
 
 

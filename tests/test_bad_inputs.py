@@ -36,7 +36,7 @@ REVIEWS = "text,label\n" + "".join(
 )
 PAIRS = "".join(f"{a} cat\t{b} gato\n" for a, b in [("one", "uno"), ("two", "dos")] * 10)
 # Lines other than the error that a command may print to stderr before it fails.
-PROGRESS = ("preparing data", "data:", "model:", "training", "warning:")
+PROGRESS = ("preparing data", "data:", "model:", "bf16 autocast", "training", "warning:")
 
 
 @pytest.fixture(scope="module")

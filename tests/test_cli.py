@@ -104,6 +104,7 @@ def test_generate_decodes_in_each_dtype(char_lm_run, dtype, capsys, monkeypatch)
     assert dtype in seen  # generate ran the model that for_inference made
 
 
+@pytest.mark.measures_this_machine
 def test_dtype_auto_says_what_it_measured(char_lm_run, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
     argv = ["generate", "--model", str(char_lm_run), "--prompt", "the ", "--max-new-tokens", "3"]

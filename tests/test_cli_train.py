@@ -258,6 +258,7 @@ def test_wrong_model_kind_for_the_command(files, tmp_path, capsys):
     assert "holds a 'gpt' model, expected 'classifier'" in capsys.readouterr().err
 
 
+@pytest.mark.measures_this_machine
 @pytest.mark.parametrize("faster", [True, False])
 def test_bf16_warns_only_where_it_measures_slower(faster, files, tmp_path, capsys, monkeypatch):
     from glassformer.kernels import precision
@@ -273,6 +274,7 @@ def test_bf16_warns_only_where_it_measures_slower(faster, files, tmp_path, capsy
     assert [w[: len(expected[0])] for w in warnings] == ([] if faster else expected)
 
 
+@pytest.mark.measures_this_machine
 def test_bf16_auto_times_this_machine_and_says_what_it_chose(files, tmp_path, capsys, monkeypatch):
     """The real measurement, logged in the run's output; the run trains with its choice."""
     import re

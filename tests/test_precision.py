@@ -15,6 +15,8 @@ import torch
 from glassformer.kernels import precision
 from glassformer.kernels.precision import Measurement, bf16_measurement, resolve_bf16
 
+pytestmark = pytest.mark.measures_this_machine  # each test measures, or stubs the measure
+
 SHAPES = [(64, 32, 96), (64, 32, 128)]
 NOW = time.time()
 FASTER = Measurement(177.0, 1000.0, 0.03, 0.04, NOW)

@@ -163,7 +163,7 @@ def check_keras(c: RunConfig) -> None:
             "framework", f"keras trains the classifier (classify) only, not {c.task!r}"
         )
     unsupported = {
-        "--bf16": c.bf16,
+        "--bf16": c.bf16 is True,
         "--compile": c.compile,
         "--accumulation": c.accumulation != 1,
         "--optimizer adam": c.optimizer != "adamw",

@@ -130,7 +130,7 @@ def _fit(
 
     bf16 = None
     if config.framework == "torch":
-        bf16, note = bf16_for(config, model)
+        bf16, note = bf16_for(config, model, task)
         if note is not None:
             _say(world, note)
     schedule, loop_config = schedule_and_config(config, model, bf16)

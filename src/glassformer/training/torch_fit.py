@@ -14,6 +14,7 @@ from glassformer.errors import NonFiniteLossError
 from glassformer.kernels.precision import resolve_bf16
 from glassformer.models.base import PretrainedModel
 from glassformer.training import distributed
+from glassformer.training.bf16_check import STEPS, TrainingFidelity, short_runs, taken
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
 from glassformer.training.loop import Hook, TrainConfig, TrainState, train
@@ -44,7 +45,7 @@ def schedule_and_config(
         minutes=config.minutes,
         accumulation=config.accumulation,
         clip_norm=config.clip_norm,
-        bf16=bool(config.bf16) if bf16 is None else bf16,
+        bf16=config.bf16 is True if bf16 is None else bf16,
         eval_every=config.eval_every,
         on_nonfinite=config.on_nonfinite,
     )
@@ -133,11 +134,15 @@ def train_torch(
     return distributed.plain_model(model), state  # a sharded model is gathered onto rank 0
 
 
-def bf16_for(config: RunConfig, model: PretrainedModel) -> tuple[bool, str | None]:
+def bf16_for(
+    config: RunConfig, model: PretrainedModel, task: Task | None = None
+) -> tuple[bool, str | None]:
     """Whether the run trains under bf16 autocast, and a line saying why (None: nothing to
-    say). ``bf16="auto"`` times matrix products of the model's shapes in fp32 and bf16
-    (once per machine, cached) and takes the faster; ``True`` warns, with both figures, where
-    bf16 measures slower; ``False`` measures nothing."""
+    say). ``bf16="auto"`` (the default) times matrix products of the model's shapes in fp32
+    and bf16 (once per machine, cached); where bf16 is faster and ``task`` is given, it is
+    taken only if a few steps of the model on the task's first batches keep fp32's losses
+    (``bf16_check``). ``True`` warns, with both figures, where bf16 measures slower;
+    ``False`` measures nothing."""
     if config.bf16 is False:
         return False, None
     c = model.config
@@ -149,6 +154,23 @@ def bf16_for(config: RunConfig, model: PretrainedModel) -> tuple[bool, str | Non
     use, measured, warning = resolve_bf16(config.bf16, shapes, device)
     if warning is not None:
         return use, f"warning: {warning}"
-    if measured is not None and config.bf16 == "auto":
-        return use, f"bf16 autocast {'on' if use else 'off'} (--bf16 auto): {measured.describe()}"
-    return use, None
+    if measured is None or config.bf16 != "auto":
+        return use, None
+    why = measured.describe()
+    if use and task is not None:
+        check = _short_runs(config, model, task)
+        use, why = check.within_bound, f"{why}; bf16 against fp32: {check.describe()}"
+    return use, f"bf16 autocast {'on' if use else 'off'} (--bf16 auto): {why}"
+
+
+def _short_runs(config: RunConfig, model: PretrainedModel, task: Task) -> TrainingFidelity:
+    """``bf16_check.short_runs`` with the run's own optimizer, schedule and first batches."""
+    schedule, loop = schedule_and_config(config, model, False)
+    batches = taken(task.batches, STEPS * loop.accumulation)
+
+    def optimizer_for(twin: nn.Module) -> torch.optim.Optimizer:
+        kind, lr, parts = filled(config.optimizer), filled(config.lr), encoder_parts(config)
+        return make_optimizer(twin, kind, lr=lr, weight_decay=config.weight_decay, parts=parts)
+
+    settings = f"{config.optimizer} {config.lr} {config.weight_decay} {schedule}"
+    return short_runs(model, optimizer_for, schedule, batches, task.loss_fn, loop, settings)

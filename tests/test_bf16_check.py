@@ -1,0 +1,136 @@
+"""bf16 autocast is chosen for training only where a short run keeps fp32's losses
+(glassformer.training.bf16_check), and ``--bf16 auto`` is the default."""
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from glassformer.cli import main
+from glassformer.training import bf16_check, loop
+from glassformer.training.bf16_check import MAX_GAP, STEPS, TrainingFidelity, short_runs, taken
+from glassformer.training.loop import TrainConfig
+from glassformer.training.schedules import Schedule
+
+
+class Line(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 1)
+
+
+def squared_error(model, batch):
+    x, y = batch
+    return ((model.linear(x).float().squeeze(-1) - y) ** 2).sum(), len(y)
+
+
+def regression(offset: float) -> list:
+    """y = w · s from inputs s + offset: near 1,024 bf16 holds a value only to steps of 8, so
+    the signal s (about ±1) is lost under autocast; at 0 nothing is lost."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, generator=g)
+    signals = [torch.randn(64, 8, generator=g) for _ in range(STEPS)]
+    return [(offset + s, s @ w) for s in signals]
+
+
+def check(batches, tmp_path, settings="", model=None):
+    if model is None:
+        torch.manual_seed(0)
+        model = Line()
+    adam = lambda twin: torch.optim.Adam(twin.parameters(), lr=0.01)  # noqa: E731
+    schedule = Schedule("constant", lr=0.01, warmup=0)
+    config = TrainConfig(max_steps=1)
+    return model, short_runs(
+        model, adam, schedule, batches, squared_error, config, settings, cache_dir=tmp_path
+    )
+
+
+def test_bf16_is_refused_where_its_losses_leave_fp32s_and_taken_where_they_stay(tmp_path):
+    _, lost = check(regression(1024.0), tmp_path / "a")
+    assert len(lost.fp32) == len(lost.bf16) == STEPS
+    assert lost.gap > 2 * MAX_GAP and not lost.within_bound, lost.describe()
+    assert "outside the bound (2%)" in lost.describe()
+    _, kept = check(regression(0.0), tmp_path / "b")
+    assert kept.gap < MAX_GAP / 4 and kept.within_bound, kept.describe()
+    assert kept.fp32 != kept.bf16  # two runs, in two precisions
+
+
+def test_a_non_finite_loss_fails_the_check():
+    assert not TrainingFidelity(fp32=(1.0, 0.9), bf16=(1.0, math.nan)).within_bound
+    assert not TrainingFidelity(fp32=(1.0, math.inf), bf16=(1.0, 0.9)).within_bound
+    assert TrainingFidelity(fp32=(1.0, 0.9), bf16=(1.01, 0.9)).within_bound
+
+
+def test_the_check_leaves_the_model_and_the_random_stream_as_they_were(tmp_path):
+    model = Line()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    _, result = check(regression(0.0), tmp_path, model=model)
+    assert not result.cached
+    assert torch.equal(torch.rand(4), expected)  # the draws after the check: as without it
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
+def test_a_result_is_cached_by_weights_batches_and_settings(tmp_path, monkeypatch):
+    _, first = check(regression(0.0), tmp_path)
+    assert not first.cached
+    monkeypatch.setattr(bf16_check._Twins, "losses", lambda *a, **k: pytest.fail("ran again"))
+    _, again = check(regression(0.0), tmp_path)
+    assert again.cached and again.fp32 == first.fp32 and again.bf16 == first.bf16
+    entry = next(iter(json.loads((tmp_path / "training_fidelity.json").read_text()).values()))
+    assert len(entry["fp32"]) == STEPS
+    monkeypatch.undo()
+    for other in (regression(0.5), regression(0.0)[::-1]):  # other batches: run again
+        _, fresh = check(other, tmp_path)
+        assert not fresh.cached
+    _, fresh = check(regression(0.0), tmp_path, settings="adamw 3e-4")  # other settings
+    assert not fresh.cached
+
+
+def test_taken_batches_are_seen_again_by_the_run(tmp_path):
+    from glassformer.training.config import RunConfig
+    from glassformer.training.tasks import build_task
+
+    (tmp_path / "story.txt").write_text("the cat sat on the mat. " * 300)
+    config = RunConfig(task="lm", data=str(tmp_path / "story.txt"), block_size=16, max_steps=1)
+    stream = build_task(config).batches
+    torch.manual_seed(1)
+    seen = taken(stream, 3)
+    after = torch.rand(1)
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(1), after)  # the shuffling's draws put back too
+    for batch in seen:
+        assert torch.equal(torch.as_tensor(next(stream)[0]), torch.as_tensor(batch[0]))
+
+
+@pytest.mark.measured_choice
+def test_training_takes_bf16_by_default_only_where_it_is_faster_and_keeps_the_losses(
+    faster, tmp_path, capsys, monkeypatch
+):
+    """The default (--bf16 auto): where bf16 is faster, the short runs decide and the run
+    trains under autocast; where it is slower, nothing more is measured and it trains in fp32."""
+    (tmp_path / "story.txt").write_text("the cat sat on the mat. the dog sat on the log. " * 200)
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
+    used, real = [], loop._autocast
+    spy = lambda model, bf16: used.append(bf16) or real(model, bf16)  # noqa: E731
+    monkeypatch.setattr(loop, "_autocast", spy)
+    argv = ["train", "lm", "--data", str(tmp_path / "story.txt"), "--out", str(tmp_path / "run")]
+    assert main([*argv, "--max-steps", "2", "--block-size", "16", "--no-test"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "bf16 autocast" in line]
+    assert len(said) == 1, said
+    if faster == "bf16":
+        assert said[0].startswith("bf16 autocast on (--bf16 auto): bf16 taken as faster")
+        assert f"bf16 against fp32: {STEPS} steps' losses at most" in said[0]
+        assert "within the bound (2%)" in said[0]
+        assert used[: 2 * STEPS] == [False] * STEPS + [True] * STEPS  # the check's two runs
+        assert used[2 * STEPS :] and all(used[2 * STEPS :])  # then the run, under autocast
+    else:
+        assert said[0].startswith("bf16 autocast off (--bf16 auto): fp32 taken as faster")
+        assert "bf16 against fp32" not in said[0]
+        assert used and not any(used)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["bf16"] == "auto"
