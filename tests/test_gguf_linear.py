@@ -140,8 +140,8 @@ def test_many_rows_go_through_the_weight_a_tile_at_a_time(monkeypatch):
 
 @pytest.mark.parametrize(
     "flags",
-    [(), ("-mno-avx512vnni",), ("-mno-avx512f",)],
-    ids=["this-cpu", "without-vnni", "without-avx512"],
+    [(), ("-mno-avx512vnni",), ("-mno-avx512bw",), ("-mno-avx512f",)],
+    ids=["this-cpu", "without-vnni", "without-avx512bw", "without-avx512"],
 )
 def test_the_c_source_built_with_and_without_avx512_multiplies_alike(tmp_path, flags):
     """The portable path (each block decoded, then multiplied: CPUs without AVX-512) and the
