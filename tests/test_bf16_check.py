@@ -57,10 +57,18 @@ def test_bf16_is_refused_where_its_losses_leave_fp32s_and_taken_where_they_stay(
     assert kept.fp32 != kept.bf16  # two runs, in two precisions
 
 
-def test_a_non_finite_loss_fails_the_check():
+def test_a_non_finite_loss_fails_the_check(tmp_path):
     assert not TrainingFidelity(fp32=(1.0, 0.9), bf16=(1.0, math.nan)).within_bound
     assert not TrainingFidelity(fp32=(1.0, math.inf), bf16=(1.0, 0.9)).within_bound
+    stopped = TrainingFidelity(fp32=(1.0, 0.9, 0.8), bf16=(1.0, math.nan))  # a copy stopped
+    assert stopped.gap == math.inf and "outside the bound" in stopped.describe()
     assert TrainingFidelity(fp32=(1.0, 0.9), bf16=(1.01, 0.9)).within_bound
+    batches = regression(0.0)
+    batches[2] = (batches[2][0] * math.inf, batches[2][1])  # both copies stop at step 3
+    _, result = check(batches, tmp_path)
+    assert len(result.fp32) == len(result.bf16) == 3 and math.isnan(result.bf16[-1])
+    assert not result.within_bound
+    assert not (tmp_path / "training_fidelity.json").exists()  # not cached
 
 
 def test_the_check_leaves_the_model_and_the_random_stream_as_they_were(tmp_path):
@@ -89,6 +97,9 @@ def test_a_result_is_cached_by_weights_batches_and_settings(tmp_path, monkeypatc
         assert not fresh.cached
     _, fresh = check(regression(0.0), tmp_path, settings="adamw 3e-4")  # other settings
     assert not fresh.cached
+    torch.manual_seed(1)
+    _, fresh = check(regression(0.0), tmp_path, model=Line())  # other weights
+    assert not fresh.cached
 
 
 def test_taken_batches_are_seen_again_by_the_run(tmp_path):
@@ -107,12 +118,9 @@ def test_taken_batches_are_seen_again_by_the_run(tmp_path):
         assert torch.equal(torch.as_tensor(next(stream)[0]), torch.as_tensor(batch[0]))
 
 
-@pytest.mark.measured_choice
-def test_training_takes_bf16_by_default_only_where_it_is_faster_and_keeps_the_losses(
-    faster, tmp_path, capsys, monkeypatch
-):
-    """The default (--bf16 auto): where bf16 is faster, the short runs decide and the run
-    trains under autocast; where it is slower, nothing more is measured and it trains in fp32."""
+def train_with_the_default(tmp_path, capsys, monkeypatch) -> tuple[str, list[bool]]:
+    """A short lm run with no --bf16 (auto): the line saying what it chose, and whether each
+    forward pass ran under autocast, in order."""
     (tmp_path / "story.txt").write_text("the cat sat on the mat. the dog sat on the log. " * 200)
     monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path / "cache"))
     used, real = [], loop._autocast
@@ -122,15 +130,39 @@ def test_training_takes_bf16_by_default_only_where_it_is_faster_and_keeps_the_lo
     assert main([*argv, "--max-steps", "2", "--block-size", "16", "--no-test"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "bf16 autocast" in line]
     assert len(said) == 1, said
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["bf16"] == "auto"
+    return said[0], used
+
+
+@pytest.mark.measured_choice
+def test_training_takes_bf16_by_default_only_where_it_is_faster_and_keeps_the_losses(
+    faster, tmp_path, capsys, monkeypatch
+):
+    """The default (--bf16 auto): where bf16 is faster, the short runs decide and the run
+    trains under autocast; where it is slower, nothing more is measured and it trains in fp32."""
+    said, used = train_with_the_default(tmp_path, capsys, monkeypatch)
     if faster == "bf16":
-        assert said[0].startswith("bf16 autocast on (--bf16 auto): bf16 taken as faster")
-        assert f"bf16 against fp32: {STEPS} steps' losses at most" in said[0]
-        assert "within the bound (2%)" in said[0]
+        assert said.startswith("bf16 autocast on (--bf16 auto): bf16 taken as faster")
+        assert f"bf16 against fp32: {STEPS} steps' losses at most" in said
+        assert "within the bound (2%)" in said
         assert used[: 2 * STEPS] == [False] * STEPS + [True] * STEPS  # the check's two runs
         assert used[2 * STEPS :] and all(used[2 * STEPS :])  # then the run, under autocast
     else:
-        assert said[0].startswith("bf16 autocast off (--bf16 auto): fp32 taken as faster")
-        assert "bf16 against fp32" not in said[0]
+        assert said.startswith("bf16 autocast off (--bf16 auto): fp32 taken as faster")
+        assert "bf16 against fp32" not in said
         assert used and not any(used)
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run["bf16"] == "auto"
+
+
+@pytest.mark.measured_choice
+def test_a_faster_bf16_whose_losses_leave_fp32s_is_refused_by_the_run(
+    faster, tmp_path, capsys, monkeypatch
+):
+    from glassformer.training import torch_fit
+
+    departed = TrainingFidelity(fp32=(2.0,) * STEPS, bf16=(2.2,) * STEPS)
+    monkeypatch.setattr(torch_fit, "short_runs", lambda *a, **k: departed)
+    said, used = train_with_the_default(tmp_path, capsys, monkeypatch)
+    assert said.startswith("bf16 autocast off (--bf16 auto)"), said
+    if faster == "bf16":
+        assert "at most 10.00% from fp32's: outside the bound (2%)" in said
+    assert used and not any(used)

@@ -289,7 +289,10 @@ def test_bf16_auto_times_this_machine_and_says_what_it_chose(files, tmp_path, ca
     )
     assert found, err
     bf16, fp32 = (float(found.group(i).replace(",", "")) for i in (2, 3))
-    assert (found.group(1) == "on") == (bf16 / fp32 >= MARGIN)
+    if bf16 / fp32 < MARGIN:  # on: also needs the short runs' losses to agree
+        assert found.group(1) == "off"
+    if found.group(1) == "on":
+        assert bf16 / fp32 >= MARGIN
     assert json.loads((run / "run.json").read_text())["bf16"] == "auto"
     with capsys.disabled():
         print(f"\n--bf16 auto on this machine: {found.group(0)}")

@@ -14,8 +14,8 @@ from rounding alone, and a gap past the bound says bf16 changes what is learnt.
     (0.0021, True)
 
 A result is cached in ``training_fidelity.json`` under the cache folder, keyed by the
-processor, torch's version, the model's weights and the batches (a digest of both) and the
-loop's settings, since it depends on those and on nothing else.
+processor and device, torch's version, the model's kind, configuration and weights, the
+batches (a digest of both), the loop's settings and the caller's (the run's options).
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ class TrainingFidelity:
     @property
     def gap(self) -> float:
         """The largest relative difference of a step's losses (inf where one is not finite)."""
+        if len(self.fp32) != len(self.bf16) or not all(map(_finite, (*self.fp32, *self.bf16))):
+            return float("inf")  # a copy stopped early: its loss was not finite
         pairs = zip(self.fp32, self.bf16, strict=True)
-        gaps = [abs(b - f) / max(abs(f), 1e-12) for f, b in pairs]
-        finite = all(map(_finite, (*self.fp32, *self.bf16)))
-        return max(gaps, default=0.0) if finite else float("inf")
+        return max((abs(b - f) / max(abs(f), 1e-12) for f, b in pairs), default=0.0)
 
     @property
     def within_bound(self) -> bool:
@@ -150,7 +150,12 @@ class _Twins:
 
 def _key(model: nn.Module, batches: Sequence[Any], loop: TrainConfig, settings: str) -> str:
     tensors = tuple(_tensors(batches))
-    described = f"{type(model).__name__} {loop.accumulation} {loop.clip_norm} {settings}"
+    device = next(model.parameters()).device
+    config = getattr(model, "config", None)
+    described = (
+        f"{type(model).__name__} {config!r} {device} {loop.accumulation} {loop.clip_norm} "
+        f"{SEED} {len(batches)} {settings}"
+    )
     digest = hashlib.sha256(described.encode()).hexdigest()[:16]
     return f"{processor()}; torch {torch.__version__}; {fingerprint(model, tensors)} {digest}"
 
@@ -160,6 +165,8 @@ def _tensors(batch: Any) -> list[Tensor]:
         return [batch]
     if isinstance(batch, (tuple, list)):
         return [t for item in batch for t in _tensors(item)]
+    if isinstance(batch, dict):
+        return [t for key in sorted(batch, key=str) for t in _tensors(batch[key])]
     return []
 
 

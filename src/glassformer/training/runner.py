@@ -131,6 +131,8 @@ def _fit(
     bf16 = None
     if config.framework == "torch":
         bf16, note = bf16_for(config, model, task)
+        if world.enabled:  # the ranks train alike: bf16 only where every rank chose it
+            bf16 = world.max(0.0 if bf16 else 1.0) == 0.0
         if note is not None:
             _say(world, note)
     schedule, loop_config = schedule_and_config(config, model, bf16)

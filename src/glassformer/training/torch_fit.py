@@ -4,6 +4,7 @@ stopped. ``fit`` calls ``train_torch``; ``keras_fit.train_keras`` is its Keras t
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,10 @@ def bf16_for(
     d_ff: int = getattr(c, "d_ff", 4 * d)
     shapes = [(rows, d, 3 * d), (rows, d, d_ff), (rows, d_ff, d)]
     device = next(model.parameters()).device
-    use, measured, warning = resolve_bf16(config.bf16, shapes, device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        # (the measurement's random matrices are not the run's draws: a seed gives the same
+        # run whether the verdict was cached or measured)
+        use, measured, warning = resolve_bf16(config.bf16, shapes, device)
     if warning is not None:
         return use, f"warning: {warning}"
     if measured is None or config.bf16 != "auto":
@@ -163,14 +167,24 @@ def bf16_for(
     return use, f"bf16 autocast {'on' if use else 'off'} (--bf16 auto): {why}"
 
 
+# Run options that do not change the short runs' losses (kept out of their cache key)
+_NOT_IN_THE_LOSSES = frozenset(
+    {"out", "minutes", "max_steps", "eval_every", "checkpoint_every", "log_every", "no_test",
+     "compile", "bf16", "threads"}
+)  # fmt: skip
+
+
 def _short_runs(config: RunConfig, model: PretrainedModel, task: Task) -> TrainingFidelity:
     """``bf16_check.short_runs`` with the run's own optimizer, schedule and first batches."""
     schedule, loop = schedule_and_config(config, model, False)
+    if config.max_steps is None:  # the run's cosine follows its clock: at its start, the peak
+        schedule = dataclasses.replace(schedule, total_steps=10**9)
     batches = taken(task.batches, STEPS * loop.accumulation)
 
     def optimizer_for(twin: nn.Module) -> torch.optim.Optimizer:
         kind, lr, parts = filled(config.optimizer), filled(config.lr), encoder_parts(config)
         return make_optimizer(twin, kind, lr=lr, weight_decay=config.weight_decay, parts=parts)
 
-    settings = f"{config.optimizer} {config.lr} {config.weight_decay} {schedule}"
+    options = {k: v for k, v in config.to_dict().items() if k not in _NOT_IN_THE_LOSSES}
+    settings = f"{sorted(options.items())} {schedule}"
     return short_runs(model, optimizer_for, schedule, batches, task.loss_fn, loop, settings)

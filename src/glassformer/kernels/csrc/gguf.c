@@ -441,7 +441,7 @@ void one_query_attention(const float *q, const float *k, const float *v, const u
    values are turned to floats and summed across the vector: more work than reading them.
    glassformer.kernels.gguf_linear.interleave lays 16 rows' blocks side by side, each block
    of 32 columns as: the 16 rows' scales d (fp16), their mins m (Q4_1, Q5_1), their fifth bits
-   (Q5_0, Q5_1: a 32-bit word each, bit i column i's), then the values' bytes (Q4, Q5: byte i
+   (Q5_0, Q5_1: a 32-bit word each, regrouped: column 4m + n's bit at bit 8n + m), then the values' bytes (Q4, Q5: byte i
    holds column i and, high nibble, column i + 16; Q8_0: byte i column i), four bytes of each
    row at a time: bytes 4j..4j+3 of rows 0..15, for each j. A 512-bit vector of them holds 16
    rows (one per 32-bit lane), four columns each. Then:
