@@ -166,3 +166,25 @@ def test_a_faster_bf16_whose_losses_leave_fp32s_is_refused_by_the_run(
     if faster == "bf16":
         assert "at most 10.00% from fp32's: outside the bound (2%)" in said
     assert used and not any(used)
+
+
+@pytest.mark.measures_this_machine
+def test_the_speed_measurement_draws_nothing_from_the_runs_random_stream(tmp_path, monkeypatch):
+    """A seed gives the same run whether the verdict was cached or measured just now."""
+    from types import SimpleNamespace
+
+    from glassformer.kernels import precision
+    from glassformer.training.config import RunConfig
+    from glassformer.training.torch_fit import bf16_for
+
+    monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))
+    slower = precision.Measurement(fp32_gflops=200.0, bf16_gflops=100.0)
+    monkeypatch.setattr(precision, "_measure", lambda *args: (torch.randn(100), slower)[1])
+    model = nn.Linear(4, 4)
+    model.config = SimpleNamespace(d_model=16, max_len=8, d_ff=32)  # type: ignore[assignment]
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    use, said = bf16_for(RunConfig(task="lm", bf16="auto"), model)  # type: ignore[arg-type]
+    assert not use and said is not None and "measured here" in said
+    assert torch.equal(torch.rand(3), expected)
