@@ -208,11 +208,11 @@ def kernels_report(refresh: bool) -> int:
     if kernels() is None:
         print("the GGUF kernels are not built on this machine: nothing to choose")
         return 1
-    from glassformer.kernels.gguf_linear import INTERLEAVED, interleaves
+    from glassformer.kernels.gguf_linear import INTERLEAVED
 
     print(f"GGUF kernel choices in {gguf_choice.cache_root() / gguf_choice.CACHE_FILE}:")
     for rounded in (False, True):
-        for kind in (k for k in INTERLEAVED if interleaves(k, rounded)):
+        for kind in INTERLEAVED:
             measured = gguf_choice.crossover(kind, rounded, refresh=refresh)
             print(f"  {gguf_choice.cache_key(kind, rounded)}:\n    {measured.describe()}")
     return 0

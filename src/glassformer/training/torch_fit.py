@@ -5,6 +5,7 @@ stopped. ``fit`` calls ``train_torch``; ``keras_fit.train_keras`` is its Keras t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,17 @@ def schedule_and_config(
     return schedule, loop_config
 
 
+def run_optimizer(config: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """The run's optimizer over ``model``'s parameters (its kind, rate, decay and parts)."""
+    return make_optimizer(
+        model,
+        filled(config.optimizer),
+        lr=filled(config.lr),
+        weight_decay=config.weight_decay,
+        parts=encoder_parts(config),
+    )
+
+
 def encoder_parts(config: RunConfig) -> dict[str | tuple[str, ...], dict[str, float]] | None:
     """A fine-tuned classifier's pretrained parts: their own rate and freezing."""
     if config.init is None:
@@ -83,13 +95,7 @@ def train_torch(
     # hold the plain model's keys.
     stepped: Any = distributed.wrap(model, world, config.strategy)
     stepped = torch.compile(stepped) if config.compile else stepped
-    optimizer = make_optimizer(
-        model,
-        filled(config.optimizer),
-        lr=filled(config.lr),
-        weight_decay=config.weight_decay,
-        parts=encoder_parts(config),
-    )
+    optimizer = run_optimizer(config, model)
     state = restore(resume_dir, optimizer, task.batches, model) if resume_dir else None
     if world.enabled:  # each rank its own dropout stream (the data streams are shared)
         torch.manual_seed(config.seed + 1_000_003 * world.rank + (state.step if state else 0))
@@ -180,11 +186,7 @@ def _short_runs(config: RunConfig, model: PretrainedModel, task: Task) -> Traini
     if config.max_steps is None:  # the run's cosine follows its clock: at its start, the peak
         schedule = dataclasses.replace(schedule, total_steps=10**9)
     batches = taken(task.batches, STEPS * loop.accumulation)
-
-    def optimizer_for(twin: nn.Module) -> torch.optim.Optimizer:
-        kind, lr, parts = filled(config.optimizer), filled(config.lr), encoder_parts(config)
-        return make_optimizer(twin, kind, lr=lr, weight_decay=config.weight_decay, parts=parts)
-
+    optimizer_for = functools.partial(run_optimizer, config)
     options = {k: v for k, v in config.to_dict().items() if k not in _NOT_IN_THE_LOSSES}
     settings = f"{sorted(options.items())} {schedule}"
     return short_runs(model, optimizer_for, schedule, batches, task.loss_fn, loop, settings)

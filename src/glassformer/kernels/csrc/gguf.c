@@ -540,10 +540,6 @@ static inline __m512i fifth_in(__m512i v, __m512i h, int j, int low) {
                            _mm512_and_si512(bits, _mm512_set1_epi8(16)));
 }
 
-static inline __m512 four_sums(const __m512 *a) {
-    return _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-}
-
 /* 16 rows (p: their interleaved blocks) times one row of x (sx: its 32-value sums) → y[0..15] */
 INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float *sx, int64_t K,
                          float *y) {
@@ -577,7 +573,7 @@ INLINE void sixteen_rows(int type, const uint8_t *p, const float *x, const float
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        total = _mm512_fmadd_ps(d, four_sums(acc), total);
+        total = _mm512_fmadd_ps(d, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), total);
         if (min)  /* + m times the sum of x */
             total = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), _mm512_set1_ps(sx[k / 32]), total);
     }
@@ -621,8 +617,9 @@ INLINE void sixteen_rows_rounded(int type, const uint8_t *p, const int8_t *xq, c
             if (type == Q8_0) {
                 acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(v, flip), _mm512_set1_epi32(x4[j]));
             } else {
-                __m512i a = _mm512_and_si512(v, low), b = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                if (five) a = fifth_in(v, h, j, 1), b = fifth_in(_mm512_srli_epi16(v, 4), h, j, 0);
+                const __m512i high = _mm512_srli_epi16(v, 4);  /* columns 4j..4j+3 in a, + 16 in b */
+                const __m512i a = five ? fifth_in(v, h, j, 1) : _mm512_and_si512(v, low);
+                const __m512i b = five ? fifth_in(high, h, j, 0) : _mm512_and_si512(high, low);
                 acc = _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi32(x4[j]));
                 acc2 = _mm512_dpbusd_epi32(acc2, b, _mm512_set1_epi32(x4[j + 4]));
             }
@@ -743,19 +740,18 @@ INLINE void sixteen_k4(const uint8_t *p, const float *x, const float *sx, int64_
     for (int64_t k = 0; k < K; k += 256, p += K4_BYTES) {
         k4_start(p, &d, &dmin);
         for (int j = 0; j < 4; j++) {
-            __m512 lo[4], hi[4];  /* four sums each: a chain of products apiece */
-            for (int c = 0; c < 4; c++) lo[c] = hi[c] = _mm512_setzero_ps();
+            __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
             const float *x0 = x + k + 64 * j, *x1 = x0 + 32;
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(p + K4_VALUES + 512 * j + 64 * m));
                 for (int c = 0; c < 4; c++) {  /* column 4m + c: byte c of each lane */
                     const __m512i w = _mm512_srli_epi32(v, 8 * c);
-                    lo[c] = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x0[4 * m + c]), lo[c]);
-                    hi[c] = _mm512_fmadd_ps(nibble(_mm512_srli_epi32(w, 4), nibbles), _mm512_set1_ps(x1[4 * m + c]), hi[c]);
+                    lo = _mm512_fmadd_ps(nibble(w, nibbles), _mm512_set1_ps(x0[4 * m + c]), lo);
+                    hi = _mm512_fmadd_ps(nibble(_mm512_srli_epi32(w, 4), nibbles), _mm512_set1_ps(x1[4 * m + c]), hi);
                 }
             }
-            total = k4_add(p, 2 * j, d, dmin, four_sums(lo), sx[k / 32 + 2 * j], total);
-            total = k4_add(p, 2 * j + 1, d, dmin, four_sums(hi), sx[k / 32 + 2 * j + 1], total);
+            total = k4_add(p, 2 * j, d, dmin, lo, sx[k / 32 + 2 * j], total);
+            total = k4_add(p, 2 * j + 1, d, dmin, hi, sx[k / 32 + 2 * j + 1], total);
         }
     }
     _mm512_storeu_ps(y, total);
@@ -828,7 +824,7 @@ INLINE void sixteen_k6(const uint8_t *p, const float *x, int64_t K, float *y) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         for (int u = 0; u < 16; u++) {  /* 16 columns a scale */
             const int h = u / 8, t = u % 8 / 2, i = 16 * (u % 2);
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            __m512 acc = _mm512_setzero_ps();
             for (int m = 0; m < 4; m++) {  /* four columns: byte c of each lane */
                 const int low = 64 * h + 32 * (t % 2) + i + 4 * m, high = 32 * h + i + 4 * m;
                 const __m512i vl = _mm512_loadu_si512((const void *)(p + K6_LOW + 16 * low));
@@ -838,12 +834,12 @@ INLINE void sixteen_k6(const uint8_t *p, const float *x, int64_t K, float *y) {
                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(vh, 2 * t), three), 4)), mid);
                 for (int c = 0; c < 4; c++) {
                     const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(q, 24 - 8 * c), 24);
-                    acc[c] = _mm512_fmadd_ps(as_float(v), _mm512_set1_ps(x[k + 16 * u + 4 * m + c]), acc[c]);
+                    acc = _mm512_fmadd_ps(as_float(v), _mm512_set1_ps(x[k + 16 * u + 4 * m + c]), acc);
                 }
             }
             const __m128i scales = _mm_loadu_si128((const __m128i *)(p + K6_SCALES + 16 * u));
             const __m512 s = _mm512_mul_ps(d, as_float(_mm512_cvtepi8_epi32(scales)));
-            total = _mm512_fmadd_ps(s, four_sums(acc), total);
+            total = _mm512_fmadd_ps(s, acc, total);
         }
     }
     _mm512_storeu_ps(y, total);
