@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all screenshots bench lint docs format clean
+.PHONY: install peers demo test test-all screenshots bench lint docs format clean
 
 # The exact versions in constraints.txt (torch 2.13.0's CPU wheel among them); pyproject.toml
 # only says which versions the code supports.
@@ -17,6 +17,17 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## circuit-tracer, the peer the attribution graphs are checked against (tests/test_graph.py),
+## in its own environment: it pins transformers < 5 and huggingface_hub < 1.
+PEER := .venv-peers/circuit-tracer
+PEER_STAMP := $(PEER)/.installed
+$(PEER_STAMP): tests/peers/circuit-tracer.txt
+	test -x $(PEER)/bin/python || $(PYTHON) -m venv $(PEER)
+	$(PEER)/bin/python -m pip install --quiet -r tests/peers/circuit-tracer.txt
+	touch $(PEER_STAMP)
+
+peers: $(PEER_STAMP)
 
 ## The main job on the bundled default: an IMDb sentiment classifier shaped like a small GPT
 ## (`--arch gpt`: two causal pre-norm blocks 128 wide, the head on each review's last real
@@ -33,10 +44,10 @@ demo: $(STAMP)
 	  "I wanted to like it. The trailer was great, the film is a mess."
 
 ## The fast test suite (slow tests excluded; see test-all).
-test: $(STAMP)
+test: $(STAMP) $(PEER_STAMP)
 	$(BIN)/python -m pytest -q
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(PEER_STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
 ## The docs' pictures of the attention viewer (docs/images/attention-viewer-*.png) and of
@@ -80,4 +91,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers build dist site src/*.egg-info .pytest_cache .ruff_cache

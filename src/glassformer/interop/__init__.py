@@ -1,6 +1,7 @@
 """Importers and exporters for other implementations' weights."""
 
 from glassformer.interop.bert import from_bert_state, load_bert
+from glassformer.interop.circuit_tracer import read_circuit_tracer, write_circuit_tracer
 from glassformer.interop.gemma import from_gemma_state, load_gemma2, load_gemma3
 from glassformer.interop.gguf import read_gguf, smollm2_path
 from glassformer.interop.gguf.model import load_gguf
@@ -27,7 +28,9 @@ from glassformer.interop.t5 import from_t5_state, load_t5
 from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 
 __all__ = [
+    "read_circuit_tracer",
     "read_saelens",
+    "write_circuit_tracer",
     "saelens_files",
     "SMOLLM2_NAME",
     "from_bert_state",

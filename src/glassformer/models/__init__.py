@@ -20,11 +20,14 @@ from glassformer.models.gpt import GPT, GPTClassifierConfig, GPTConfig
 from glassformer.models.sae import SAEConfig, SparseAutoencoder
 from glassformer.models.sentence import SentenceConfig, SentenceEncoder
 from glassformer.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from glassformer.models.transcoder import TranscoderConfig, Transcoders
 from glassformer.models.vit import VisionTransformer, ViTConfig
 
 __all__ = [
     "SAEConfig",
     "SparseAutoencoder",
+    "TranscoderConfig",
+    "Transcoders",
     "GPT",
     "Backbone",
     "SequenceClassifier",
