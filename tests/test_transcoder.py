@@ -15,9 +15,10 @@ from tests.graph_models import small_transcoders
 def _by_hand(tc: Transcoders, x: torch.Tensor) -> torch.Tensor:
     """Each layer's output from the definitions, one layer and one feature row at a time."""
     n = tc.config.n_layers
-    z = [torch.relu(x[i] @ tc.W_enc[i] + tc.b_enc[i]) for i in range(n)]
+    z = [torch.relu(x[i] @ tc.W_enc[i].T + tc.b_enc[i]) for i in range(n)]
     if tc.config.architecture == "jumprelu":
-        z = [zi * (x[i] @ tc.W_enc[i] + tc.b_enc[i] > tc.threshold[i]) for i, zi in enumerate(z)]
+        z = [zi * (x[i] @ tc.W_enc[i].T + tc.b_enc[i] > tc.threshold[i])
+             for i, zi in enumerate(z)]  # fmt: skip
     out = []
     for j in range(n):
         y = tc.b_dec[j].expand(x.size(1), -1).clone()

@@ -47,6 +47,7 @@ TASKS = {
     "mlm": "a masked LM",
     "vision": "a ViT on images",
     "sae": "a sparse autoencoder",
+    "transcoder": "transcoders: a model's MLPs as sparse features",
 }
 HELP = "train " + ", ".join(f"{what} ({task})" for task, what in TASKS.items())
 EXAMPLE = "glassformer train classify --arch gpt --minutes 5 --out runs/demo-imdb"

@@ -168,7 +168,7 @@ def intervene(
 
     def read(i: int) -> Any:
         def hook(value: Tensor, name: str) -> None:
-            pre = value[0].float() @ tc.W_enc[i] + tc.b_enc[i]
+            pre = value[0].float() @ tc.W_enc[i].T + tc.b_enc[i]
             evidence[i] = pre
             if direct and config.skip:  # the skip term is linear: it follows its input
                 skips[i] = (value[0].float() - clean.inputs[i]) @ tc.W_skip[i].T

@@ -169,7 +169,7 @@ class _Setup:
         self.features = z.nonzero()  # (F, 3): layer, position, feature, in that order
         layer, pos, feat = self.features.unbind(1)
         self.activations = z[layer, pos, feat]
-        self.encoders = tc.W_enc.detach().float()[layer, :, feat]  # (F, D)
+        self.encoders = tc.W_enc.detach().float()[layer, feat]  # (F, D)
         # each feature's writes: activation × decoder rows, (F, outputs, D), by source layer
         self.writes: list[tuple[Tensor, Tensor, Tensor]] = []  # (columns, positions, writes)
         for i in range(self.n):

@@ -82,13 +82,13 @@ def _layer_files(
     """The file(s) of layer i and their tensors, by circuit-tracer's names."""
     jump = config.architecture == "jumprelu"
     if config.cross_layer:
-        enc = {f"W_enc_{i}": weights["W_enc"][i].T, f"b_enc_{i}": weights["b_enc"][i],
+        enc = {f"W_enc_{i}": weights["W_enc"][i], f"b_enc_{i}": weights["b_enc"][i],
                f"b_dec_{i}": weights["b_dec"][i]}  # fmt: skip
         if jump:
             enc[f"threshold_{i}"] = weights["threshold"][i]
         dec = {f"W_dec_{i}": weights[f"W_dec.{i}"]}
         return {f"W_enc_{i}.safetensors": enc, f"W_dec_{i}.safetensors": dec}
-    layer = {"W_enc": weights["W_enc"][i].T, "W_dec": weights["W_dec"][i],
+    layer = {"W_enc": weights["W_enc"][i], "W_dec": weights["W_dec"][i],
              "b_enc": weights["b_enc"][i], "b_dec": weights["b_dec"][i]}  # fmt: skip
     if jump:
         layer["activation_function.threshold"] = weights["threshold"][i]
@@ -158,7 +158,6 @@ def _assemble(path: Path, meta: dict[str, Any], files: list[dict[str, Any]],
             continue
         stored = "activation_function.threshold" if name == "threshold" and not cross else name
         rows = [f.get(key(stored, i)) for i, f in enumerate(files)]
-        rows = [r.T if name == "W_enc" and r is not None else r for r in rows]
         state[name] = _stacked(path, name, rows, wanted[name].shape)
     if cross:
         for i in range(config.n_layers):

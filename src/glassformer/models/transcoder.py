@@ -5,7 +5,7 @@ input and predicts the MLP's *output* (Dunefsky et al., 2024), so the MLP, the p
 model that is hardest to read, can be replaced by features that each read one direction
 and write another:
 
-    pre_l = x_l W_enc[l] + b_enc[l]        (d_transcoder,) layer l's features' evidence
+    pre_l = W_enc[l] x_l + b_enc[l]        (d_transcoder,) layer l's features' evidence
     z_l   = act(pre_l)                     TopK, ReLU, or JumpReLU: mostly zeros
     ŷ_l   = z_l W_dec[l] + b_dec[l]        (d_model,) the MLP output predicted
 
@@ -18,8 +18,8 @@ all trained together from the same forward passes. Two variants:
   output of l and of *every later* layer: ŷ_j = Σ_{l ≤ j} z_l W_dec[l][:, j − l] + b_dec[j].
   One feature then stands for a computation that several MLPs share.
 
-The shapes are the file formats': ``W_enc`` (n, d_model, d_transcoder) as SAELens's
-(d_in, d_sae) per layer; ``W_dec`` (n, d_transcoder, d_model), or for a cross-layer set
+The shapes are circuit-tracer's: ``W_enc`` (n, d_transcoder, d_model), a row per feature
+(what it reads); ``W_dec`` (n, d_transcoder, d_model), or for a cross-layer set
 ``W_dec.{l}`` (d_transcoder, n − l, d_model), circuit-tracer's layout; ``W_skip`` (n,
 d_model, d_model) as SAELens's (d_out, d_in). Activations travel layer-major: (n, N,
 d_model), every layer's MLP input (or output) for the same N tokens.
@@ -134,7 +134,7 @@ class Transcoders(PretrainedModel):
         n, d, f = config.n_layers, config.d_model, config.d_transcoder
         direction = nn.init.kaiming_uniform_(torch.empty(n, f, d))
         direction = direction / direction.norm(dim=-1, keepdim=True)
-        self.W_enc = nn.Parameter(direction.transpose(1, 2).clone())  # (n, d, f)
+        self.W_enc = nn.Parameter(direction.clone())  # (n, f, d): what each feature reads
         self.b_enc = nn.Parameter(torch.zeros(n, f))
         self.W_dec: nn.Parameter | nn.ParameterList
         if config.cross_layer:  # layer l's features write to layers l..n-1
@@ -158,11 +158,13 @@ class Transcoders(PretrainedModel):
             return self.W_dec[i]
         return self.W_dec[i][:, None]
 
-    def _norms(self) -> Tensor | None:
+    def decoder_norms(self) -> Tensor:
         """Each feature's decoder norm (over every layer it writes to), (n, f)."""
-        if not self.config.rescale_acts_by_decoder_norm:
-            return None
         return torch.stack([self.decoder(i).flatten(1).norm(dim=1) for i in range(len(self.b_enc))])
+
+    def _norms(self) -> Tensor | None:
+        """The decoder norms where features are scaled by them (training), else None."""
+        return self.decoder_norms() if self.config.rescale_acts_by_decoder_norm else None
 
     def _check(self, x: Tensor) -> None:
         n, d = self.config.n_layers, self.config.d_model
@@ -176,7 +178,7 @@ class Transcoders(PretrainedModel):
     def evidence(self, x: Tensor) -> Tensor:
         """Every feature's evidence for MLP inputs x (n, N, d_model): (n, N, d_transcoder)."""
         self._check(x)
-        pre = torch.baddbmm(self.b_enc[:, None], x.to(self.W_enc.dtype), self.W_enc)
+        pre = torch.baddbmm(self.b_enc[:, None], x.to(self.W_enc.dtype), self.W_enc.mT)
         norms = self._norms()
         return pre if norms is None else pre * norms[:, None]
 
@@ -192,7 +194,7 @@ class Transcoders(PretrainedModel):
 
     def encode_layer(self, x: Tensor, i: int) -> Tensor:
         """Layer i's features of its MLP input x (..., d_model): (..., d_transcoder)."""
-        pre = x.to(self.W_enc.dtype) @ self.W_enc[i] + self.b_enc[i]
+        pre = x.to(self.W_enc.dtype) @ self.W_enc[i].T + self.b_enc[i]
         norms = self._norms()
         return self.choose(pre if norms is None else pre * norms[i], i)
 
@@ -229,34 +231,7 @@ class Transcoders(PretrainedModel):
         z = self.choose(pre)
         return TranscoderOutput(self.decode(z, x).to(x.dtype), z, pre)
 
-    # ---- training -----------------------------------------------------------------------
-
-    def training_loss(
-        self, x: Tensor, y: Tensor, variance: Tensor, aux_weight: float = 1 / 32
-    ) -> Tensor:
-        """The summed loss of a batch: MLP inputs x and outputs y (n, N, d_model). Each
-        layer's squared error over ``variance`` (n,), its outputs' mean squared distance
-        from their mean (so the sum over N is N × the fraction of variance unexplained,
-        per layer), plus AuxK (Gao et al.): dead features rebuilding what the live ones
-        miss, so that they come back. Counts the tokens since each feature fired."""
-        pre = self.evidence(x)
-        z = self.choose(pre)
-        error = y - self.decode(z, x)
-        loss = (error.pow(2).sum((1, 2)) / variance).sum()
-        with torch.no_grad():
-            fired = (z > 0).any(1)  # (n, f)
-            self.since_fired += x.size(1)
-            self.since_fired[fired] = 0
-        dead = self.since_fired > self.DEAD_AFTER
-        if aux_weight and dead.any() and isinstance(self.W_dec, nn.Parameter):
-            k_aux = min(int(dead.sum(1).max()), self.config.d_model // 2)
-            values, index = pre.masked_fill(~dead[:, None], float("-inf")).topk(k_aux, dim=-1)
-            codes = torch.zeros_like(pre).scatter(-1, index, values.relu())
-            norms = self._norms()
-            guess = torch.bmm(codes if norms is None else codes / norms[:, None], self.W_dec)
-            aux = ((guess - error.detach()).pow(2).sum((1, 2)) / variance).sum()
-            loss = loss + aux_weight * aux
-        return loss
+    # ---- training (the loss: training.tasks.transcoder) ------------------------------------
 
     def dead_share(self) -> float:
         """The share of features that have not fired for ``DEAD_AFTER`` training tokens."""
@@ -272,7 +247,7 @@ class Transcoders(PretrainedModel):
         norms = self._norms()
         if norms is not None:
             norms = norms.detach().float()
-            weights["W_enc"] *= norms[:, None]
+            weights["W_enc"] *= norms[..., None]
             weights["b_enc"] *= norms
             if self.config.architecture == "jumprelu":
                 weights["threshold"] *= norms

@@ -109,17 +109,25 @@ def check_run(c: RunConfig) -> None:
 
 
 def check_sae(c: RunConfig) -> None:
-    """A sparse autoencoder reads a model's hook point; its options are its own."""
-    for name in ("model", "hook", "features", "k"):
-        if getattr(c, name) is not None and c.task != "sae":
-            raise RunConfigError(name, f"is for sae (a sparse autoencoder), not {c.task!r}")
-    if c.task != "sae":
+    """A sparse autoencoder reads a model's hook point, transcoders its MLPs; their options
+    are their own."""
+    coders = ("sae", "transcoder")
+    for name in ("model", "features", "k"):
+        if getattr(c, name) is not None and c.task not in coders:
+            raise RunConfigError(name, f"is for sae and transcoder, not {c.task!r}")
+    if c.hook is not None and c.task != "sae":
+        raise RunConfigError("hook", f"is for sae (a sparse autoencoder), not {c.task!r}")
+    for name, value in (("layers", c.layers), ("skip", c.skip or None)):
+        if value is not None and c.task != "transcoder":
+            raise RunConfigError(name, f"is for transcoder, not {c.task!r}")
+    if c.task not in coders:
         return
-    for name in ("model", "hook"):
-        if getattr(c, name) is None:
-            raise RunConfigError(name, "is needed: the model and the hook point the SAE reads")
+    if c.model is None:
+        raise RunConfigError("model", f"is needed: the model the {c.task} reads")
+    if c.task == "sae" and c.hook is None:
+        raise RunConfigError("hook", "is needed: the hook point the SAE reads")
     if c.tokenizer is not None:
-        raise RunConfigError("tokenizer", "is the model's own for sae")
+        raise RunConfigError("tokenizer", f"is the model's own for {c.task}")
 
 
 def check_vision(c: RunConfig) -> None:

@@ -36,9 +36,9 @@ from glassformer.training.checks import (
 )
 from glassformer.training.defaults import BEFORE_TASK_DEFAULT, COMMON_DEFAULTS, TASK_DEFAULTS
 
-Task = Literal["lm", "translate", "classify", "mlm", "vision", "sae"]
+Task = Literal["lm", "translate", "classify", "mlm", "vision", "sae", "transcoder"]
 T = TypeVar("T")
-TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision", "sae")
+TASKS: tuple[Task, ...] = ("lm", "translate", "classify", "mlm", "vision", "sae", "transcoder")
 RUN_FILE = "run.json"  # a run directory's config, written by fit
 PROCESSES_KEY = "processes"  # beside the fields in run.json: how many processes trained it
 
@@ -199,14 +199,17 @@ class RunConfig:
     linear_probe: bool = _opt(
         False, "fine-tuning", "classify --init: train only the new head (the encoder frozen)"
     )
-    # ---- sparse autoencoders
-    model: str | None = _opt(None, "sae", "sae: the model it reads (a run directory or a "
-                             "packaged name: SmolLM2-135M-Instruct)")  # fmt: skip
+    # ---- sparse autoencoders and transcoders
+    model: str | None = _opt(None, "sae", "sae, transcoder: the model read (a run directory, a "
+                             "packaged name: SmolLM2-135M-Instruct, or a Hub id)")  # fmt: skip
     hook: str | None = _opt(None, "sae", "sae: the hook point it reads (blocks.15.hook_resid_post)")
-    features: int | None = _opt(None, "sae", "sae: how many features (default: 8 × the "
-                                "activation's width)", rule=POSITIVE_INT)  # fmt: skip
-    k: int | None = _opt(None, "sae", "sae: features active per token (TopK; task default)",
-                         rule=POSITIVE_INT)  # fmt: skip
+    layers: str | None = _opt(None, "sae", 'transcoder: the blocks whose MLPs are learned: '
+                              '"all" (the default), "a-b" or "a,b,c"')  # fmt: skip
+    skip: bool = _opt(False, "sae", "transcoder: a linear skip term beside the features")
+    features: int | None = _opt(None, "sae", "sae, transcoder: how many features (per layer; "
+                                "default: 8 × the width read)", rule=POSITIVE_INT)  # fmt: skip
+    k: int | None = _opt(None, "sae", "sae, transcoder: features active per token (TopK; task "
+                         "default)", rule=POSITIVE_INT)  # fmt: skip
     # ---- training
     framework: Literal["torch", "keras"] = _opt(
         "torch", "training", "keras: train the Keras 3 twin with model.fit (classify only)"

@@ -1,7 +1,7 @@
 """The training tasks, one module each: ``lm`` (a GPT), ``translate`` (an encoder-decoder),
 ``classify`` (a classifier), ``mlm`` (an encoder pretrained by filling in masked words),
-``vision`` (a Vision Transformer classifying images) and ``sae`` (a sparse autoencoder on a
-frozen model's activations).
+``vision`` (a Vision Transformer classifying images), ``sae`` (a sparse autoencoder on a
+frozen model's activations) and ``transcoder`` (its MLPs as sparse features).
 
 Each module has one ``build(config, *, tokenizer, labels, world) -> Task`` (the same
 signature for every task: a new task is a module and a line in ``BUILDERS``), and its
@@ -16,7 +16,7 @@ from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.training.config import RunConfig
 from glassformer.training.distributed import Distributed
-from glassformer.training.tasks import classify, lm, mlm, sae, translate, vision
+from glassformer.training.tasks import classify, lm, mlm, sae, transcoder, translate, vision
 from glassformer.training.tasks.common import (
     MappedBatches,
     ResumableBatches,
@@ -33,6 +33,7 @@ BUILDERS: dict[str, Callable[..., Task]] = {
     "mlm": mlm.build,
     "vision": vision.build,
     "sae": sae.build,
+    "transcoder": transcoder.build,
 }
 
 __all__ = [

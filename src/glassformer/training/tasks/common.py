@@ -115,7 +115,7 @@ def load_splits(config: RunConfig):
     the user's file (of which ``VALIDATION_FRACTION`` is held out)."""
     from glassformer.data import corpora, files
 
-    task = "lm" if config.task in ("mlm", "sae") else config.task  # all read plain text
+    task = "lm" if config.task in ("mlm", "sae", "transcoder") else config.task  # plain text
     if config.corpus:
         s = corpora.load_corpus(config.corpus, task)
         return s.train, s.validation, s.test, s.description
