@@ -196,20 +196,17 @@ class RunConfig:
         "classify --init: train only the new head for the first N steps",
         rule=NOT_NEGATIVE,
     )
-    linear_probe: bool = _opt(
-        False, "fine-tuning", "classify --init: train only the new head (the encoder frozen)"
-    )
+    linear_probe: bool = _opt(False, "fine-tuning", "classify --init: train only the new head")
     # ---- sparse autoencoders and transcoders
     model: str | None = _opt(None, "sae", "sae, transcoder: the model read (a run directory, a "
                              "packaged name: SmolLM2-135M-Instruct, or a Hub id)")  # fmt: skip
     hook: str | None = _opt(None, "sae", "sae: the hook point it reads (blocks.15.hook_resid_post)")
-    layers: str | None = _opt(None, "sae", 'transcoder: the blocks whose MLPs are learned: '
-                              '"all" (the default), "a-b" or "a,b,c"')  # fmt: skip
+    layers: str | None = _opt(None, "sae", 'transcoder: the blocks: "all", "a-b" or "a,b,c"')
     skip: bool = _opt(False, "sae", "transcoder: a linear skip term beside the features")
     features: int | None = _opt(None, "sae", "sae, transcoder: how many features (per layer; "
                                 "default: 8 × the width read)", rule=POSITIVE_INT)  # fmt: skip
-    k: int | None = _opt(None, "sae", "sae, transcoder: features active per token (TopK; task "
-                         "default)", rule=POSITIVE_INT)  # fmt: skip
+    k: int | None = _opt(None, "sae", "sae, transcoder: features per token (TopK; task default)",
+                         rule=POSITIVE_INT)  # fmt: skip
     # ---- training
     framework: Literal["torch", "keras"] = _opt(
         "torch", "training", "keras: train the Keras 3 twin with model.fit (classify only)"
