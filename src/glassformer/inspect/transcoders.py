@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from glassformer.inspect.features import check_hook
+from glassformer.models.base import PretrainedModel
 from glassformer.models.gpt import GPT
 from glassformer.models.transcoder import TranscoderConfig, Transcoders
 
@@ -29,7 +30,7 @@ class _EnoughError(Exception):
     """Raised once the last transcoded block's MLP output is seen."""
 
 
-def check_transcodable(model: Any, config: TranscoderConfig) -> None:
+def check_transcodable(model: PretrainedModel, config: TranscoderConfig) -> None:
     """One line unless ``model`` is a decoder-only LM whose blocks add their MLP's output
     to the stream and have the hook points the transcoders read and predict."""
     if not isinstance(model, GPT):
