@@ -31,6 +31,12 @@ ELSEWHERE = {
     "path/to/": "tests/test_support.py::test_a_family_directory_runs_from_the_command_line",
     # the real activation patching beside the estimates: 33 s on SmolLM2, a tiny model there
     "--check": "tests/test_cli_inspect.py::test_attribute_prints_the_estimates_and_draws_them",
+    # a GPU's figures: measured on a lent GPU, its name and date beside them
+    "--device cuda": "a measurement on a lent GPU (docs/performance.md)",
+    # all thirty of SmolLM2's MLPs: a 55-minute measurement (its figures on its page), and
+    # the graph of those transcoders; the same commands on a tiny GPT run in these tests
+    "runs/transcoders-smollm2": "tests/test_transcoder_task.py::"
+    "test_train_transcoder_runs_and_resumes_exactly",
 }
 MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from glassformer.inspect.replacement import intervene
 from glassformer.inspect.tracing import attribution_graph
-from glassformer.interop.circuit_tracer import write_circuit_tracer
+from glassformer.interop.circuit_tracer import graph_json, write_circuit_tracer
 from tests.graph_models import IDS, KINDS, SHAPES, small_model, small_transcoders
 
 PEER = Path(__file__).parents[1] / ".venv-peers" / "circuit-tracer" / "bin" / "python"
@@ -163,3 +163,30 @@ def test_pruning_keeps_every_token_and_logit_and_thresholds_are_checked() -> Non
     assert not pruned.edges[~pruned.nodes].any() and not pruned.edges[:, ~pruned.nodes].any()
     with pytest.raises(ValueError, match="node_threshold must be between 0 and 1, got 1.5"):
         graph.prune(1.5)
+
+
+def test_the_json_export_is_circuit_tracers_for_the_same_graph(peer_graphs: dict) -> None:
+    """``graph_json`` against circuit-tracer's own ``create_nodes`` and
+    ``create_used_nodes_and_edges`` on the same pruned graph: the same nodes (ids, kinds,
+    layers, positions, influence, activations, logit probabilities) and the same links."""
+    case = ("llama", "relu", None)
+    theirs = json.loads((peer_graphs[case] / "result.json").read_text())
+    model, tc = small_model("llama"), small_transcoders("relu")
+    graph = attribution_graph(model, tc, IDS, batch_size=16)
+    logit_strings = [str(int(t)) for t in graph.logit_tokens]  # the peer's tokenizer's decode
+    ours = graph_json(graph, prompt="p", tokens=[str(int(t)) for t in IDS],
+                      logit_strings=logit_strings, slug="s", scan="x")  # fmt: skip
+    fields = ("node_id", "feature", "layer", "ctx_idx", "feature_type", "is_target_logit",
+              "jsNodeId", "clerp")  # fmt: skip
+    assert [{k: n[k] for k in fields} for n in ours["nodes"]] == [
+        {k: n[k] for k in fields} for n in theirs["nodes"]]  # fmt: skip
+    for mine, peer in zip(ours["nodes"], theirs["nodes"], strict=True):
+        for key in ("influence", "activation", "token_prob"):
+            assert (mine[key] is None) == (peer[key] is None), key
+            if mine[key] is not None:
+                assert mine[key] == pytest.approx(peer[key], abs=1e-5), (key, mine["node_id"])
+    assert [(link["source"], link["target"]) for link in ours["links"]] == [
+        (link["source"], link["target"]) for link in theirs["links"]]  # fmt: skip
+    scale = max(abs(link["weight"]) for link in theirs["links"])
+    for mine, peer in zip(ours["links"], theirs["links"], strict=True):
+        assert mine["weight"] == pytest.approx(peer["weight"], abs=1e-4 * scale)

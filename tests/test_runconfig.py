@@ -127,7 +127,7 @@ def test_frozen_and_keyword_only():
         (
             dict(task="summarise"),
             "task",
-            "must be one of ['lm', 'translate', 'classify', 'mlm', 'vision', 'sae']",
+            "must be one of ['lm', 'translate', 'classify', 'mlm', 'vision', 'sae', 'transcoder']",
         ),
         (dict(task="classify", bias=False), "bias", "is for lm (a GPT), not 'classify'"),
         (dict(framework="keras"), "framework", "keras trains the classifier (classify) only"),

@@ -52,17 +52,22 @@ def test_topk_keeps_k_features_per_token_and_layer() -> None:
     assert ((z > 0).sum(-1) == 5).all()
 
 
-@pytest.mark.parametrize("cross", [False, True])
-def test_folding_the_decoder_norms_changes_no_output(cross: bool) -> None:
+@pytest.mark.parametrize(("cross", "architecture"),
+                         [(False, "topk"), (True, "topk"), (False, "jumprelu")])  # fmt: skip
+def test_folding_the_decoder_norms_changes_no_output(cross: bool, architecture: str) -> None:
     config = TranscoderConfig(d_model=16, d_transcoder=48, layers=(0, 1, 2), k=6,
-                              cross_layer=cross, rescale_acts_by_decoder_norm=True)  # fmt: skip
+                              cross_layer=cross, rescale_acts_by_decoder_norm=True,
+                              architecture=architecture)  # fmt: skip
     torch.manual_seed(0)
     tc = Transcoders(config)
     with torch.no_grad():
         for p in tc.parameters():
             p.mul_(torch.rand_like(p) + 0.5)  # decoder rows of uneven norms
+        if architecture == "jumprelu":
+            tc.threshold.uniform_(0.0, 0.3)
         x = torch.randn(3, 9, 16)
         plain = tc.unfolded()
+        torch.testing.assert_close(plain.encode(x), tc.encode(x), atol=1e-5, rtol=1e-5)
         assert not plain.config.rescale_acts_by_decoder_norm
         torch.testing.assert_close(plain(x).outputs, tc(x).outputs, atol=1e-5, rtol=1e-5)
         for i in range(3):

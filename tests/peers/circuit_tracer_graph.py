@@ -24,6 +24,7 @@ from circuit_tracer.replacement_model.replacement_model_transformerlens import (
     TransformerLensReplacementModel,
 )
 from circuit_tracer.utils.caching import load_transcoders_from_cache
+from circuit_tracer.utils.create_graph_files import create_nodes, create_used_nodes_and_edges
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformerConfig
 
@@ -148,9 +149,12 @@ def main(work: Path) -> None:
         "edge_mask": pruned.edge_mask.contiguous(),
         "cumulative": pruned.cumulative_scores.contiguous(),
     }, str(work / "result.safetensors"))  # fmt: skip
+    nodes = create_nodes(graph, pruned.node_mask, model.tokenizer, pruned.cumulative_scores)
+    used, links = create_used_nodes_and_edges(graph, nodes, pruned.edge_mask)
     (work / "result.json").write_text(json.dumps({
         "logit_tokens": [t.vocab_idx for t in graph.logit_targets],
         "replacement": replacement, "completeness": completeness,
+        "nodes": [node.model_dump() for node in used], "links": links,
     }))  # fmt: skip
 
 

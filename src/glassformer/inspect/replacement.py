@@ -152,13 +152,18 @@ def intervene(
     features and the logits only directly (what an attribution graph's edges predict).
     ``hooks``: further (name, fn) pairs for the run (an embedding or error nudged)."""
     ids = ids.reshape(1, -1)
-    tc = transcoders
+    tc = transcoders.unfolded() if transcoders.config.rescale_acts_by_decoder_norm else transcoders
     config = tc.config
     n = config.n_layers
     by_layer: dict[int, list[tuple[int, int, float]]] = {}
     for layer, pos, feature, value in changes:
         if layer not in config.layers:
             raise ValueError(f"no transcoder at block {layer}; these cover {list(config.layers)}")
+        if not (0 <= pos < ids.size(1) and 0 <= feature < config.d_transcoder):
+            raise ValueError(
+                f"position {pos} or feature {feature} is out of range: the text has "
+                f"{ids.size(1)} positions, each layer {config.d_transcoder} features"
+            )
         by_layer.setdefault(config.layers.index(layer), []).append((pos, feature, value))
     with torch.no_grad():
         clean = _mlp_values(model, tc, ids)

@@ -28,11 +28,24 @@ class _EnoughError(Exception):
     """Raised once the pass reaches the final norm: the logits are not needed."""
 
 
+def prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """The text's ids after a special first token (BOS where the tokenizer has one, else
+    EOS), as circuit-tracer does: the first position, an attention sink, carries no nodes."""
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise ValueError("the text has no tokens")
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is None:
+        bos = getattr(tokenizer, "eos_id", None)
+    return ids if bos is None or ids[0] == bos else [bos, *ids]
+
+
 def attribution_graph(
     model: GPT,
     transcoders: Transcoders,
-    ids: Tensor,
+    ids: Tensor | str,
     *,
+    tokenizer: Any = None,
     max_logits: int = 10,
     logit_probability: float = 0.95,
     max_feature_nodes: int | None = None,
@@ -43,6 +56,7 @@ def attribution_graph(
     (one per block) in place of its MLPs (see the module's docstring).
 
     Args:
+        ids: token ids, or a text (with ``tokenizer``), read after BOS (``prompt_ids``).
         max_logits, logit_probability: logit nodes for the most probable next tokens until
             their probabilities sum to ``logit_probability``, at most ``max_logits``.
         max_feature_nodes: keep at most this many features, the most influential as rows
@@ -51,7 +65,7 @@ def attribution_graph(
         zero_first: no features or error at position 0 (the first token, an attention
             sink, as the transcoders were trained and as circuit-tracer does).
     """
-    ids = ids.reshape(1, -1)
+    ids = _checked(ids, tokenizer, batch_size, max_logits, max_feature_nodes, logit_probability)
     tc = transcoders.unfolded() if transcoders.config.rescale_acts_by_decoder_norm else transcoders
     run = _Setup(model, tc, ids, zero_first)
     logit_ids, probs, logit_vecs = _logit_targets(model, run.last_logits, max_logits,
@@ -103,6 +117,24 @@ def attribution_graph(
         layers=run.n,
         active_features=n_feat,
     )
+
+
+def _checked(ids: Tensor | str, tokenizer: Any, batch_size: int, max_logits: int,
+             max_feature_nodes: int | None, logit_probability: float) -> Tensor:  # fmt: skip
+    """The text's ids (1, T), the options checked: one line for each that is out of range."""
+    for name, value, least in (("batch_size", batch_size, 1), ("max_logits", max_logits, 1),
+                               ("max_feature_nodes", max_feature_nodes or 0, 0)):  # fmt: skip
+        if value < least:
+            raise ValueError(f"{name} must be at least {least}, got {value}")
+    if not 0 < logit_probability <= 1:
+        raise ValueError(f"logit_probability must be in (0, 1], got {logit_probability}")
+    if isinstance(ids, str):
+        if tokenizer is None:
+            raise ValueError("a text needs its tokenizer: attribution_graph(..., tokenizer=tok)")
+        ids = torch.tensor(prompt_ids(tokenizer, ids))
+    if ids.dim() > 2 or (ids.dim() == 2 and ids.size(0) != 1) or ids.numel() == 0:
+        raise ValueError(f"one text's ids, (T,) or (1, T), got {tuple(ids.shape)}")
+    return ids.reshape(1, -1)
 
 
 def _partial_influence(rows: Tensor, probs: Tensor, row_node: Tensor) -> Tensor:

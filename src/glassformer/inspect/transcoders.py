@@ -5,6 +5,7 @@ predict them, and what the model loses with every MLP replaced at once.
     transcoder_metrics(transcoders, x, y)    # per layer: normalised MSE, L0, features used
     spliced_losses(model, transcoders, windows)   # the LM's loss, clean and with every MLP
                                                   # replaced by its transcoder
+    top_contexts(model, transcoders, windows)     # where each feature fires most: its label
 
 Every layer's input and output come from the same forward pass, which stops after the last
 transcoded block (the vocabulary head is not needed). The first position of each window is
@@ -14,12 +15,17 @@ left out where the transcoders were trained without it (``skip_first``).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save
 from torch import Tensor
 
+from glassformer.atomic import write_atomic
+from glassformer.errors import CheckpointError, one_line
 from glassformer.inspect.features import check_hook
 from glassformer.models.base import PretrainedModel
 from glassformer.models.gpt import GPT
@@ -30,9 +36,10 @@ class _EnoughError(Exception):
     """Raised once the last transcoded block's MLP output is seen."""
 
 
-def check_transcodable(model: PretrainedModel, config: TranscoderConfig) -> None:
+def check_transcodable(model: PretrainedModel, config: TranscoderConfig | None = None) -> None:
     """One line unless ``model`` is a decoder-only LM whose blocks add their MLP's output
-    to the stream and have the hook points the transcoders read and predict."""
+    to the stream and (given a ``config``) have the hook points the transcoders read and
+    predict."""
     if not isinstance(model, GPT):
         raise ValueError(
             f"transcoders replace a decoder-only language model's MLPs; this is a "
@@ -44,6 +51,8 @@ def check_transcodable(model: PretrainedModel, config: TranscoderConfig) -> None
             "this model normalises after the sum (post-norm)"
         )
     blocks = len(model.blocks)
+    if config is None:
+        return
     if config.layers[-1] >= blocks:
         raise ValueError(f"the model has blocks 0 … {blocks - 1}; got layers {list(config.layers)}")
     for i in range(config.n_layers):
@@ -151,3 +160,72 @@ def spliced_losses(model: GPT, tc: Transcoders, windows: Tensor, *, batch: int =
             sums[key] += float(loss) * len(ids)
     clean, spliced = sums["clean"] / len(windows), sums["spliced"] / len(windows)
     return {"ce_clean": clean, "ce_spliced": spliced, "ce_increase": spliced - clean}
+
+
+@dataclass
+class TopContexts:
+    """Where each feature fires most in a set of windows: for layer i and feature j, its
+    ``n`` highest values ``values[i, j]`` (0 where it fired fewer times) at window
+    ``window[i, j]`` and position ``position[i, j]`` of ``windows`` (N, T)."""
+
+    windows: Tensor
+    values: Tensor  # (layers, features, n)
+    window: Tensor  # (layers, features, n)
+    position: Tensor  # (layers, features, n)
+
+    def of(self, layer: int, feature: int) -> list[tuple[float, int, int]]:
+        """(value, window, position) of one feature's contexts, highest first."""
+        rows = zip(self.values[layer, feature].tolist(), self.window[layer, feature].tolist(),
+                   self.position[layer, feature].tolist(), strict=True)  # fmt: skip
+        return [(v, int(w), int(p)) for v, w, p in rows if v > 0]
+
+    def save(self, path: Path) -> None:
+        tensors = {"windows": self.windows, "values": self.values, "window": self.window,
+                   "position": self.position}  # fmt: skip
+        write_atomic(path, save({k: v.contiguous() for k, v in tensors.items()}))
+
+    @classmethod
+    def load(cls, path: Path, layers: int, features: int) -> TopContexts:
+        """The contexts saved at ``path`` for a set of ``layers`` × ``features``; one
+        ``CheckpointError`` if the file is not that (damaged, or of another set)."""
+        try:
+            found = load_file(str(path))
+            contexts = cls(found["windows"], found["values"], found["window"], found["position"])
+        except Exception as e:  # safetensors raises its own types; a key may be missing
+            raise CheckpointError(f"cannot read {path}: {one_line(e)}") from None
+        shape = tuple(contexts.values.shape)
+        windows = contexts.windows
+        fits = windows.dim() == 2 and len(shape) == 3 and shape[:2] == (layers, features)
+        fits = fits and contexts.window.shape == shape == contexts.position.shape
+        if fits and contexts.window.numel():
+            low = min(int(contexts.window.min()), int(contexts.position.min()))
+            fits = low >= 0 and int(contexts.window.max()) < len(windows) and int(
+                contexts.position.max()) < windows.size(1)  # fmt: skip
+        if not fits:
+            raise CheckpointError(f"{path} holds the contexts of another set ({shape})")
+        return contexts
+
+
+@torch.no_grad()
+def top_contexts(
+    model: GPT, tc: Transcoders, windows: Tensor, *, n: int = 5, batch: int = 8
+) -> TopContexts:
+    """Every feature's ``n`` strongest places in the token windows (N, T) (the first
+    position left out where the set skips it): one pass of the model, every layer at once."""
+    config = tc.config
+    start = 1 if config.skip_first else 0
+    layers, features = config.n_layers, config.d_transcoder
+    best = torch.zeros(layers, features, n)
+    where = torch.zeros(layers, features, n, dtype=torch.long)  # window · T + position
+    T = windows.size(1)
+    for i in range(0, len(windows), batch):
+        chunk = windows[i : i + batch]
+        x, _ = mlp_activations(model, config, chunk, skip_first=bool(start))
+        z = tc.encode(x)  # (layers, rows, f)
+        rows = (torch.arange(len(chunk))[:, None] * T + torch.arange(start, T)).flatten()
+        here = z.mT.topk(min(n, z.size(1)), dim=-1)  # this chunk's best, (layers, f, n)
+        keep = torch.cat([best, here.values], dim=-1).topk(n, dim=-1)
+        places = rows[here.indices] + i * T
+        best = keep.values
+        where = torch.cat([where, places], dim=-1).gather(-1, keep.indices)
+    return TopContexts(windows, best, where // T, where % T)

@@ -17,7 +17,12 @@ from glassformer.interop.opt import from_opt_state, load_opt
 from glassformer.interop.phi import from_phi_state, load_phi
 from glassformer.interop.phi3 import from_phi3_state, load_phi3
 from glassformer.interop.qwen import load_qwen2, load_qwen3
-from glassformer.interop.saelens import read_saelens, saelens_files
+from glassformer.interop.saelens import (
+    read_saelens,
+    read_saelens_transcoders,
+    saelens_files,
+    write_saelens_transcoders,
+)
 from glassformer.interop.sentence import (
     from_sentence_transformers,
     load_sentence_encoder,
@@ -30,8 +35,10 @@ from glassformer.interop.torch_nn import from_torch_nn, to_torch_nn
 __all__ = [
     "read_circuit_tracer",
     "read_saelens",
+    "read_saelens_transcoders",
     "write_circuit_tracer",
     "saelens_files",
+    "write_saelens_transcoders",
     "SMOLLM2_NAME",
     "from_bert_state",
     "from_gpt2_state",

@@ -18,6 +18,9 @@ TransformerLens's: glassformer's ``ln2.hook_normalized`` (the MLP's input) is wr
 ``mlp.hook_in``, and ``mlp.hook_in`` / ``mlp.hook_out`` read as the MLP's input and
 output; ``hook_resid_mid`` and ``hook_mlp_out`` are the same in both. The config is
 written as JSON, which YAML parsers read; a YAML one is read with PyYAML where installed.
+
+``graph_json`` writes an attribution graph in circuit-tracer's graph schema (the JSON its
+``create_graph_files`` writes for its frontend).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from safetensors.torch import save_file
 from glassformer.atomic import write_directory_atomically
 from glassformer.checkpoint import FOREIGN_MARKERS, register_format
 from glassformer.errors import CheckpointError, one_line, shown
+from glassformer.inspect.graph import AttributionGraph
 from glassformer.models.transcoder import TranscoderConfig, Transcoders
 
 CONFIG = "config.yaml"
+MAX_CONFIG = 1 << 20  # bytes: a config is a few lines
 # TransformerLens's hook names where they differ from glassformer's: its
 # ``ln2.hook_normalized`` is the norm's output *before* its weight and bias, so the MLP's
 # input (glassformer's ``ln2.hook_normalized``) is ``mlp.hook_in`` there.
@@ -193,9 +198,13 @@ def _read(file: Path) -> dict[str, torch.Tensor]:
 def _read_config(file: Path) -> dict[str, Any]:
     """config.yaml: JSON (what glassformer writes), else YAML through PyYAML."""
     try:
-        text = file.read_text()
+        with open(file, "rb") as f:
+            raw = f.read(MAX_CONFIG + 1)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"cannot read {file}: {one_line(e)}") from None
+    if len(raw) > MAX_CONFIG:
+        raise CheckpointError(f"{file} is over {MAX_CONFIG:,} bytes: not a transcoder config")
     try:
         meta = json.loads(text)
     except json.JSONDecodeError:
@@ -207,7 +216,7 @@ def _read_config(file: Path) -> dict[str, Any]:
             ) from None
         try:
             meta = yaml.safe_load(text)
-        except yaml.YAMLError as e:
+        except (yaml.YAMLError, RecursionError) as e:
             raise CheckpointError(f"{file} is not YAML: {one_line(e)}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{file} is not a circuit-tracer config: not a mapping")
@@ -216,3 +225,77 @@ def _read_config(file: Path) -> dict[str, Any]:
 
 FOREIGN_MARKERS.setdefault(CONFIG, "circuit-tracer")
 register_format("circuit-tracer", "transcoder", read_circuit_tracer)
+
+
+def graph_json(
+    graph: AttributionGraph,
+    *,
+    prompt: str,
+    tokens: list[str],
+    logit_strings: list[str],
+    slug: str,
+    scan: str,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+) -> dict[str, Any]:
+    """A graph in circuit-tracer's JSON schema (``create_graph_files``'s, which its
+    frontend and Neuronpedia read): the pruned graph's nodes, with their ids, layers,
+    context indices and cumulative influence, and its kept edges as links."""
+    pruned = graph.prune(node_threshold, edge_threshold)
+    kinds, t, f = graph.node_kinds(), graph.n_pos, len(graph.features)
+    nodes: dict[int, dict[str, Any]] = {}
+    for node in pruned.nodes.nonzero().flatten().tolist():
+        influence = float(pruned.cumulative[node])
+        nodes[node] = _json_node(graph, kinds[node], node, f, t, influence, logit_strings)
+    targets, sources = pruned.edges.nonzero(as_tuple=True)
+    links = [{"source": nodes[s]["node_id"], "target": nodes[d]["node_id"],
+              "weight": float(graph.adjacency[d, s])}
+             for d, s in zip(targets.tolist(), sources.tolist(), strict=True)
+             if s in nodes and d in nodes]  # fmt: skip
+    linked = {link["source"] for link in links} | {link["target"] for link in links}
+    used = [n for n in nodes.values()
+            if n["node_id"] in linked or n["feature_type"] in ("embedding", "logit")]  # fmt: skip
+    metadata = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": tokens,
+                "prompt": prompt, "node_threshold": node_threshold,
+                "schema_version": 1}  # fmt: skip
+    q_params = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "",
+                "sg_pos": ""}  # fmt: skip
+    return {"metadata": metadata, "qParams": q_params, "nodes": used, "links": links}
+
+
+def _json_node(graph: AttributionGraph, kind: str, node: int, f: int, t: int, influence: float,
+               logit_strings: list[str]) -> dict[str, Any]:  # fmt: skip
+    """One node as circuit-tracer's frontend ``Node`` has it."""
+    base = {"token_prob": 0.0, "is_target_logit": False, "run_idx": 0, "reverse_ctx_idx": 0,
+            "clerp": "", "influence": influence, "activation": None}  # fmt: skip
+    if kind == "feature":
+        layer, pos, feature = (int(v) for v in graph.features[node].tolist())
+        pairing = (layer + feature) * (layer + feature + 1) // 2 + feature  # Cantor's
+        return {**base, "node_id": f"{layer}_{feature}_{pos}", "feature": pairing,
+                "layer": str(layer), "ctx_idx": pos, "feature_type": "cross layer transcoder",
+                "jsNodeId": f"{layer}_{feature}-0",
+                "activation": float(graph.activations[node])}  # fmt: skip
+    if kind == "error":
+        layer, pos = divmod(node - f, t)
+        return {**base, "node_id": f"0_{layer}_{pos}", "feature": -1, "layer": str(layer),
+                "ctx_idx": pos, "feature_type": "mlp reconstruction error",
+                "jsNodeId": f"{layer}_{pos}-0"}  # fmt: skip
+    if kind == "token":
+        pos = node - f - graph.layers * t
+        token = int(graph.tokens[pos])
+        return {
+            **base,
+            "node_id": f"E_{token}_{pos}",
+            "feature": pos,
+            "layer": "E",
+            "ctx_idx": pos,
+            "feature_type": "embedding",
+            "jsNodeId": f"E_{token}-{pos}",
+        }
+    k = node - (len(graph.node_kinds()) - len(graph.logit_tokens))
+    token, p = int(graph.logit_tokens[k]), float(graph.logit_probabilities[k])
+    layer = graph.layers + 1
+    return {**base, "node_id": f"{layer}_{token}_{t - 1}", "feature": token, "layer": str(layer),
+            "ctx_idx": t - 1, "feature_type": "logit", "token_prob": p,
+            "is_target_logit": k == 0, "jsNodeId": f"L_{token}-{t - 1}",
+            "clerp": f'Output "{logit_strings[k]}" (p={p:.3f})', "influence": None}  # fmt: skip

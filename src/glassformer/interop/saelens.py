@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
+from glassformer.atomic import make_folder, write_directory_atomically
 from glassformer.checkpoint import COMPANION_FILES, register_format
 from glassformer.errors import CheckpointError, one_line, shown
 from glassformer.interop._hf import check_directory, read_json
+from glassformer.models.base import is_integer
 from glassformer.models.sae import ARCHITECTURES, SAEConfig, SparseAutoencoder
+from glassformer.models.transcoder import TranscoderConfig, Transcoders
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
@@ -181,6 +185,134 @@ def config_from_saelens(cfg: dict[str, Any], path: Path) -> SAEConfig:
 def _slice_start(seqpos_slice: Any) -> Any:
     """The first position a SAELens ``seqpos_slice`` ([start, stop] or None) keeps."""
     return seqpos_slice[0] if isinstance(seqpos_slice, list) and seqpos_slice else None
+
+
+# ---- transcoders: SAELens's per-layer transcoder directories ------------------------------
+
+TRANSCODER_ARCHITECTURES = {
+    ("relu", False): "transcoder",
+    ("relu", True): "skip_transcoder",
+    ("jumprelu", False): "jumprelu_transcoder",
+    ("jumprelu", True): "jumprelu_skip_transcoder",
+}
+
+
+def write_saelens_transcoders(tc: Transcoders, path: str | Path) -> Path:
+    """Each layer of a per-layer set as a SAELens transcoder directory, ``path/blocks.{i}``
+    (``cfg.json`` + ``sae_weights.safetensors``: ``W_enc`` (d_in, d_sae), ``b_enc``,
+    ``W_dec`` (d_sae, d_out), ``b_dec``, and ``W_skip`` (d_out, d_in), ``threshold`` where
+    the set has them), which ``sae_lens.SAE.load_from_disk`` opens. SAELens's transcoders are
+    ReLU or JumpReLU and one layer each: TopK and cross-layer sets are refused."""
+    config = tc.config
+    kind = TRANSCODER_ARCHITECTURES.get((config.architecture, config.skip))
+    if kind is None or config.cross_layer:
+        raise ValueError(
+            "SAELens's transcoders are per-layer ReLU or JumpReLU ones; these are "
+            f"{'cross-layer' if config.cross_layer else config.architecture}"
+        )
+    weights = tc.folded()
+    make_folder(Path(path))
+    for i, layer in enumerate(config.layers):  # each layer's directory written atomically
+        write_directory_atomically(Path(path) / f"blocks.{layer}",
+                                   partial(_write_layer, config, weights, i, kind))  # fmt: skip
+    return Path(path)
+
+
+def _write_layer(config: TranscoderConfig, weights: dict[str, torch.Tensor], i: int, kind: str,
+                 folder: Path) -> None:  # fmt: skip
+    """Layer i's SAELens files into ``folder``."""
+    tensors = {"W_enc": weights["W_enc"][i].T, "b_enc": weights["b_enc"][i],
+               "W_dec": weights["W_dec"][i], "b_dec": weights["b_dec"][i]}  # fmt: skip
+    if config.skip:
+        tensors["W_skip"] = weights["W_skip"][i]
+    if config.architecture == "jumprelu":
+        tensors["threshold"] = weights["threshold"][i]
+    (folder / WEIGHTS_FILE).write_bytes(save({k: v.contiguous() for k, v in tensors.items()}))
+    cfg = {"architecture": kind, "d_in": config.d_model, "d_out": config.d_model,
+           "d_sae": config.d_transcoder, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": False, "normalize_activations": "none",
+           "reshape_activations": "none",
+           "metadata": {"model_name": config.model_name, "hook_name": config.hook(i),
+                        "hook_name_out": config.hook(i, "output"),
+                        "context_size": config.context_size,
+                        "dataset_path": config.dataset_path, "model_class_name": "glassformer",
+                        "sae_lens_version": SAE_LENS_VERSION}}  # fmt: skip
+    (folder / CFG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def read_saelens_transcoders(path: str | Path) -> Transcoders:
+    """A per-layer set from a folder of SAELens transcoder directories (any names; each
+    ``cfg.json``'s ``hook_name`` says its block), their hooks and sizes held alike and every
+    tensor's shape checked in its file's header before anything is built."""
+    path = Path(path)
+    check_directory(path, "a folder of SAELens transcoder directories")
+    found = [_transcoder_layer(folder) for folder in sorted(path.iterdir())
+             if (folder / CFG_FILE).is_file()]  # fmt: skip
+    if not found:
+        raise CheckpointError(f"{path} holds no SAELens transcoder directory")
+    found.sort(key=lambda f: f[0])
+    layers = [f[0] for f in found]
+    if len(set(layers)) != len(layers):
+        raise CheckpointError(f"{path}: two directories read the same block ({layers})")
+    first = found[0]
+    if any(f[1:4] != first[1:4] for f in found):
+        raise CheckpointError(f"{path}: the layers' hooks, architectures or sizes differ")
+    _, input_hook, output_hook, (architecture, d_model, d_sae), _, model_name = first
+    config = TranscoderConfig(
+        d_model=d_model, d_transcoder=d_sae, layers=tuple(layers),
+        architecture="jumprelu" if "jumprelu" in architecture else "relu",
+        skip="skip" in architecture, input_hook=input_hook, output_hook=output_hook,
+        model_name=model_name)  # fmt: skip
+    wanted = {"W_enc": (d_model, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_model),
+              "b_dec": (d_model,)}  # fmt: skip
+    if config.skip:
+        wanted["W_skip"] = (d_model, d_model)
+    if config.architecture == "jumprelu":
+        wanted["threshold"] = (d_sae,)
+    weights = [_layer_weights(f[4] / WEIGHTS_FILE, wanted) for f in found]
+    state = {name: torch.stack([w[name].float() for w in weights]) for name in wanted}
+    state["W_enc"] = state["W_enc"].mT.contiguous()
+    tc = Transcoders(config)
+    tc.load_state_dict({**state, "since_fired": tc.since_fired})
+    return tc.eval()
+
+
+def _transcoder_layer(folder: Path) -> tuple[Any, ...]:
+    """(block, input hook, output hook, (architecture, d_in, d_sae), folder, model name) of
+    one SAELens transcoder directory; one error if it is not one."""
+    cfg = read_json(folder / CFG_FILE, "SAELens config")
+    meta = {**cfg, **(cfg.get("metadata") or {})} if isinstance(cfg, dict) else {}
+    architecture = meta.get("architecture")
+    hook = re.match(r"blocks\.(\d+)\.(.+)$", str(meta.get("hook_name") or ""))
+    out = re.match(r"blocks\.\d+\.(.+)$", str(meta.get("hook_name_out") or ""))
+    sizes = (meta.get("d_in"), meta.get("d_out"), meta.get("d_sae"))
+    if (architecture not in TRANSCODER_ARCHITECTURES.values() or hook is None
+            or not all(is_integer(v) and 0 < int(v or 0) <= 1 << 20 for v in sizes)
+            or sizes[0] != sizes[1]):  # fmt: skip
+        raise CheckpointError(
+            f"{folder / CFG_FILE}: not a SAELens transcoder of a block's MLP (architecture "
+            f"{shown(architecture)}, hook {shown(meta.get('hook_name'))}, sizes {shown(sizes)})"
+        )
+    if meta.get("normalize_activations", "none") not in ("none", None, False):
+        raise CheckpointError(f"{folder}: normalize_activations is not read")
+    layer_sizes = (architecture, sizes[0], sizes[2])
+    model_name = str(meta.get("model_name") or "")
+    return (int(hook[1]), hook[2], out[1] if out else "hook_mlp_out", layer_sizes, folder,
+            model_name)  # fmt: skip
+
+
+def _layer_weights(file: Path, wanted: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """A layer's tensors, their names and shapes held against ``wanted`` from the header."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+            if shapes != wanted:
+                raise CheckpointError(f"{file} holds {shown(shapes, 300)}; expected {wanted}")
+            return {k: f.get_tensor(k) for k in wanted}
+    except CheckpointError:
+        raise
+    except Exception as e:  # safetensors raises its own types
+        raise CheckpointError(f"cannot read {file}: {one_line(e)}") from None
 
 
 COMPANION_FILES["sae"] = saelens_files

@@ -25,7 +25,8 @@ d_model, d_model) as SAELens's (d_out, d_in). Activations travel layer-major: (n
 d_model), every layer's MLP input (or output) for the same N tokens.
 
 Training keeps the decoder rows at unit norm in effect, as the SAE does
-(``rescale_acts_by_decoder_norm``); saving folds the norms in.
+(``rescale_acts_by_decoder_norm``, kept in glassformer's checkpoint); ``unfolded()`` is the
+equivalent set with unit rows, which the graph, interventions and other formats use.
 """
 
 from __future__ import annotations
@@ -249,8 +250,6 @@ class Transcoders(PretrainedModel):
             norms = norms.detach().float()
             weights["W_enc"] *= norms[..., None]
             weights["b_enc"] *= norms
-            if self.config.architecture == "jumprelu":
-                weights["threshold"] *= norms
             for i in range(len(norms)):
                 key = f"W_dec.{i}" if self.config.cross_layer else "W_dec"
                 if self.config.cross_layer:

@@ -117,7 +117,9 @@ def check_sae(c: RunConfig) -> None:
             raise RunConfigError(name, f"is for sae and transcoder, not {c.task!r}")
     if c.hook is not None and c.task != "sae":
         raise RunConfigError("hook", f"is for sae (a sparse autoencoder), not {c.task!r}")
-    for name, value in (("layers", c.layers), ("skip", c.skip or None)):
+    given = (("layers", c.layers), ("skip", c.skip or None), ("store", c.store),
+             ("cross_layer", c.cross_layer or None))  # fmt: skip
+    for name, value in given:
         if value is not None and c.task != "transcoder":
             raise RunConfigError(name, f"is for transcoder, not {c.task!r}")
     if c.task not in coders:

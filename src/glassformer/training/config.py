@@ -203,6 +203,9 @@ class RunConfig:
     hook: str | None = _opt(None, "sae", "sae: the hook point it reads (blocks.15.hook_resid_post)")
     layers: str | None = _opt(None, "sae", 'transcoder: the blocks: "all", "a-b" or "a,b,c"')
     skip: bool = _opt(False, "sae", "transcoder: a linear skip term beside the features")
+    cross_layer: bool = _opt(False, "sae", "transcoder: each feature writes every later MLP too")
+    store: str | None = _opt(None, "sae", "transcoder: keep the MLP activations in this folder "
+                             "(safetensors shards), read on later passes and runs")  # fmt: skip
     features: int | None = _opt(None, "sae", "sae, transcoder: how many features (per layer; "
                                 "default: 8 × the width read)", rule=POSITIVE_INT)  # fmt: skip
     k: int | None = _opt(None, "sae", "sae, transcoder: features per token (TopK; task default)",
@@ -212,12 +215,8 @@ class RunConfig:
         "torch", "training", "keras: train the Keras 3 twin with model.fit (classify only)"
     )
     out: str | None = _opt(None, "training", "run directory (default: runs/<task>)")
-    minutes: float | None = _opt(
-        None,
-        "training",
-        "training time budget (default: 5 when --max-steps is not given)",
-        rule=POSITIVE,
-    )
+    minutes: float | None = _opt(None, "training", "training time budget (default: 5 when "
+                                 "--max-steps is not given)", rule=POSITIVE)  # fmt: skip
     max_steps: int | None = _opt(None, "training", "optimizer steps", rule=POSITIVE_INT)
     batch_size: int | None = _opt(
         None,
@@ -226,12 +225,8 @@ class RunConfig:
         rule=POSITIVE_INT,
     )
     accumulation: int = _opt(1, "training", "micro-batches per step", rule=POSITIVE_INT)
-    lr: float | None = _opt(
-        None,
-        "training",
-        "peak learning rate (noam: the paper's scale factor) (task default)",
-        rule=POSITIVE,
-    )
+    lr: float | None = _opt(None, "training", "peak learning rate (noam: the paper's scale "
+                            "factor) (task default)", rule=POSITIVE)  # fmt: skip
     optimizer: Literal["adam", "adamw"] | None = _opt(None, "training", "default: adamw")
     schedule: Literal["noam", "cosine", "constant"] | None = _opt(
         None, "training", "default: cosine"

@@ -12,7 +12,7 @@ at once; the held-out report adds the same on the test text.
 
 A step costs one dense product per layer (every feature's evidence, to choose the top k)
 and sparse work for the rest: the gradient reaches only the chosen features' encoder and
-decoder rows (``_picked``, ``F.embedding_bag``), which the loss alone would make a dense
+decoder rows (``_Picked``, ``F.embedding_bag``), which the loss alone would make a dense
 product three times over.
 """
 
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from glassformer.data.activations import ActivationStore
 from glassformer.data.images import ImageProcessor
 from glassformer.data.tokenizers import Tokenizer
 from glassformer.inspect.transcoders import (
@@ -34,6 +35,7 @@ from glassformer.inspect.transcoders import (
     spliced_losses,
     transcoder_metrics,
 )
+from glassformer.kernels.fidelity import fingerprint
 from glassformer.models.transcoder import TranscoderConfig, Transcoders
 from glassformer.training.config import RunConfig, filled
 from glassformer.training.distributed import Distributed
@@ -76,22 +78,25 @@ def build(
 
     if world.enabled:
         raise ValueError("train transcoder runs in one process (its data is one model's)")
+    if world.device.type != "cpu":
+        raise ValueError("train transcoder runs on the CPU for now: give --device cpu")
     model, tok = load_run(str(config.model))
     model.eval().requires_grad_(False)
-    blocks = len(getattr(model, "blocks", ()))
-    layers = parse_layers(config.layers, max(blocks, 1))
-    train_text, val_text, test_text, description = load_splits(config)
-    block = config.block_size
-    train, val = cut_windows(tok, train_text, block), cut_windows(tok, val_text, block)
-    if len(train) < 2 or len(val) < 1:
-        raise ValueError(f"need at least 3 windows of {block} tokens; give more text")
+    check_transcodable(model)  # a decoder-only language model, pre-norm
+    layers = parse_layers(config.layers, len(model.blocks))
     d_model = int(model.config.d_model)
+    block = config.block_size
     tc_config = TranscoderConfig(
         d_model=d_model, d_transcoder=config.features or 8 * d_model, layers=layers,
-        k=filled(config.k), skip=config.skip, rescale_acts_by_decoder_norm=True,
+        k=filled(config.k), skip=config.skip, cross_layer=config.cross_layer,
+        rescale_acts_by_decoder_norm=True,
         model_name=str(config.model), context_size=block,
         dataset_path=config.corpus or str(config.data))  # fmt: skip
     check_transcodable(model, tc_config)
+    train_text, val_text, test_text, description = load_splits(config)
+    train, val = cut_windows(tok, train_text, block), cut_windows(tok, val_text, block)
+    if len(train) < 2 or len(val) < 1:
+        raise ValueError(f"need at least 3 windows of {block} tokens; give more text")
     val_x, val_y = mlp_activations(model, tc_config, val[:VAL_WINDOWS])
     tc = Transcoders(tc_config)
     mean = val_y.mean(1)  # (n, D)
@@ -106,7 +111,7 @@ def build(
         config=config,
         tokenizer=tok,
         model=tc,
-        batches=MLPBatches(model, tc_config, train, filled(config.batch_size), config.seed),
+        batches=_batches(config, model, tc_config, train),
         loss_fn=partial(_loss, variance=variance),
         extra_files=tokenizer_files(tok),
         description=f"{description}; the MLPs of blocks {_span(layers)} of {config.model}",
@@ -116,6 +121,24 @@ def build(
         val_windows=val,
         test_windows=cut_windows(tok, test_text, block) if test_text else val,
     )
+
+
+def _batches(config: RunConfig, lm: Any, tc_config: TranscoderConfig, train: Tensor) -> MLPBatches:
+    """The training batches, streamed, or from (and into) the activation store ``--store``."""
+    batches = MLPBatches(lm, tc_config, train, filled(config.batch_size), config.seed)
+    if config.store:
+        about = {"model": str(config.model), "layers": list(tc_config.layers),
+                 "input": tc_config.input_hook, "output": tc_config.output_hook,
+                 "text": config.corpus or str(config.data), "windows": len(train),
+                 "block": tc_config.context_size,
+                 "digest": fingerprint(lm, (train,))}  # fmt: skip
+        batches.store = ActivationStore.open(config.store, about, batches.shard_shape(),
+                                             batches.regions)  # fmt: skip
+        shard = batches.shard_shape()
+        print(f"activation store {config.store}: {batches.regions} shards of "
+              f"{4 * shard[1] * shard[2] * shard[3] * 2 / 1e6:.0f} MB, "
+              f"{batches.store.written()} written")  # fmt: skip
+    return batches
 
 
 def ridge(x: Tensor, y: Tensor, strength: float = 1e-3) -> Tensor:
@@ -136,7 +159,7 @@ def _span(layers: tuple[int, ...]) -> str:
 
 def _loss(tc: Any, batch: Tensor, variance: Tensor) -> tuple[Tensor, int]:
     """The summed loss of a batch (2, n, B, D) of MLP inputs and outputs and its tokens."""
-    return sparse_loss(tc, batch[0], batch[1], variance), batch.size(2)
+    return sparse_loss(tc, batch[0], batch[1], variance.to(batch.device)), batch.size(2)
 
 
 class _Picked(torch.autograd.Function):
@@ -153,26 +176,26 @@ class _Picked(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
         x, index = ctx.saved_tensors
-        rows = torch.arange(len(index)).repeat_interleave(index.size(1))
+        rows = torch.arange(len(index), device=grad.device).repeat_interleave(index.size(1))
         where = torch.stack([index.flatten(), rows])  # (feature, token) of each grad
         spread = torch.sparse_coo_tensor(where, grad.flatten(), (ctx.features, len(x)),
                                          check_invariants=False)  # fmt: skip
         grad_w = torch.sparse.mm(spread, x)  # (f, D): Σ over tokens of grad × x, chosen rows
-        grad_b = torch.zeros(ctx.features, dtype=grad.dtype).index_add_(
-            0, index.flatten(), grad.flatten()
-        )
+        grad_b = grad.new_zeros(ctx.features).index_add_(0, index.flatten(), grad.flatten())
         return None, grad_w, grad_b, None, None
 
 
 def sparse_loss(tc: Any, x: Tensor, y: Tensor, variance: Tensor) -> Tensor:
     """What ``Transcoders``'s forward computes for TopK, as a loss: each layer's squared
-    error over its ``variance``, summed over tokens and layers, plus AuxK for dead features.
-    Counts the tokens since each feature fired."""
+    error over its ``variance``, summed over tokens and layers, plus AuxK for dead features
+    (per-layer sets). Counts the tokens since each feature fired."""
     config = tc.config
     n, k = config.n_layers, config.k
     norms = tc.decoder_norms().detach()  # (n, f): the choice sees unit decoder rows
     with torch.no_grad():
-        raw = torch.baddbmm(tc.b_enc[:, None], x, tc.W_enc.mT)  # (n, B, f), evidence
+        # (n, B, f), every feature's evidence: the one dense product (bf16 under autocast),
+        # the rest in x's precision
+        raw = torch.baddbmm(tc.b_enc[:, None], x, tc.W_enc.mT).to(x.dtype)
         index = (raw * norms[:, None]).topk(k, dim=-1).indices  # (n, B, k)
     predicted = tc.b_dec[:, None].expand(n, x.size(1), -1)
     # one view per layer by unbind: indexing the stacked parameters layer by layer would
@@ -228,27 +251,42 @@ def _aux_loss(parts: tuple[Any, Any, Any], x: Tensor, raw: Tensor, norms: Tensor
 
 
 class MLPBatches:
-    """Endless batches (2, n, B, D) of MLP inputs and outputs: region r is windows
-    [r·W, (r+1)·W) (cycling over the text), computed when reached and served ``PASSES``
-    times in seeded orders. Its position is (region, pass, batch), so a resumed run
-    recomputes its region and goes on with the batch the interrupted one would have given."""
+    """Endless batches (2, n, B, D) of MLP inputs and outputs. The text's windows fall in
+    R = ⌈N / W⌉ regions of W (the last one topped up from the start); the r-th region
+    reached is region r mod R, its activations computed (or read from ``store``) when
+    reached and served ``PASSES`` times in orders seeded by r, so every epoch is shuffled
+    anew. Its position is (region, pass, batch): a resumed run recomputes (or reads) its
+    region and goes on with the batch the interrupted one would have given."""
 
     def __init__(self, lm: Any, config: TranscoderConfig, windows: Tensor, batch: int,
-                 seed: int) -> None:  # fmt: skip
+                 seed: int, store: ActivationStore | None = None) -> None:  # fmt: skip
         self.lm, self.config, self.windows, self.batch, self.seed = lm, config, windows, batch, seed
+        self.width = min(REGION_WINDOWS, len(windows))
+        self.regions = -(-len(windows) // self.width)
+        self.store = store
         self.region = self.pass_ = self.index = 0
         self._acts: Tensor | None = None
         self._order: Tensor | None = None
+
+    def compute(self, place: int) -> Tensor:
+        """Region ``place``'s activations, (2, n, W·(T − 1), D)."""
+        rows = torch.arange(place * self.width, (place + 1) * self.width) % len(self.windows)
+        return torch.stack(mlp_activations(self.lm, self.config, self.windows[rows]))
+
+    def shard_shape(self) -> tuple[int, ...]:
+        n, d = self.config.n_layers, self.config.d_model
+        return (2, n, self.width * (self.windows.size(1) - 1), d)
 
     def __iter__(self) -> MLPBatches:
         return self
 
     def __next__(self) -> Tensor:
         if self._acts is None:
-            n = len(self.windows)
-            rows = torch.arange(self.region * REGION_WINDOWS, (self.region + 1) * REGION_WINDOWS)
-            picked = self.windows[rows[: min(REGION_WINDOWS, n)] % n]
-            self._acts = torch.stack(mlp_activations(self.lm, self.config, picked))
+            place = self.region % self.regions
+            if self.store is None:
+                self._acts = self.compute(place)
+            else:
+                self._acts = self.store.region(place, self.compute)
         if self._order is None:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.region * 97 + self.pass_)
             self._order = torch.randperm(self._acts.size(2), generator=g)
