@@ -38,7 +38,7 @@ for kind in ("skip", "jumprelu"):
         sae = SAE.load_from_disk(f"{work}/{kind}/blocks.{layer}", device="cpu")
         out[f"{kind}{layer}"] = sae(x[layer]).detach()
 torch.manual_seed(1)
-sizes = dict(d_in=16, d_out=16, d_sae=40)
+sizes = dict(d_in=16, d_out=16, d_sae=40, apply_b_dec_to_input=False)
 for name, made in (("skip_made", SkipTranscoder(SkipTranscoderConfig(**sizes))),
                    ("jump_made", JumpReLUTranscoder(JumpReLUTranscoderConfig(**sizes)))):
     with torch.no_grad():

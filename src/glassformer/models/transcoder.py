@@ -189,8 +189,9 @@ class Transcoders(PretrainedModel):
         if self.config.architecture == "topk":
             values, index = pre.topk(self.config.k, dim=-1)
             return torch.zeros_like(pre).scatter(-1, index, values.relu())
-        if self.config.architecture == "jumprelu":
-            return pre * (pre > (self.threshold[:, None] if i is None else self.threshold[i]))
+        if self.config.architecture == "jumprelu":  # z·H(z − θ); ReLU'd as SAELens (θ < 0)
+            threshold = self.threshold[:, None] if i is None else self.threshold[i]
+            return pre.relu() * (pre > threshold)
         return pre.relu()
 
     def encode_layer(self, x: Tensor, i: int) -> Tensor:
