@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from glassformer.models.transcoder import Transcoders
 
     tc = Transcoders.from_pretrained(_checkpoint(Path(args.transcoders)))
+    if tc.config.rescale_acts_by_decoder_norm:  # once, not in the graph and each intervention
+        tc = tc.unfolded()
     name = args.model or tc.config.model_name
     if not name:
         raise ValueError(f"{args.transcoders} does not say which model it reads: give --model")
