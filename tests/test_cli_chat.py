@@ -152,14 +152,19 @@ def test_chat_with_smollm2_answers_under_auto_whichever_is_faster(
 ):
     """The default precision (auto) keeps the answers whether this machine's bf16 is fast
     (the AMD EPYC, where a whole-model cast said "L'Étoile, la Marseillaise") or not; the
-    choice printed gives the speed and, where bf16 is faster, its fidelity."""
+    choice printed gives the speed and, where bf16 is faster, its fidelity, and bf16 is
+    taken only where that fidelity is within the bound (a Xeon without avx512_bf16 measured
+    97.9% top-1 agreement: fp32 kept)."""
     monkeypatch.setenv("GLASSFORMER_CACHE", str(tmp_path))
     first, second, err = chat_about_capitals(monkeypatch, capsys)
     assert "Paris" in first and "Berlin" in second
     chose = next(line for line in err.splitlines() if line.startswith("precision: "))
-    if faster == "bf16":
-        assert chose.startswith("precision: bf16 (speed: bf16 taken as faster"), chose
-        assert "bf16 against fp32: top-1 agreement" in chose and "within the bound" in chose
+    if faster == "bf16":  # bf16 is taken where its fidelity is within the bound, else not
+        assert "bf16 against fp32: top-1 agreement" in chose, chose
+        kept = "within the bound" in chose
+        assert kept or "outside the bound" in chose, chose
+        taken = "bf16" if kept else "fp32"  # a Cascade Lake Xeon (no avx512_bf16): 97.9%
+        assert chose.startswith(f"precision: {taken} (speed: bf16 taken as faster"), chose
     else:
         assert chose.startswith("precision: fp32 (speed: fp32 taken as faster"), chose
 
