@@ -106,8 +106,12 @@ def test_attribute_prints_the_estimates_and_draws_them(run, tmp_path, capsys):
     model, tok = load_run(run)
     metric = logit_difference(tok.encode("e")[0], tok.encode("f")[0])
     clean, corrupt = torch.tensor([tok.encode("abcd")]), torch.tensor([tok.encode("abed")])
-    ig = integrated_gradients(model, clean, metric, steps=64)
+    pad = torch.full_like(clean, tok.pad_id)  # the default baseline: the pad token, but for
+    pad[0, 0] = clean[0, 0]  # the first
+    ig = integrated_gradients(model, clean, metric, steps=2048, method="adaptive", baseline=pad)
     assert f"completeness gap {ig.delta:+.4f}" in printed
+    assert abs(ig.delta) <= 0.01 * abs(ig.value - ig.baseline_value)  # converged by default
+    assert f"{ig.steps} points in " in printed
     assert f"'c' {ig.per_token[2]:+.3f}" in printed
     grid = attribution_patching(model, clean, corrupt, metric)
     with torch.no_grad():
