@@ -37,6 +37,13 @@ ELSEWHERE = {
     # the graph of those transcoders; the same commands on a tiny GPT run in these tests
     "runs/transcoders-smollm2": "tests/test_transcoder_task.py::"
     "test_train_transcoder_runs_and_resumes_exactly",
+    # SmolLM2's IOI circuit over 100 pairs: an 8-minute measurement (its figures on its page);
+    # the same command on a tiny GPT and pairs of its own runs in the CLI's test
+    "--task ioi --n 100": "tests/test_cli_circuit.py::"
+    "test_circuit_prints_the_curves_and_writes_the_page_and_json",
+    "my-pairs.csv": "tests/test_cli_circuit.py::"
+    "test_circuit_prints_the_curves_and_writes_the_page_and_json",
+    "my-texts.csv": "tests/test_probes.py::test_probe_and_generate_steer_from_the_command_line",
 }
 MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in

@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the text when it is finished instead of token by token",
     )
+    p.add_argument("--steer", metavar="FILE",
+                   help="add a probes file's class difference while generating")  # fmt: skip
+    p.add_argument("--alpha", type=float, default=4.0, help="how many times it is added")
+    p.add_argument("--steer-hook", help="where (default: the file's best probe's hook)")
 
 
 SAMPLING = (*_decoding.SAMPLING, "compile")
@@ -64,13 +68,15 @@ def run(args: argparse.Namespace) -> int:
     # The stop tokens need the tokenizer; so does the rule that ids past it (a padded
     # embedding, as in Qwen2 and Pythia) are never chosen: they could not be printed.
     config = replace(config, eos_id=tuple(stops) or None, vocab_limit=tok.vocab_size)
+    steering = _steering(args)
     model = for_inference(model, args.dtype, tok)  # once the inputs are known to be good
     prompt = torch.tensor([ids] * args.num_samples)
     stream = args.num_samples == 1 and not args.no_stream
     streamer = Printer(tok, ids) if stream else None
-    out = model.generate(
-        prompt, args.max_new_tokens, generation_config=config, generator=g, streamer=streamer
-    )
+    with model.hooks(steering):
+        out = model.generate(
+            prompt, args.max_new_tokens, generation_config=config, generator=g, streamer=streamer
+        )
     if stream:
         print()
         return 0
@@ -79,6 +85,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"--- sample {i + 1}")
         print(tok.decode(row))
     return 0
+
+
+def _steering(args: argparse.Namespace) -> list:
+    """The hook that adds --alpha times the --steer file's vector, or none."""
+    if args.steer is None:
+        if args.steer_hook is not None:
+            raise ValueError("--steer-hook names where a --steer file's vector goes; give --steer")
+        return []
+    from glassformer.inspect.probes import add, read_vector
+
+    hook, vector, meta = read_vector(args.steer, args.steer_hook)
+    print(f"steering: {args.alpha} × the {meta.get('labels', ['?', '?'])[1]!r} − "
+          f"{meta.get('labels', ['?', '?'])[0]!r} difference at {hook} (made on "
+          f"{meta.get('model', 'an unnamed model')})", file=sys.stderr)  # fmt: skip
+    return [(hook, add(vector, args.alpha))]
 
 
 def _stop_id(tok, text: str) -> int:

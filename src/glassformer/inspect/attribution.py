@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.inspect.edges import EdgeGraph
 from glassformer.inspect.patching import (
     PATCHABLE,
     Inputs,
@@ -46,14 +47,18 @@ PLACES = {**PATCHABLE, "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_
 
 
 def gradient_run(
-    model: PretrainedModel, inputs: tuple[Tensor, ...], metric: Metric, names: list[str]
+    model: PretrainedModel,
+    inputs: tuple[Tensor, ...],
+    metric: Metric,
+    names: list[str],
+    **forward: Any,
 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
     """One run of ``inputs`` keeping the values at ``names`` live (differentiable, the pass
     built on them): (metric, live values, their gradients ``<name>_grad``). The graph is
     kept, for further products with it (``run_with_cache(detach=False, grads=)``)."""
     score = metric_tensor(metric)
     output, cache = model.run_with_cache(
-        *inputs, names=names, detach=False, grads=lambda out: score(_logits(out))
+        *inputs, names=names, detach=False, grads=lambda out: score(_logits(out)), **forward
     )
     live = {name: cache[name] for name in names}
     grads = {f"{name}_grad": cache[f"{name}_grad"] for name in names}
@@ -146,147 +151,138 @@ def edge_attribution_patching(
     corrupt: Inputs,
     metric: Metric,
     *,
+    ig_steps: int = 1,
+    ig_over: str = "inputs",
     stack: str | None = None,
 ) -> EdgeAttribution:
     """Every edge's attribution (``EdgeAttribution``): two forward passes, one backward pass
-    and one vector-Jacobian product per reader.
+    and one batched vector-Jacobian product per block.
 
-    Needs a residual stream that is the sum of what the components write: pre-norm blocks,
-    sequential or parallel, without a norm on a sub-layer's output. Post-norm and
-    "sandwich"-norm blocks are refused in one line.
+    ``ig_steps=N > 1`` is EAP-IG (Hanna, Pezzelle and Belinkov, 2024): the gradient at each
+    reader is averaged over N points of a path from the corrupted run to the clean one,
+    α = 0, 1/N, ..., (N−1)/N (α = 0 is the corrupted run: one step is plain EAP):
+
+    - ``ig_over="inputs"``: the stream entering the first block (token and position
+      embeddings) moves from the corrupted input's to the clean input's; N passes.
+    - ``ig_over="activations"``: each writer's own output moves, one sub-layer at a time,
+      and its edges take the gradients of its own path; 1 + (2L + 1)(N − 1) passes.
+
+    ``clean`` and ``corrupt`` may be a batch of pairs (N, T) of equal length; the metric then
+    sees the batch's logits and gives one number (their mean, say), and the scores are
+    that number's. Needs a residual stream that is the sum of what the components write:
+    pre-norm blocks, sequential or parallel, without a norm on a sub-layer's output.
+    Post-norm and "sandwich"-norm blocks are refused in one line.
     """
-    clean, corrupt = check_pair(clean, corrupt)
-    inputs = per_layer(model, "hook_resid_pre", stack)
-    graph = _Graph(model, inputs[0].rsplit(".", 2)[0], len(inputs))  # "{stack}.blocks", L
+    clean, corrupt = check_batch(clean, corrupt)
+    return edge_scores(model, clean, corrupt, metric, ig_steps=ig_steps, ig_over=ig_over,
+                       stack=stack)[0]  # fmt: skip
+
+
+def edge_scores(
+    model: PretrainedModel,
+    clean: tuple[Tensor, ...],
+    corrupt: tuple[Tensor, ...],
+    metric: Metric,
+    *,
+    ig_steps: int,
+    ig_over: str = "inputs",
+    stack: str | None = None,
+    forward: dict[str, Any] | None = None,
+) -> tuple[EdgeAttribution, EdgeAttribution]:
+    """(EAP-IG's scores, EAP's): the first step of the path is the corrupted run, whose
+    gradients are plain EAP's, so both come from one pass over the path. ``forward``: more
+    arguments of the model's forward (``logits_to_keep=1`` where the metric reads the last
+    position only)."""
+    if not isinstance(ig_steps, int) or ig_steps < 1:
+        raise ValueError(f"ig_steps must be a positive integer, got {ig_steps!r}")
+    if ig_over not in IG_OVER:
+        raise ValueError(f"ig_over must be one of {', '.join(IG_OVER)}, got {ig_over!r}")
+    forward = forward or {}
+    graph = EdgeGraph(model, stack)
     with torch.no_grad():
-        _, clean_cache = model.run_with_cache(*clean, names=graph.writer_names)
+        _, clean_cache = model.run_with_cache(*clean, names=graph.writer_names, **forward)
     graph.check_additive(clean_cache)
-    base, live, grads = gradient_run(model, corrupt, metric, graph.names())
-    deltas, writers = graph.writer_deltas(clean_cache, live)  # (W, T, D)
-    reads, readers = graph.reader_gradients(live, grads)  # (R, T, D)
-    scores = torch.einsum("wtd,rtd->wrt", deltas, reads)
-    edges = graph.edge_mask(writers, readers)
-    return EdgeAttribution(writers, readers, scores * edges[:, :, None], edges, float(base))
+    base, live, grads = gradient_run(model, corrupt, metric, graph.names(), **forward)
+    deltas = graph.writes(clean_cache) - graph.writes(live).detach()  # (W, B, T, D)
+    first = graph.reader_gradients(live, grads)  # (R, B, T, D)
+    embed = graph.at(0, "hook_resid_pre")  # the stream entering the first block
+    ends = clean_cache[embed], live[embed].detach()
+    del live, grads
+    eap = torch.einsum("wbtd,rbtd->wrt", deltas, first)
+    if ig_steps == 1:
+        scores = eap
+    elif ig_over == "inputs":
+        reads = first.clone()
+        for k in range(1, ig_steps):
+            at = ends[1] + (k / ig_steps) * (ends[0] - ends[1])
+            reads += _reads_along(model, graph, corrupt, metric, [(embed, at)], forward)
+        scores = torch.einsum("wbtd,rbtd->wrt", deltas, reads / ig_steps)
+    else:
+        scores = _activations_path(model, graph, (clean, corrupt), metric, ig_steps, deltas,
+                                   first, forward)  # fmt: skip
+    edges = graph.edges
+    return tuple(  # type: ignore[return-value]
+        EdgeAttribution(graph.writers, graph.readers, x * edges[:, :, None], edges, float(base))
+        for x in (scores, eap)
+    )
 
 
-class _Graph:
-    """The hook points an edge attribution reads, for ``layers`` blocks named ``block.{l}``."""
-
-    def __init__(self, model: PretrainedModel, block: str, layers: int) -> None:
-        self.model, self.block, self.layers = model, block, layers
-        known = set(model.hook_names())
-        if f"{block}.0.hook_cross_attn_out" in known:
-            raise ValueError(
-                "edge attribution reads blocks of self-attention and an MLP; a translator's "
-                "decoder (cross-attention) is not covered: use attribution_patching"
-            )
-        self.parallel = f"{block}.0.hook_resid_mid" not in known
-        self.mlp_reads = [self._mlp_input(i, known) for i in range(layers)]
-        self.writer_names = [  # what the clean run caches: the writes and the sums
-            self.at(i, name)
-            for i in range(layers)
-            for name in (
-                "attn.hook_result",
-                "hook_mlp_out",
-                "hook_attn_out",
-                "hook_resid_pre",
-                "hook_resid_post",
-            )  # fmt: skip
-        ]
-
-    def at(self, layer: int, name: str) -> str:
-        return f"{self.block}.{layer}.{name}"
-
-    def _mlp_input(self, layer: int, known: set[str]) -> str:
-        for name in ("hook_resid_mid_cross", "hook_resid_mid", "hook_resid_pre"):
-            if self.at(layer, name) in known:
-                return self.at(layer, name)
-        raise ValueError(f"block {layer} has no residual stream hook points")
-
-    def names(self) -> list[str]:
-        """What the corrupted run keeps live: writers' outputs, readers' inputs and outputs."""
-        names = set(self.writer_names) | set(self.mlp_reads)
-        for i in range(self.layers):
-            names |= {self.at(i, f"attn.hook_{x}") for x in "qkv"}
-        return sorted(names)
-
-    def check_additive(self, cache: Any) -> None:
-        """The stream must be the sum of the writes: each block's output equals its input plus
-        its attention output plus its MLP output (and the heads' results sum to the former)."""
-        for i in range(self.layers):
-            before, after = (
-                cache[self.at(i, "hook_resid_pre")],
-                cache[self.at(i, "hook_resid_post")],
-            )
-            written = cache[self.at(i, "hook_attn_out")] + cache[self.at(i, "hook_mlp_out")]
-            heads = cache[self.at(i, "attn.hook_result")].sum(2)
-            bias = (
-                cache[self.at(i, "hook_attn_out")] - heads
-            )  # the output bias, the same everywhere
-            scale = after.abs().max().clamp_min(1.0)
-            if ((after - before - written).abs().max() > 1e-4 * scale
-                    or (bias - bias[:, :1]).abs().max() > 1e-4 * scale):  # fmt: skip
-                raise ValueError(
-                    f"edge attribution needs a residual stream that is the sum of what each "
-                    f"component writes; block {i} normalises after the sum or on a sub-layer's "
-                    "output (post-norm, sandwich norms): use attribution_patching for its nodes"
-                )
-
-    def writer_deltas(self, clean: Any, live: dict[str, Tensor]) -> tuple[Tensor, list[str]]:
-        """(clean − corrupted) of each writer's output at each position: (W, T, D)."""
-
-        def delta(name: str) -> Tensor:
-            return (clean[name] - live[name].detach())[0]
-
-        rows, names = [delta(self.at(0, "hook_resid_pre"))], ["embed"]
-        for i in range(self.layers):
-            heads = delta(self.at(i, "attn.hook_result"))  # (T, H, D)
-            rows += list(heads.unbind(1))
-            names += [f"L{i}.H{h}" for h in range(heads.size(1))]
-            rows.append(delta(self.at(i, "hook_mlp_out")))
-            names.append(f"L{i}.mlp")
-        return torch.stack(rows), names
-
-    def reader_gradients(
-        self, live: dict[str, Tensor], grads: dict[str, Tensor]
-    ) -> tuple[Tensor, list[str]]:
-        """∂M/∂(the stream as each reader alone reads it), at each position: (R, T, D)."""
-        rows: list[Tensor] = []
-        names: list[str] = []
-        for i in range(self.layers):
-            stream = live[self.at(i, "hook_resid_pre")]
-            for x in "qkv":
-                out = live[self.at(i, f"attn.hook_{x}")]  # (1, T, H, Dh)
-                grad = grads[self.at(i, f"attn.hook_{x}") + "_grad"]
-                for h in range(out.size(2)):
-                    one = torch.zeros_like(grad)
-                    one[:, :, h] = grad[:, :, h]
-                    rows.append(_vjp(out, stream, one))
-                    names.append(f"L{i}.H{h}.{x}")
-            mlp = self.at(i, "hook_mlp_out")
-            rows.append(_vjp(live[mlp], live[self.mlp_reads[i]], grads[mlp + "_grad"]))
-            names.append(f"L{i}.mlp")
-        last = self.at(self.layers - 1, "hook_resid_post")
-        rows.append(grads[last + "_grad"][0])
-        names.append("logits")
-        return torch.stack(rows), names
-
-    def edge_mask(self, writers: list[str], readers: list[str]) -> Tensor:
-        """True where the writer's output is in the stream the reader reads."""
-
-        def order(name: str) -> float:
-            if name in ("embed", "logits"):
-                return -1.0 if name == "embed" else float(self.layers)
-            layer = float(name.split(".")[0][1:])
-            # within a block: attention writes before the (sequential) MLP reads
-            return layer + (0.5 if name.endswith("mlp") and not self.parallel else 0.0)
-
-        w = torch.tensor([order(n) for n in writers])
-        r = torch.tensor([order(n) for n in readers])
-        return w[:, None] < r[None, :]
+IG_OVER = ("inputs", "activations")
 
 
-def _vjp(output: Tensor, stream: Tensor, grad: Tensor) -> Tensor:
-    """grad · ∂output/∂stream: the gradient reaching ``stream`` through ``output`` alone."""
-    (found,) = torch.autograd.grad(output, stream, grad, retain_graph=True, allow_unused=True)
-    return torch.zeros_like(stream[0]) if found is None else found[0]
+def check_batch(clean: Inputs, corrupt: Inputs) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """A pair, or a batch of pairs: ids (N, T) stay a batch; one example as ``check_pair``."""
+    ids = isinstance(clean, Tensor) and isinstance(corrupt, Tensor) and clean.dim() == 2
+    if ids and not clean.is_floating_point() and clean.shape == corrupt.shape:  # type: ignore[union-attr]
+        return (clean,), (corrupt,)  # type: ignore[return-value]
+    return check_pair(clean, corrupt)
+
+
+def _reads_along(
+    model: PretrainedModel,
+    graph: EdgeGraph,
+    inputs: tuple[Tensor, ...],
+    metric: Metric,
+    held: list[tuple[str, Tensor]],
+    forward: dict[str, Any],
+) -> Tensor:
+    """The readers' gradients, (R, B, T, D), of a run of ``inputs`` with the values at the
+    ``held`` hook points replaced."""
+    hooks = [(name, lambda value, _, v=value: v) for name, value in held]
+    with model.hooks(hooks):
+        _, live, grads = gradient_run(model, inputs, metric, graph.names(), **forward)
+    return graph.reader_gradients(live, grads)
+
+
+def _activations_path(
+    model: PretrainedModel,
+    graph: EdgeGraph,
+    pair: tuple[tuple[Tensor, ...], tuple[Tensor, ...]],
+    metric: Metric,
+    steps: int,
+    deltas: Tensor,
+    first: Tensor,
+    forward: dict[str, Any],
+) -> Tensor:
+    """EAP-IG over activations: for each sub-layer (the embeddings, each block's attention,
+    each block's MLP), the gradients at the readers averaged over its output's path from
+    the corrupted value to the clean, scoring that sub-layer's writers' edges."""
+    groups = [(graph.at(0, "hook_resid_pre"), [0])]
+    per = graph.heads + 1
+    for i in range(graph.layers):
+        groups.append((graph.at(i, "hook_attn_out"), list(range(1 + i * per, i * per + per))))
+        groups.append((graph.at(i, "hook_mlp_out"), [(i + 1) * per]))
+    names = [name for name, _ in groups]
+    clean, corrupt = pair
+    with torch.no_grad():
+        _, clean_cache = model.run_with_cache(*clean, names=names, **forward)
+        _, corrupt_cache = model.run_with_cache(*corrupt, names=names, **forward)
+    scores = deltas.new_zeros(len(graph.writers), len(graph.readers), deltas.size(2))
+    for name, rows in groups:
+        reads = first.clone()  # α = 0: the corrupted run, shared by every sub-layer
+        ends = clean_cache[name], corrupt_cache[name]
+        for k in range(1, steps):
+            at = ends[1] + (k / steps) * (ends[0] - ends[1])
+            reads += _reads_along(model, graph, corrupt, metric, [(name, at)], forward)
+        scores[rows] = torch.einsum("wbtd,rbtd->wrt", deltas[rows], reads / steps)
+    return scores

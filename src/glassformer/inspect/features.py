@@ -25,8 +25,9 @@ from glassformer.models.base import PretrainedModel
 from glassformer.modules.hooking import hook_points, select
 
 
-class _EnoughError(Exception):
-    """Raised by a hook once it has what it came for: the rest of the pass is not run."""
+class EnoughError(Exception):
+    """Raised by a hook once it has what it came for: the rest of the pass is not run
+    (the callers here, probes, transcoders and graphs, suppress it around the pass)."""
 
 
 def check_hook(model: PretrainedModel, hook: str) -> None:
@@ -46,10 +47,10 @@ def hook_activations(
 
     def grab(value: Tensor, name: str) -> None:
         got["value"] = value.detach().flatten(2).float()  # (B, T, d)
-        raise _EnoughError
+        raise EnoughError
 
     for i in range(0, len(windows), batch):
-        with contextlib.suppress(_EnoughError):
+        with contextlib.suppress(EnoughError):
             model.run_with_hooks(windows[i : i + batch], hooks=[(hook, grab)])
         value = got["value"][:, 1:] if skip_first else got["value"]
         rows.append(value.reshape(-1, value.size(-1)))

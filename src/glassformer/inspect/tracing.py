@@ -18,14 +18,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from glassformer.inspect.features import EnoughError
 from glassformer.inspect.graph import AttributionGraph
 from glassformer.inspect.replacement import frozen
 from glassformer.models.gpt import GPT
 from glassformer.models.transcoder import Transcoders
-
-
-class _EnoughError(Exception):
-    """Raised once the pass reaches the final norm: the logits are not needed."""
 
 
 def prompt_ids(tokenizer: Any, text: str) -> list[int]:
@@ -250,7 +247,7 @@ class _Live:
 
         def final(value: Tensor, name: str) -> None:
             self.final = value
-            raise _EnoughError
+            raise EnoughError
 
         return [("hook_embed", embed),
                 *[(config.hook(i), read(i)) for i in range(self.run.n)],
@@ -294,7 +291,7 @@ def _frozen_pass(model: GPT, tc: Transcoders, run: _Setup, batch: int) -> Iterat
     grads = [p.requires_grad for p in model.parameters()]
     model.requires_grad_(False)
     try:
-        with frozen(model, run.ids), torch.enable_grad(), contextlib.suppress(_EnoughError):
+        with frozen(model, run.ids), torch.enable_grad(), contextlib.suppress(EnoughError):
             model.run_with_hooks(run.ids.expand(batch, -1), hooks=live.hooks())
         yield live
     finally:

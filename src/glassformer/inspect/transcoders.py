@@ -26,14 +26,10 @@ from torch import Tensor
 
 from glassformer.atomic import write_atomic
 from glassformer.errors import CheckpointError, one_line
-from glassformer.inspect.features import check_hook
+from glassformer.inspect.features import EnoughError, check_hook
 from glassformer.models.base import PretrainedModel
 from glassformer.models.gpt import GPT
 from glassformer.models.transcoder import TranscoderConfig, Transcoders
-
-
-class _EnoughError(Exception):
-    """Raised once the last transcoded block's MLP output is seen."""
 
 
 def check_transcodable(model: PretrainedModel, config: TranscoderConfig | None = None) -> None:
@@ -74,12 +70,12 @@ def mlp_activations(
     def grab(value: Tensor, name: str) -> None:
         got[name] = value.detach().float()
         if name == last:
-            raise _EnoughError
+            raise EnoughError
 
     names = [config.hook(i, w) for i in range(n) for w in ("input", "output")]
     xs, ys = [], []
     for start in range(0, len(windows), batch):
-        with contextlib.suppress(_EnoughError):
+        with contextlib.suppress(EnoughError):
             model.run_with_hooks(windows[start : start + batch], hooks=[(names, grab)])
         cut = slice(1, None) if skip_first else slice(None)
         xs.append(torch.stack([got[config.hook(i)][:, cut].flatten(0, 1) for i in range(n)]))

@@ -56,7 +56,8 @@ MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as
 SCRIPTS = ("helpers.js", "data.js", "views.js", "extras.js", "viewer.js")
 EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain.js")
 _ASSETS = ("page.html", "viewer.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css",
-           *EXPLAIN_SCRIPTS, "graph.html", "graph.css", "graph.js")  # fmt: skip
+           *EXPLAIN_SCRIPTS, "graph.html", "graph.css", "graph.js", "circuit.html", "circuit.css",
+           "circuit.js")  # fmt: skip
 
 
 @dataclass(frozen=True)
