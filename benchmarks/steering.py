@@ -31,7 +31,7 @@ PROMPTS = (
     "The lead actress plays a woman who", "I rented this movie because", "The dialogue is",
     "Compared with the book, the film",
 )  # fmt: skip
-SEEDS = range(5)
+SAMPLES = 5
 
 
 def continuations(model, tok, hook, vector, alpha, new_tokens):
@@ -41,13 +41,12 @@ def continuations(model, tok, hook, vector, alpha, new_tokens):
     config = GenerationConfig(do_sample=True, temperature=0.8, top_k=50)
     out = []
     with model.hooks([(hook, add(vector, alpha))]):
-        for prompt in PROMPTS:
+        for seed, prompt in enumerate(PROMPTS):
             ids = tok.encode(prompt)
-            for seed in SEEDS:
-                g = torch.Generator().manual_seed(seed)
-                row = model.generate(torch.tensor([ids]), new_tokens, generation_config=config,
-                                     generator=g)[0].tolist()  # fmt: skip
-                out.append((ids, row[len(ids) :]))
+            g = torch.Generator().manual_seed(seed)
+            rows = model.generate(torch.tensor([ids] * SAMPLES), new_tokens,
+                                  generation_config=config, generator=g).tolist()  # fmt: skip
+            out += [(ids, row[len(ids) :]) for row in rows]
     return out
 
 
@@ -67,7 +66,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--probes", required=True, help="a `glassformer probe` file")
     p.add_argument("--judge", default="runs/demo-imdb", help="an IMDb classifier run")
-    p.add_argument("--alphas", default="0,2,4,8", help="comma-separated")
+    p.add_argument("--alphas", default="0,4,8,16", help="comma-separated")
     p.add_argument("--hook", help="the vector's hook (default: the best probe's)")
     p.add_argument("--new-tokens", type=int, default=40)
     args = p.parse_args()
