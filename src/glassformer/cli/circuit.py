@@ -49,7 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from glassformer.inference import load_run
     from glassformer.inspect.circuits import (
@@ -84,14 +83,13 @@ def run(args: argparse.Namespace) -> int:
     methods = [(f"EAP-IG ({args.ig_steps} steps)", ig)]
     if args.ig_steps > 1:
         methods.append(("EAP", eap))
-    found: list[tuple[str, Any, Any, float]] = []
+    found: list[tuple[str, Any, Any]] = []
     for name, scores in methods:
         clock = time.perf_counter()
-        found.append((name, scores, faithfulness(runs, scores), seconds))
+        found.append((name, scores, faithfulness(runs, scores)))
         print(f"{name}: its circuits evaluated in {time.perf_counter() - clock:.1f} s")
-    torch.manual_seed(args.seed)
-    baseline = random_scores(found[0][1], seed=args.seed)
-    found.append(("random", baseline, faithfulness(runs, baseline), 0.0))
+    baseline = random_scores(found[0][1], seed=args.seed)  # its own generator
+    found.append(("random", baseline, faithfulness(runs, baseline)))
     _print_curves(found, args.goal)
     main_scores, main_curve = found[0][1], found[0][2]
     from glassformer.viz.circuit_page import circuit_data, circuit_html
@@ -100,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.model} · {pairs.task}, {len(pairs)} pairs · metric: {pairs.measure} "
         f"difference · clean {main_curve.clean:.3f}, corrupted {main_curve.corrupt:.3f}"
     )
-    data = circuit_data(main_scores, [(n, c) for n, _, c, _ in found], goal=args.goal,
+    data = circuit_data(main_scores, [(n, c) for n, _, c in found], goal=args.goal,
                         subtitle=f"{pairs.task} on {args.model}", footer=footer)  # fmt: skip
     path = circuit_html(data).save(args.out)
     print(f"wrote {path}")
@@ -125,15 +123,15 @@ def _print_task(model: GPT, pairs: Pairs, batch_size: int) -> None:
           f"corrupted {sum(corrupt) / n:.3f}")  # fmt: skip
 
 
-def _print_curves(found: list[tuple[str, Any, Any, float]], goal: float) -> None:
+def _print_curves(found: list[tuple[str, Any, Any]], goal: float) -> None:
     curve = found[0][2]
     names = [name for name, *_ in found]
     print("\nfaithfulness of the top-|score| circuits (MIB's sizes):")
     print(f"{'edges':>8} {'share':>7} " + " ".join(f"{n:>18}" for n in names))
     for i, size in enumerate(curve.sizes):
-        values = " ".join(f"{c.absolute[i]:>18.3f}" for _, _, c, _ in found)
+        values = " ".join(f"{c.absolute[i]:>18.3f}" for _, _, c in found)
         print(f"{size:>8} {curve.fractions[i]:>7.1%} {values}")
-    for name, _, c, _ in found:
+    for name, _, c in found:
         print(f"{name}: CPR {c.cpr:.3f}, CMD {c.cmd:.3f}")
     scores = found[0][1]
     reached = [i for i, f in enumerate(curve.absolute) if f >= goal]
