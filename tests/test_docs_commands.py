@@ -1,7 +1,8 @@
 """Every `glassformer` command the README and the docs show runs (doc_pages.py finds them).
 
 A page's commands run in order, in a fresh folder, as a reader types them, with changes that
-keep the run short: a training budget (`--minutes N`, `--max-steps N`) becomes 2 steps,
+keep the run short: a training budget (`--minutes N`, `--max-steps N`) becomes 2 steps of
+2 examples each,
 `generate` and `chat` write at most 8 new tokens, and the bundled corpora are small stand-ins
 in the cache's own layout (sixty reviews, six short novels, a few hundred verse pairs;
 `digits` is the real one), so `--corpus imdb` reads its rows through the real loader without
@@ -37,6 +38,8 @@ ELSEWHERE = {
     # the graph of those transcoders; the same commands on a tiny GPT run in these tests
     "runs/transcoders-smollm2": "tests/test_transcoder_task.py::"
     "test_train_transcoder_runs_and_resumes_exactly",
+    "--skip --minutes 55": "tests/test_transcoder_task.py::"
+    "test_train_transcoder_runs_and_resumes_exactly",
     # SmolLM2's IOI circuit over 100 pairs: an 8-minute measurement (its figures on its page);
     # the same command on a tiny GPT and pairs of its own runs in the CLI's test
     "--task ioi --n 100": "tests/test_cli_circuit.py::"
@@ -47,7 +50,7 @@ ELSEWHERE = {
 }
 MADE_BY = {"runs/demo-imdb": ["train", "classify", "--arch", "gpt"]}  # `make demo`'s run
 PLACEHOLDERS = {"RUN": "runs/lm"}  # a value the page leaves to the reader, and its stand-in
-SHORT = ["--max-steps", "2"]  # the budget every training command runs with here
+SHORT = ["--max-steps", "2", "--batch-size", "2"]  # the budget every training command runs with
 FEW = ["--max-new-tokens", "8"]  # and every generate or chat command's
 CHAT = "What is the capital of France?\n"  # what `glassformer chat` is told on stdin
 WORDS = {
@@ -78,7 +81,7 @@ def shortened(argv: list[str]) -> list[str]:
     tokens, and placeholders filled."""
     out, i = [], 0
     while i < len(argv):
-        if argv[i] in ("--minutes", "--max-steps", "--max-new-tokens"):
+        if argv[i] in ("--minutes", "--max-steps", "--batch-size", "--max-new-tokens"):
             i += 2
             continue
         out.append(PLACEHOLDERS.get(argv[i], argv[i]))

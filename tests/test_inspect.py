@@ -112,6 +112,32 @@ def test_patching_the_clean_stream_back_in_everywhere_restores_the_clean_answer(
     torch.testing.assert_close(same, torch.full_like(same, clean_value), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("what", ["resid_pre", "z"])
+@pytest.mark.parametrize("tokens", [4096, 13])  # one batch; batches of two rows across layers
+def test_patching_side_by_side_equals_one_run_per_place(what, tokens, monkeypatch):
+    from glassformer.inspect import patching
+
+    monkeypatch.setattr(patching, "PATCH_TOKENS", tokens)
+    model = gpt(True)
+    clean, corrupt = torch.randint(1, V, (1, 6)), torch.randint(1, V, (1, 6))
+    metric = logit_difference(answer_id=3, wrong_id=4)
+    effect = activation_patching(model, clean, corrupt, metric, what=what)
+    names = patching.per_layer(model, patching.PATCHABLE[what])
+    _, cache = model.run_with_cache(clean, names=names)
+    for layer, name in enumerate(names):
+        for i in range(effect.size(1)):
+
+            def patch(value, _, i=i, name=name):
+                value = value.clone()
+                index = (slice(None), slice(None), i) if what == "z" else (slice(None), i)
+                value[index] = cache[name][index]
+                return value
+
+            with torch.no_grad():
+                alone = metric(model.run_with_hooks(corrupt, hooks=[(name, patch)]).logits)
+            assert effect[layer, i] == pytest.approx(alone, abs=1e-5), (name, i)
+
+
 def test_ablating_a_head_equals_removing_its_output_weights():
     model = gpt(False)
     ids = torch.randint(1, V, (2, 7))

@@ -103,24 +103,46 @@ def activation_patching(
     if what not in PATCHABLE:
         raise ValueError(f"what must be one of {', '.join(PATCHABLE)}, got {what!r}")
     names = per_layer(model, PATCHABLE[what], stack)
-    _, cache = model.run_with_cache(*clean, names=names)
+    output, cache = model.run_with_cache(*clean, names=names)
     per_head = what == "z"
     width = cache[names[0]].size(2 if per_head else 1)
-    effect = torch.zeros(len(names), width)
-    for layer, name in enumerate(names):
-        for i in range(width):
+    places = [(layer, i) for layer in range(len(names)) for i in range(width)]
+    effect = torch.zeros(len(places))
+    # the places run side by side, one row of a batch each: a row is the corrupted input with
+    # its own place patched; the batch is cut to keep its tokens and logits within bounds
+    tokens, logits = corrupt[-1].size(1), _logits(output)[0].numel()
+    rows = max(1, min(PATCH_TOKENS // tokens, PATCH_LOGITS // logits))
+    for start in range(0, len(places), rows):
+        chunk = places[start : start + rows]
+        hooks = [(name, _patch_rows(cache[name], chunk, layer, per_head))
+                 for layer, name in enumerate(names)
+                 if any(at == layer for at, _ in chunk)]  # fmt: skip
+        batch = tuple(x.expand(len(chunk), *x.shape[1:]).contiguous() for x in corrupt)
+        out = _logits(model.run_with_hooks(*batch, hooks=hooks))
+        for r in range(len(chunk)):
+            effect[start + r] = float(metric(out[r : r + 1]))
+    return effect.view(len(names), width)
 
-            def patch(value: Tensor, _: str, i: int = i, name: str = name) -> Tensor:
-                value = value.clone()
-                if per_head:
-                    value[:, :, i] = cache[name][:, :, i]  # head i at every position
-                else:
-                    value[:, i] = cache[name][:, i]
-                return value
 
-            output = model.run_with_hooks(*corrupt, hooks=[(name, patch)])
-            effect[layer, i] = float(metric(_logits(output)))
-    return effect
+PATCH_TOKENS = 4096  # the most tokens one patched batch runs
+PATCH_LOGITS = 2**26  # and the most logits it returns (256 MB of float32)
+
+
+def _patch_rows(clean: Tensor, chunk: list[tuple[int, int]], layer: int, per_head: bool) -> Any:
+    """The hook that gives each row of the batch whose place is at ``layer`` the clean value
+    there: a head's ``z`` at every position, or the stream at one position."""
+    rows = [(r, i) for r, (at, i) in enumerate(chunk) if at == layer]
+
+    def patch(value: Tensor, _: str) -> Tensor:
+        value = value.clone()
+        for r, i in rows:
+            if per_head:
+                value[r, :, i] = clean[0, :, i]
+            else:
+                value[r, i] = clean[0, i]
+        return value
+
+    return patch
 
 
 def check_pair(clean: Inputs, corrupt: Inputs) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
