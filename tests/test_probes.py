@@ -15,6 +15,7 @@ from glassformer.data.tokenizers import CharTokenizer
 from glassformer.inspect.probes import (
     add,
     fit_logistic,
+    projections,
     read_vector,
     steering_vector,
     text_features,
@@ -134,6 +135,85 @@ def test_probe_and_generate_steer_from_the_command_line(tmp_path, capsys):
     assert main(common) == 0
     assert capsys.readouterr().out == texts["0"].out  # alpha 0: as if not steered
     assert texts["40"].out != texts["0"].out and "steering: 40.0 ×" in texts["40"].err
+
+
+def test_the_projection_track_is_each_tokens_side_of_the_class_difference(tmp_path):
+    """Averaged over a text's tokens, each hook's projection is the text's mean feature
+    measured from the training mean along the unit class difference; its sign tells the
+    held-out texts' labels apart as the probe does."""
+    model = tiny()
+    probes = train_probe(model, TOK, labelled(120, 0), labelled(40, 1),
+                         hook="blocks.*.hook_resid_post", c=0.5)  # fmt: skip
+    path = probes.save(tmp_path / "p.safetensors")
+    right = 0
+    for text, label in labelled(40, 2):
+        found = projections(model, torch.tensor([TOK.encode(text)]), path)
+        assert found["hooks"] == list(probes.probes) and found["labels"] == ["no", "yes"]
+        assert found["best"] == probes.best.hook
+        for h, hook in enumerate(found["hooks"]):
+            mean = text_features(model, TOK, [text], [hook], max_tokens=64)[hook][0]
+            d = probes.differences[hook]
+            expected = float((mean - probes.probes[hook].mean.float()) @ (d / d.norm()))
+            assert float(found["values"][h].mean()) == pytest.approx(expected, abs=1e-4)
+        right += (float(found["values"][-1].mean()) > 0) == (label == "yes")
+    assert right >= 30  # of 40 (33 seen): the side of the mean is mostly the label
+
+
+def test_attention_vector_writes_the_directions_page(tmp_path, capsys):
+    model = tiny()
+    lm = tmp_path / "lm"
+    model.save_pretrained(lm, extra_files={"tokenizer.json": TOK.to_json().encode()})
+    probes = train_probe(model, TOK, labelled(60, 0), labelled(20, 1), hook="hook_embed")
+    path = probes.save(tmp_path / "p.safetensors")
+    out = tmp_path / "d.html"
+    argv = ["attention", "--model", str(lm), "the cat sat", "--out", str(out)]
+    assert main([*argv, "--vector", str(path)]) == 0
+    assert "directions" in out.read_text() and out.stat().st_size > 0
+    for extra, message in (
+        (["--vector", str(path), "--vector-hook", "blocks.0.hook_q"], "holds no vector at"),
+        (["--vector-hook", "hook_embed"], "give --vector FILE"),
+    ):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert main([*argv[:-1], str(tmp_path / "a.png"), "--vector", str(path)]) == 2
+    assert "for the page" in capsys.readouterr().err
+
+
+def test_a_hostile_probes_file_is_refused_in_one_line(tmp_path):
+    """Metadata that is not what glassformer probe writes, a vector of another width, a
+    hook the model does not have: one line each, never a traceback or a half page."""
+    import json
+
+    from safetensors.torch import save_file
+
+    model = tiny()
+    ids = torch.tensor([TOK.encode("the cat")])
+    cases = {
+        "no hooks": ({"accuracy": {}}, {}, "not a probes file written by"),
+        "hooks not strings": ({"hooks": [1, 2]}, {}, "not a probes file written by"),
+        "accuracy a list": ({"hooks": ["hook_embed"], "accuracy": [0.5]}, {}, "not a probes"),
+        "wrong width": (
+            {"hooks": ["hook_embed"]},
+            {"hook_embed.difference": torch.ones(5), "hook_embed.mean": torch.ones(5)},
+            "has 5 values; the model's hook_embed is 32",
+        ),
+        "unknown hook": (
+            {"hooks": ["blocks.9.hook_resid_post"]},
+            {
+                "blocks.9.hook_resid_post.difference": torch.ones(32),
+                "blocks.9.hook_resid_post.mean": torch.ones(32),
+            },
+            "no hook point",
+        ),
+        "no vectors": ({"hooks": ["hook_embed"]}, {"x": torch.ones(1)}, "no class difference"),
+    }
+    for name, (meta, tensors, message) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        save_file(tensors or {"x": torch.ones(1)}, str(path),
+                  metadata={"glassformer": json.dumps(meta)})  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            projections(model, ids, path)
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

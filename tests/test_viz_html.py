@@ -784,6 +784,48 @@ def test_the_features_tab_shows_values_and_contexts_as_text(opened, chars, tmp_p
     view.offline_and_clean()
 
 
+@browser_test
+def test_the_directions_tab_tracks_each_hooks_projection(opened, chars, tmp_path):
+    """The hooks × tokens grid holds each token's projection on a probes file's class
+    differences; the track is the best probe's hook, and clicking another hook's label
+    moves the track there; labels from the file show as text and run nothing."""
+    from safetensors.torch import save_file
+
+    from glassformer.inspect.probes import projections
+
+    model = modern_gpt(chars.vocab_size)
+    hooks = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    width = model.config.d_model
+    g = torch.Generator().manual_seed(0)
+    tensors = {f"{h}.{part}": torch.randn(width, generator=g) for h in hooks
+               for part in ("difference", "mean")}  # fmt: skip
+    meta = {"hooks": hooks, "labels": FRAGMENTS[:2], "accuracy": {hooks[0]: 0.6, hooks[1]: 0.9}}
+    path = tmp_path / "p.safetensors"
+    save_file(tensors, str(path), metadata={"glassformer": json.dumps(meta)})
+    expected = projections(model, torch.tensor([chars.encode(TEXT)]), path)["values"].double()
+    view = opened(viewer.directions_page(model, chars, TEXT, path).save(tmp_path / "d.html"))
+    page = view.page
+    assert page.is_visible("#view-directions") and page.is_visible("#directions-tab")
+
+    def drawn(selector: str) -> list:
+        cells = "(r) => [+r.dataset.row, +r.dataset.col, +r.dataset.value]"
+        return page.evaluate(f"[...document.querySelectorAll('{selector}')].map({cells})")
+
+    grid = torch.zeros(expected.shape, dtype=torch.float64)
+    for row, col, value in drawn("#directions-grid rect"):
+        grid[row, col] = value
+    torch.testing.assert_close(grid, expected, atol=1e-5, rtol=0)
+    for row in (1, 0):  # the best probe's hook first, then the one clicked
+        bars = [v for _, _, v in drawn("#directions-track rect")]
+        torch.testing.assert_close(torch.tensor(bars, dtype=torch.float64), expected[row],
+                                   atol=1e-5, rtol=0)  # fmt: skip
+        assert hooks[row] in page.text_content("#directions-svg")
+        page.locator("#directions-grid text[data-row='0']").click()
+    hint = page.text_content("#directions-hint")
+    assert FRAGMENTS[0] in hint and FRAGMENTS[1] in hint
+    view.offline_and_clean()
+
+
 def test_a_mixture_of_experts_page_carries_each_tokens_chosen_experts(chars):
     """The data of a Mixtral-shaped model's page: for every routed layer, each token's
     router weight for each expert, as the hook cache has it (k of them not 0); a model

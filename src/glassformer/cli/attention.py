@@ -20,8 +20,11 @@ rollout across the layers (--resize scales an image of another size first).
 kind of attention in it: the head view (a line per query and key, as opaque as its
 weight), the model view (every layer × head) and the neuron view (the q·k products per
 dimension that make a score); a mixture of experts adds the experts each token went to
-(the experts tab). --which, --layer and --head are for images only. For a ViT
-the page's tokens are its class token and patches (r1c1 is the top-left patch).
+(the experts tab). --which, --layer and --head are for images only. --vector FILE (a
+probes file from `glassformer probe`) adds the directions tab: each token's projection on
+the class difference of each probed hook, as a track for the best probe's hook (or
+--vector-hook) and a grid of them all. For a ViT the page's tokens are its class token and
+patches (r1c1 is the top-left patch).
 
 Every picture is drawn from the hook points (``run_with_cache``): each layer's
 ``hook_pattern``, and for the page its queries and keys.
@@ -54,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="attention.png",
         help="the image file (.png, .svg, .pdf) or an interactive page (.html)",
     )
+    p.add_argument("--vector", help="the page: a probes file whose directions it tracks")
+    p.add_argument("--vector-hook", help="the hook whose track --vector opens on (default: best)")
     p.add_argument(
         "--resize", action="store_true", help="vision: scale the image to the model's size"
     )
@@ -70,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         if args.which != "all" or args.layer is not None or args.head is not None:
             raise ValueError("--which, --layer and --head choose images; the page has them all")
         return _page(args, out)
+    if args.vector or args.vector_hook:
+        raise ValueError("--vector and --vector-hook are for the page: give --out NAME.html")
     model, tokenizer = load_run(args.model)
     if model.kind == "vit":
         return _image(args, model, tokenizer, out)
@@ -113,11 +120,18 @@ def _image(args: argparse.Namespace, model, processor, out: Path) -> int:
 
 def _page(args: argparse.Namespace, out: Path) -> int:
     from glassformer.inference import load_run
-    from glassformer.viz.viewer import attention_html
+    from glassformer.viz.viewer import attention_html, directions_page
 
     model, tokenizer = load_run(args.model)
-    title = f"{Path(args.model).name} ({model.kind})"
-    view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
+    if args.vector_hook and not args.vector:
+        raise ValueError("--vector-hook chooses among --vector's hooks: give --vector FILE")
+    if args.vector:
+        if args.target is not None or model.kind in ("vit", "seq2seq"):
+            raise ValueError(f"--vector reads a one-stack text model; this is {model.kind!r}")
+        view = directions_page(model, tokenizer, args.text, args.vector, args.vector_hook)
+    else:
+        title = f"{Path(args.model).name} ({model.kind})"
+        view = attention_html(model, tokenizer, args.text, target=args.target, title=title)
     view.save(out)
     size = out.stat().st_size
     print(f"{out}: an attention viewer page ({size / 1e6:.2f} MB), open it in a browser")

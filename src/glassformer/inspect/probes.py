@@ -265,6 +265,17 @@ def add(vector: Tensor, alpha: float) -> Callable[[Tensor, str], Tensor | None]:
 def read_vector(path: str | Path, hook: str | None = None) -> tuple[str, Tensor, dict[str, Any]]:
     """(hook, vector, metadata) from a probes file: the class difference at ``hook``, or at
     the hook of the best held-out accuracy."""
+    tensors, meta = read_probes(path)
+    hook = best_hook(meta) if hook is None else hook
+    key = f"{hook}.difference"
+    if key not in tensors:
+        raise ValueError(f"{path} holds no vector at {hook!r}; it has {', '.join(meta['hooks'])}")
+    return str(hook), tensors[key], meta
+
+
+def read_probes(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(tensors, metadata) of a probes file ``glassformer probe`` wrote, or one line on why
+    the file is not one: its metadata names its hooks (strings) and their accuracies."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} is not a file")
@@ -276,12 +287,41 @@ def read_vector(path: str | Path, hook: str | None = None) -> tuple[str, Tensor,
         tensors = load_file(str(path))
     except Exception as err:  # noqa: BLE001  (a file that is no safetensors: one line)
         raise ValueError(f"{path} is not a probes file: {err}") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("hooks"), list):
+    hooks = meta.get("hooks") if isinstance(meta, dict) else None
+    accuracy = meta.get("accuracy", {}) if isinstance(meta, dict) else None
+    if (not isinstance(hooks, list) or not hooks or not all(isinstance(h, str) for h in hooks)
+            or not isinstance(accuracy, dict)):  # fmt: skip
         raise ValueError(f"{path} is not a probes file written by glassformer probe")
-    if hook is None:
-        accuracy = meta.get("accuracy") or {}
-        hook = max(meta["hooks"], key=lambda h: accuracy.get(h) or 0.0)
-    key = f"{hook}.difference"
-    if key not in tensors:
-        raise ValueError(f"{path} holds no vector at {hook!r}; it has {', '.join(meta['hooks'])}")
-    return str(hook), tensors[key], meta
+    meta["accuracy"] = {h: a for h, a in accuracy.items() if isinstance(a, (int, float))}
+    labels = meta.get("labels")
+    named = isinstance(labels, list) and len(labels) == 2
+    if not named or not all(isinstance(x, str) for x in labels):
+        meta["labels"] = ["class 0", "class 1"]
+    return tensors, meta
+
+
+def best_hook(meta: dict[str, Any]) -> str:
+    """The hook of a probes file's best held-out accuracy (the first of equals)."""
+    return max(meta["hooks"], key=lambda h: meta["accuracy"].get(h) or 0.0)
+
+
+@torch.no_grad()
+def projections(model: PretrainedModel, ids: Tensor, path: str | Path) -> dict[str, Any]:
+    """Each token's value at each hook of a probes file, along that hook's class difference
+    d and measured from the training texts' mean m: (x − m)·d/‖d‖, positive on the side of
+    ``labels[1]``. {"hooks", "values" (hooks, T), "labels", "accuracy", "best"}."""
+    tensors, meta = read_probes(path)
+    hooks = [h for h in meta["hooks"] if f"{h}.difference" in tensors and f"{h}.mean" in tensors]
+    if not hooks:
+        raise ValueError(f"{path} holds no class difference with its mean")
+    _, cache = model.run_with_cache(ids, names=hooks)
+    rows = []
+    for hook in hooks:
+        value = cache[hook][0].flatten(1).float()  # (T, D)
+        d, m = tensors[f"{hook}.difference"].float(), tensors[f"{hook}.mean"].float()
+        if d.shape != (value.size(1),) or m.shape != d.shape:
+            raise ValueError(f"{path}: the vector at {hook} has {d.numel()} values; the "
+                             f"model's {hook} is {value.size(1)} wide")  # fmt: skip
+        rows.append((value - m) @ (d / d.norm().clamp_min(1e-12)))
+    return {"hooks": hooks, "values": torch.stack(rows), "labels": meta["labels"],
+            "accuracy": meta["accuracy"], "best": best_hook({**meta, "hooks": hooks})}  # fmt: skip

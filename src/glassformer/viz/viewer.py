@@ -57,7 +57,7 @@ SCRIPTS = ("helpers.js", "data.js", "views.js", "extras.js", "viewer.js")
 EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain.js")
 _ASSETS = ("page.html", "viewer.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css",
            *EXPLAIN_SCRIPTS, "graph.html", "graph.css", "graph.js", "circuit.html", "circuit.css",
-           "circuit.js")  # fmt: skip
+           "circuit.js", "live-tokenize.js")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,29 @@ def features_page(model: PretrainedModel, tokenizer: Any, text: str, result: dic
              "values": _rounded(result["values"]),
              "contexts": [result["contexts"][f] for f in result["features"]]}  # fmt: skip
     return AttentionView(render_page({**data, "features": extra, "open": "features"}))
+
+
+def directions_page(
+    model: PretrainedModel, tokenizer: Any, text: str, path: str | Path, hook: str | None = None
+) -> AttentionView:
+    """The viewer for ``text`` with its directions tab open: each token's projection on the
+    class difference of each hook of a probes file (``projections``), as a track for
+    ``hook`` (default: the best probe's) and a grid of every hook (``glassformer attention
+    --vector``)."""
+    from glassformer.inspect.probes import projections
+
+    data = attention_data(model, tokenizer, text)
+    args, _, labels = model_inputs(model, tokenizer, text)
+    found = projections(model, args[0], path)
+    if hook is not None and hook not in found["hooks"]:
+        raise ValueError(f"{path} holds no vector at {hook!r}; it has "
+                         f"{', '.join(found['hooks'])}")  # fmt: skip
+    chosen = found["hooks"].index(hook or found["best"])
+    extra = {"tokens": labels["input"], "hooks": found["hooks"], "chosen": chosen,
+             "values": _rounded(found["values"]), "labels": found["labels"],
+             "accuracy": [found["accuracy"].get(h) for h in found["hooks"]],
+             "file": Path(path).name}  # fmt: skip
+    return AttentionView(render_page({**data, "directions": extra, "open": "directions"}))
 
 
 def _rounded(t: Tensor) -> list:

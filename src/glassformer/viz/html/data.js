@@ -12,8 +12,8 @@
 "use strict";
 
 const data = JSON.parse(document.getElementById("attention-data").textContent);
-const state = { kind: 0, layer: 0, head: 0, query: 0, key: 0, view: "head", feature: 0 };
-const VIEWS = ["head", "model", "neuron", "lens", "attribution", "features", "experts"];
+const state = { kind: 0, layer: 0, head: 0, query: 0, key: 0, view: "head", feature: 0, direction: 0 };
+const VIEWS = ["head", "model", "neuron", "lens", "attribution", "features", "directions", "experts"];
 const decoded = new Map();
 
 // ---- data ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// glassformer's viewer: the attribution and features tabs (glassformer attribute and
-// glassformer features write them), drawn from data.attribution and data.features. Text
+// glassformer's viewer: the attribution, features and directions tabs (glassformer attribute,
+// glassformer features and glassformer attention --vector write them), drawn from
+// data.attribution, data.features and data.directions. Text
 // from the model (tokens, contexts) is only ever put into the page as text.
 "use strict";
 
@@ -36,6 +37,30 @@ function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id, 
   page.append(group);
 }
 
+// A bar per token, up (red) or down (blue) from a middle line, its height |value| / scale;
+// a value beyond the scale is drawn to the full height and outlined. Tokens below, slanted.
+function barTrack(page, id, tokens, values, left, cellW, bars, scale) {
+  const mid = 10 + bars / 2;
+  const group = svg("g", { id });
+  for (let t = 0; t < tokens.length; t++) {
+    const v = values[t];
+    const beyond = Math.abs(v) > scale;
+    const h = Math.min(1, Math.abs(v) / scale) * (bars / 2 - 6);
+    const bar = svg("rect", {
+      x: left + t * cellW + 4, y: v >= 0 ? mid - h : mid, width: cellW - 8, height: Math.max(h, 0.5),
+      fill: v >= 0 ? "#b2182b" : "#2166ac", "data-token": t, "data-value": v,
+      stroke: beyond ? "#000" : "none", "stroke-dasharray": beyond ? "3 2" : "none",
+    });
+    bar.append(svg("title", {}, `${tokens[t]}: ${v.toFixed(4)}${beyond ? " (beyond the scale)" : ""}`));
+    group.append(bar);
+    const x = left + t * cellW + cellW / 2;
+    group.append(svg("text", { x, y: bars + 24, "text-anchor": "end", transform: `rotate(-60 ${x} ${bars + 24})` },
+      tokens[t].slice(0, 16)));
+  }
+  group.append(svg("line", { x1: left, x2: left + tokens.length * cellW, y1: mid, y2: mid, stroke: "#555" }));
+  page.append(group);
+}
+
 // ---- attribution ----------------------------------------------------------------------
 
 function drawAttribution() {
@@ -53,25 +78,9 @@ function drawAttribution() {
   const height = gridTop + grid.length * cellH + 100;
   sizePage(page, width, A.grid ? height : bars + 110);
   // integrated gradients: a bar per token
-  const peak = Math.max(1e-9, ...A.integrated.map(Math.abs));
-  const mid = 10 + bars / 2;
   page.append(svg("text", { x: left, y: 10 }, `integrated gradients of ${A.metric}`));
-  const group = svg("g", { id: "attribution-bars" });
-  for (let t = 0; t < T; t++) {
-    const v = A.integrated[t];
-    const h = (Math.abs(v) / peak) * (bars / 2 - 6);
-    const bar = svg("rect", {
-      x: left + t * cellW + 4, y: v >= 0 ? mid - h : mid, width: cellW - 8, height: Math.max(h, 0.5),
-      fill: v >= 0 ? "#b2182b" : "#2166ac", "data-token": t, "data-value": v,
-    });
-    bar.append(svg("title", {}, `${A.tokens[t]}: ${v.toFixed(4)}`));
-    group.append(bar);
-    const x = left + t * cellW + cellW / 2;
-    group.append(svg("text", { x, y: bars + 24, "text-anchor": "end", transform: `rotate(-60 ${x} ${bars + 24})` },
-      A.tokens[t].slice(0, 16)));
-  }
-  group.append(svg("line", { x1: left, x2: left + T * cellW, y1: mid, y2: mid, stroke: "#555" }));
-  page.append(group);
+  const peak = Math.max(1e-9, ...A.integrated.map(Math.abs));
+  barTrack(page, "attribution-bars", A.tokens, A.integrated, left, cellW, bars, peak);
   if (!A.grid) {
     $("attribution-hint").textContent = "Integrated gradients: each token's share of the metric, from zero embeddings to the text's. (Give --corrupt for attribution patching.)";
     $("note").textContent = `attribution: ${T} tokens`;
@@ -122,6 +131,42 @@ function drawFeatures() {
     list.append(item);
   }
   $("note").textContent = `features: ${F.sae}; feature ${F.features[chosen]}'s top contexts below`;
+}
+
+// ---- directions -----------------------------------------------------------------------
+
+// a row's scale: the 90th percentile of its magnitudes (an outsized value saturates)
+function typical(row) {
+  const sorted = row.map(Math.abs).sort((a, b) => a - b);
+  return Math.max(1e-9, sorted[Math.floor(0.9 * (sorted.length - 1))]);
+}
+
+function drawDirections() {
+  const D = data.directions;
+  const page = $("directions-svg");
+  const T = D.tokens.length;
+  const cellW = 46;
+  const cellH = 16;
+  const left = 200;
+  const bars = 120;
+  const gridTop = bars + 130;
+  sizePage(page, left + T * cellW + 20, gridTop + D.hooks.length * cellH + 100);
+  const chosen = Math.min(state.direction, D.hooks.length - 1);
+  const track = D.values[chosen];
+  const peak = typical(track);
+  const accuracy = D.accuracy[chosen] == null ? "" : `, probe accuracy ${D.accuracy[chosen].toFixed(3)}`;
+  page.append(svg("text", { x: left, y: 10 }, `${D.hooks[chosen]}${accuracy}`));
+  barTrack(page, "directions-track", D.tokens, track, left, cellW, bars, peak);
+  page.append(svg("rect", {
+    x: 0, y: gridTop + chosen * cellH, width: left - 2, height: cellH - 1, fill: "#dde8f6", "pointer-events": "none",
+  }));
+  const scaled = D.values.map((row) => { const s = typical(row); return row.map((v) => v / s); });
+  heatmap(page, left, gridTop, D.hooks, D.tokens, D.values, (v) => diverging(v), cellW, cellH, "directions-grid", true);
+  const cells = page.querySelectorAll("#directions-grid rect");
+  for (const cell of cells) cell.setAttribute("fill", diverging(scaled[+cell.dataset.row][+cell.dataset.col]));
+  const [first, second] = D.labels;
+  $("directions-hint").textContent = `Each token's value at a hook point, projected on the direction from the ${first} texts' mean to the ${second} texts' (${D.file}), measured from the mean of both: red leans ${second}, blue ${first}. The track above is the chosen hook's; below, every hook (click one to choose it). Each row's scale is its 90th percentile of |value|, so that one outsized token (a causal model's first) does not wash out the rest: bars beyond it are outlined. Hover for the values.`;
+  $("note").textContent = `directions: ${D.hooks.length} hook points × ${T} tokens`;
 }
 
 // ---- experts ----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ function currentSvg() {
 function fileName(suffix) {
   const K = data.kinds[state.kind];
   if (state.view === "lens") return `logit-lens.${suffix}`;
-  if (state.view === "attribution" || state.view === "features") return `${state.view}.${suffix}`;
+  if (["attribution", "features", "directions"].includes(state.view)) return `${state.view}.${suffix}`;
   if (state.view === "experts") return `experts-layer${state.layer + 1}.${suffix}`;
   return `attention-${K.kind}-${state.view}-layer${state.layer + 1}-head${state.head + 1}.${suffix}`;
 }
@@ -87,7 +87,8 @@ function draw() {
   }
   ({
     head: drawHead, model: drawModel, neuron: drawNeuron, lens: drawLens,
-    attribution: drawAttribution, features: drawFeatures, experts: drawExperts,
+    attribution: drawAttribution, features: drawFeatures, directions: drawDirections,
+    experts: drawExperts,
   })[state.view]();
 }
 
@@ -117,8 +118,10 @@ function start() {
   $("lens-tab").hidden = !data.lens; // a decoder-only model's logit lens, when there is one
   $("attribution-tab").hidden = !data.attribution; // glassformer attribute's page
   $("features-tab").hidden = !data.features; // glassformer features' page
+  $("directions-tab").hidden = !data.directions; // glassformer attention --vector's page
   $("experts-tab").hidden = !data.experts; // a mixture of experts' routing
   if (data.open) state.view = data.open;
+  if (data.directions) state.direction = data.directions.chosen;
   const first = kindData();
   state.query = first.nq - 1; // the neuron view opens on the last query and its top key
   for (let j = 0; j < first.nk; j++) {
@@ -149,6 +152,12 @@ function start() {
     const row = e.target.closest("#features-grid [data-row]"); // a feature's label or cell
     if (!row) return;
     state.feature = Number(row.getAttribute("data-row"));
+    draw();
+  });
+  $("directions-svg").addEventListener("click", (e) => {
+    const row = e.target.closest("#directions-grid [data-row]"); // a hook's label or cell
+    if (!row) return;
+    state.direction = Number(row.getAttribute("data-row"));
     draw();
   });
   $("neuron-svg").addEventListener("click", (e) => {
