@@ -38,7 +38,7 @@ def model_and_tok():
 # Every step as the page finds it (carried or computed), read in the browser.
 PAGE_STEPS = (
     "data.steps.map((s, i) => ({name: s.name, shown: s.shown, layout: s.layout, "
-    "derived: !!s.derive, error: s.error, values: Array.from(stepValues(i))}))"
+    "derived: !!(s.derive || s.live), error: s.error, values: Array.from(stepValues(i))}))"
 )
 
 

@@ -5,9 +5,11 @@ page cannot follow are refused in one line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from glassformer.data.tokenizers import BPETokenizer, CharTokenizer, WordPieceTokenizer
 from glassformer.viz.live import LiveError, tokenizer_spec
@@ -150,3 +152,115 @@ def test_tokenizers_the_page_cannot_follow_are_refused_in_one_line():
         tokenizer_spec(bpe)
     with pytest.raises(LiveError, match="char, WordPiece or byte-level BPE"):
         tokenizer_spec(object())
+
+
+# ---- the page runs the model ---------------------------------------------------------------
+
+TYPED = ["a cat sat on the mat, and then it ran.", "zebra", "the the the quick brown fox jumps"]
+STEPS = ("data.steps.map((s, i) => ({name: s.name, shape: live.results[i].shape, "
+         "values: Array.from(live.results[i].data)}))")  # fmt: skip
+
+
+def small_models() -> dict:
+    """One model of each shape the live page runs: the paper's GPT (LayerNorm, learned
+    positions, GELU), a Llama-shaped one (RMSNorm, rotary, grouped queries, SwiGLU), and a
+    GPT classifier shaped like the demo's, over a WordPiece vocabulary."""
+    from glassformer import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
+
+    chars = CharTokenizer("abcdefghijklmnopqrstuvwxyz .,")
+    words = WordPieceTokenizer.train([*TYPED, "the film was fine and moving"] * 4,
+                                     vocab_size=200, lowercase=True)  # fmt: skip
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig.preset("tiny", vocab_size=chars.vocab_size, max_len=32)).eval()
+    llama = GPT(GPTConfig.preset("llama-tiny", vocab_size=chars.vocab_size, max_len=32)).eval()
+    config = GPTClassifierConfig(vocab_size=words.vocab_size, max_len=24, d_model=32,
+                                 num_heads=4, num_layers=2, d_ff=64, dropout=0.0,
+                                 num_classes=2, pooling="last")  # fmt: skip
+    classifier = GPTClassifier(config).eval()
+    return {"gpt": (gpt, chars, None), "llama": (llama, chars, None),
+            "classifier": (classifier, words, ["no", "yes"])}  # fmt: skip
+
+
+def open_live(browser, path: Path):
+    context = browser.new_context()
+    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                  else r.abort())  # fmt: skip
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.goto(path.resolve().as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    return context, tab, errors
+
+
+def typed_steps_match(tab, model, tokenizer, text: str) -> list[str]:
+    """Type ``text`` into the page; the steps whose values leave the model's (more than
+    1e-4 of their largest magnitude), by name, with the error."""
+    from glassformer.viz.live import _ids, relative_error
+    from glassformer.viz.live_rules import page_values
+
+    tab.fill("#live-text", text)
+    steps = tab.evaluate(STEPS)
+    ids = _ids(model, tokenizer, text)
+    assert tab.evaluate("live.ids") == ids.tolist()
+    expected = page_values(model, [s["name"] for s in steps], ids)
+    wrong = []
+    for step, value in zip(steps, expected, strict=True):
+        squeezed = [n for n in step["shape"] if n != 1] == [n for n in value.shape if n != 1]
+        assert squeezed, (step["name"], step["shape"], value.shape)  # (one token: T = 1 kept)
+        found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
+        error = relative_error(found, value)
+        if error > 1e-4:
+            wrong.append(f"{step['name']} ({error:.1e})")
+    return wrong
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind", ["gpt", "llama", "classifier"])
+def test_typed_text_gives_every_step_the_models_values(browser, tmp_path, kind):
+    from glassformer.viz.live import live_html
+
+    model, tokenizer, labels = small_models()[kind]
+    path = live_html(model, tokenizer, "the film", labels).save(tmp_path / "live.html")
+    context, tab, errors = open_live(browser, path)
+    for text in TYPED:
+        assert typed_steps_match(tab, model, tokenizer, text) == [], text
+        with torch.no_grad():
+            logits = model(torch.tensor([tab.evaluate("live.ids")])).logits[0]
+        logits = logits if logits.dim() == 1 else logits[-1]
+        shown = tab.evaluate("Array.from(data.output.positions ? data.output.positions[0].logits"
+                             " : data.output.logits)")  # fmt: skip
+        torch.testing.assert_close(torch.tensor(shown, dtype=torch.float64), logits.double(),
+                                   atol=1e-4 * float(logits.abs().max()), rtol=0)  # fmt: skip
+        items = tab.eval_on_selector_all("#distribution li", "l => l.map(i => +i.dataset.prob)")
+        top = logits.softmax(-1).sort(descending=True).values[: len(items)]
+        torch.testing.assert_close(torch.tensor(items), top.float(), atol=1e-4, rtol=0)
+    assert errors == []
+    context.close()
+
+
+BREAKS = {  # a mistake in the page's arithmetic, and the step it first shows in
+    "a wrong sign in LayerNorm": ("(row[c] - mean) * scale", "(row[c] + mean) * scale"),
+    "a transposed product": ("w.data[off + k]", "w.data[k * w.shape[0] + lo + o]"),
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("mistake", list(BREAKS))
+def test_a_mistake_in_the_pages_arithmetic_fails(browser, tmp_path, mistake):
+    """The break-checks: each mistake, put into the page's script, leaves the model's values
+    at some step, and the comparison above names it."""
+    from glassformer.viz.live import live_html
+
+    model, tokenizer, _ = small_models()["gpt"]
+    html = live_html(model, tokenizer, "the film").html
+    right, wrong = BREAKS[mistake]
+    script = (HTML / "live-forward.js").read_text(encoding="utf-8")
+    assert right in script and right in html
+    broken = html.replace(right, wrong).replace("script-src", "script-src 'unsafe-inline'", 1)
+    broken = re.sub(r"script-src [^;]*;", "script-src 'unsafe-inline';", broken, count=1)
+    path = tmp_path / "broken.html"
+    path.write_text(broken, encoding="utf-8")
+    context, tab, _ = open_live(browser, path)
+    assert typed_steps_match(tab, model, tokenizer, TYPED[0]) != []
+    context.close()

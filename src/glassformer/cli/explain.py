@@ -9,7 +9,11 @@ one query and one key's products that make the score. The output (a language mod
 token, a classifier's classes, a translator's next token after each target position) is
 recomputed in the page under temperature, top-k and top-p.
 
-A page is at most 5 MB: steps that follow from earlier ones travel as their rule, then
+A model of up to 5 M parameters whose every step the page can compute (GPT-shaped language
+models and classifiers: the demo's classifier, the tutorial's char GPTs) gets a live page: its
+weights and tokenizer travel in it, and the page runs the model on whatever the reader types
+into its box, redrawing every level (--fixed: the page of TEXT alone). Other models get the
+page of TEXT: at most 5 MB, steps that follow from earlier ones travel as their rule, then
 float16 values and fewer features a step; SmolLM2-135M's page holds up to 50 tokens.
 
     glassformer explain --model SmolLM2-135M-Instruct "The capital of France is" --out page.html
@@ -30,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="the input (a ViT: an image file)")
     p.add_argument("--target", help="a translator's target sentence; None: its own translation")
     p.add_argument("--out", default="explain.html", help="the page (.html)")
+    p.add_argument(
+        "--fixed", action="store_true", help="the page of TEXT alone, even for a live model"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,9 +47,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--out must name an .html file, got {args.out!r}")
     model, tokenizer = load_run(args.model)
     labels = _labels(args.model, model)
-    page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
+    from glassformer.viz.live import LiveError, live_html, live_refusal
+
+    why = "--fixed" if args.fixed else live_refusal(model) if args.target is None else "--target"
+    page = None
+    if why is None:
+        try:
+            page = live_html(model, tokenizer, args.text, labels)
+        except LiveError as err:
+            why = str(err)
+    if page is None:
+        page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)
-    print(f"{path}: {len(page.html.encode()) / 1e6:.2f} MB, open it in a browser (offline)")
+    what = "a live page: type any text" if why is None else f"the page of this text ({why})"
+    print(f"{path}: {len(page.html.encode()) / 1e6:.2f} MB, {what}; open it in a browser "
+          "(offline)")  # fmt: skip
     return 0
 
 

@@ -53,19 +53,35 @@ def explain_html(
     *,
     target: str | None = None,
     labels: list[str] | None = None,
+    live: bool | None = False,
 ) -> Any:
     """The page for ``model`` on ``text`` (an ``AttentionView``: ``save(path)``, shown inline
     in a notebook; also ``model.explain(tokenizer, text)``). ``labels``: a classifier's class
     names, in the order of its outputs. The page carries its tensors as float32; a page that
     would be over ``MAX_BYTES`` so carries them as float16 (about 3 significant digits, and
-    said on the page); one still over is refused in one line."""
+    said on the page); one still over is refused in one line.
+
+    ``live``: True makes the live page (``glassformer.viz.live``: the weights travel and the
+    page runs the model on whatever the reader types), refused in one line where the model
+    cannot have one; None makes it where the model can, else the page of ``text``."""
+    from glassformer.viz.live import LiveError, live_html, live_refusal
     from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
 
+    if live is not False and target is None:
+        why = live_refusal(model)
+        if why is None:
+            try:
+                return live_html(model, tokenizer, text, labels)
+            except LiveError:
+                if live:
+                    raise
+        elif live:
+            raise LiveError(why)
     forward = _forward(model, tokenizer, text, target)
     collected = None
     for columns, half in ((MAX_COLUMNS, False), *((c, True) for c in THINNER)):
         if collected is None or collected[0] != columns:  # float16 alone keeps the steps
-            collected = (columns, *_collect(model, *forward, columns=columns))
+            collected = (columns, *_collect(model, *forward, columns=columns)[:2])
         _, data, shown = collected
         if labels is not None and data["output"] and data["output"]["kind"] == "classes":
             data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
@@ -101,7 +117,7 @@ def explain_data(
     """What the page shows, as the JSON-ready dict it embeds: each step carries its values
     (``values``, base64; ``dtype`` "f16" where ``half``) or the rule that computes them from
     earlier steps (``derive``, see ``glassformer.viz.derive``)."""
-    data, shown = _collect(model, *_forward(model, tokenizer, text, target), columns=MAX_COLUMNS)
+    data, shown, _ = _collect(model, *_forward(model, tokenizer, text, target), columns=MAX_COLUMNS)
     _carry(data, shown, half=half)
     return data
 
@@ -127,9 +143,9 @@ def _collect(
     image: dict | None,
     *,
     columns: int,
-) -> tuple[dict, list]:
-    """The page's data without the carried steps' values, and the values each step shows
-    (at most ``columns`` features)."""
+) -> tuple[dict, list, list]:
+    """The page's data without the carried steps' values, the values each step shows (at
+    most ``columns`` features) and the same values whole."""
     steps, shown, full = [], [], []
     for step in describe(model, cache, values=0):
         value = _first_example(cache[step.name])
@@ -162,7 +178,7 @@ def _collect(
         "tables": tables,
         "output": _output(model, tokenizer, output),
     }
-    return data, shown
+    return data, shown, full
 
 
 def _carry(data: dict, shown: list[Tensor], *, half: bool) -> None:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from glassformer.data.tokenizers.base import CHAR_SPECIALS, UNK_ID
 from glassformer.data.tokenizers.char import CharTokenizer
+from glassformer.models.base import PretrainedModel
 
 
 class LiveError(ValueError):
@@ -83,3 +87,160 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     merges = [m.split(" ") if isinstance(m, str) else list(m) for m in model.get("merges", [])]
     return {"merges": merges, "unk": model.get("unk_token"), "lowercase": normalizer is not None,
             "ignoreMerges": bool(model.get("ignore_merges"))}  # fmt: skip
+
+
+# ---- the live page: the explorable page, run by the page itself ---------------------------
+
+LIVE_KINDS = ("gpt", "gpt_classifier")  # the one-stack models whose every step has a rule
+LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
+LIVE_MAX_BYTES = 8_000_000  # over this in float32, the weights travel as float16
+HALF_BOUND = 0.0025  # float16 weights: each step within 0.25% of its largest value on the
+# seeded texts, stated with four times that margin (typed text is not the seeded text)
+CALIBRATION = (8, 24, 48)  # the lengths of the seeded texts a float16 step's bound is found on
+
+
+def live_refusal(model: PretrainedModel) -> str | None:
+    """Why ``model`` gets the page of one fixed text rather than a live one (None: it can)."""
+    kind = getattr(model, "kind", None)
+    if kind not in LIVE_KINDS:
+        return f"the live page runs {' and '.join(LIVE_KINDS)} models; this is {kind!r}"
+    params = sum(p.numel() for p in model.parameters())
+    if params > LIVE_MAX_PARAMS:
+        return (f"the live page carries models of up to {LIVE_MAX_PARAMS:,} parameters; this "
+                f"has {params:,}")  # fmt: skip
+    return None
+
+
+def live_data(
+    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+) -> dict:
+    """The live page's data: the explorable page's steps with a rule each instead of values,
+    the weights the rules read (float32, or float16 with each step's measured bound), the
+    tokenizer, and what the output panel needs."""
+    from glassformer.viz.explain import _collect, _forward
+    from glassformer.viz.live_rules import live_program
+
+    why = live_refusal(model)
+    if why is not None:
+        raise LiveError(why)
+    spec = tokenizer_spec(tokenizer)
+    forward = _forward(model, tokenizer, text, None)
+    data, _, full = _collect(model, *forward, columns=10**9)
+    ids = _ids(model, tokenizer, text)
+    rules, weights, tables = live_program(model, data["steps"], full, ids)
+    for step, rule in zip(data["steps"], rules, strict=True):
+        step.pop("derive", None)
+        step["live"] = rule
+    half, why = 4 / 3 * 4 * sum(w.numel() for w in weights.values()) > LIVE_MAX_BYTES, None
+    if half:
+        try:
+            bounds = _half_bounds(model, data["steps"], rules, weights, tables)
+        except LiveError as err:  # float32, however large: never a step out of its bound
+            half, why = False, str(err).split(";")[0]
+        else:
+            for step, bound in zip(data["steps"], bounds, strict=True):
+                step["bound"] = bound
+    data["live"] = _carried(model, tokenizer, spec, weights, tables, half, labels)
+    data["live"]["why"] = why
+    data["precision"] = "f16" if half else "f32"
+    return data
+
+
+def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Tensor:
+    """The ids the model reads for ``text``, as the page cuts them (``frame``)."""
+    ids = tokenizer.encode(text)
+    limit = model.config.max_len
+    ids = ids[-limit:] if model.kind == "gpt" else ids[:limit]
+    if not ids:
+        raise ValueError(f"the text {text!r} encodes to no tokens")
+    return torch.tensor(ids)
+
+
+def _carried(
+    model: PretrainedModel,
+    tokenizer: Any,
+    spec: dict,
+    weights: dict[str, Tensor],
+    tables: dict,
+    half: bool,
+    labels: list[str] | None,
+) -> dict:
+    from glassformer.viz.attention import token_labels
+    from glassformer.viz.derive import _json
+    from glassformer.viz.viewer import base64_floats, base64_halves
+
+    carried = {name: {"shape": list(w.shape), "dtype": "f16" if half else "f32",
+                      "values": (base64_halves if half else base64_floats)(w.float())}
+               for name, w in weights.items()}  # fmt: skip
+    vocab = model.config.vocab_size
+    classes = getattr(model.config, "num_classes", None)
+    return {
+        "tokenizer": spec,
+        "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": model.config.max_len},
+        "weights": carried,
+        "tables": {name: _json(table) for name, table in tables.items()},
+        "labels": token_labels(tokenizer, list(range(vocab))),
+        "output": "classes" if classes else "tokens",
+        "classes": labels or [str(c) for c in range(classes or 0)],
+    }
+
+
+def _half_bounds(
+    model: PretrainedModel,
+    steps: list[dict],
+    rules: list[dict],
+    weights: dict[str, Tensor],
+    tables: dict,
+) -> list[float]:
+    """Each step's largest difference from the model's value, relative to the step's
+    largest magnitude, with the weights rounded to float16, over seeded texts of the
+    ``CALIBRATION`` lengths; four times that is the bound the page states (at least 1e-4). A
+    step float16 moves by more than ``HALF_BOUND`` refuses float16."""
+    from glassformer.viz.live_rules import page_values, run_rule
+
+    rounded = {name: w.half().double() for name, w in weights.items()}
+    g = torch.Generator().manual_seed(0)
+    worst = [0.0] * len(steps)
+    low = 4 if getattr(model.config, "pad_id", None) is not None else 0
+    for length in CALIBRATION:
+        ids = torch.randint(low, model.config.vocab_size, (min(length, model.config.max_len),),
+                            generator=g)  # fmt: skip
+        expected = page_values(model, [s["name"] for s in steps], ids)
+        found: list[Tensor] = []
+        for i, rule in enumerate(rules):
+            value = run_rule(rule, found, rounded, ids, tables)
+            assert value is not None, steps[i]["name"]
+            found.append(value)
+            worst[i] = max(worst[i], relative_error(value, expected[i]))
+    over = [(w, s["name"]) for w, s in zip(worst, steps, strict=True) if w > HALF_BOUND]
+    if over:
+        error, name = max(over)
+        raise LiveError(f"float16 weights move {name} by {error:.2%} of its largest value, "
+                        f"more than {HALF_BOUND:.0%}; the page keeps its text fixed")  # fmt: skip
+    return [float(f"{max(4 * w, 1e-4):.2g}") for w in worst]
+
+
+def relative_error(value: Tensor, expected: Tensor) -> float:
+    """The largest difference over the largest magnitude, masked scores left out."""
+    from glassformer.viz.derive import MASKED
+
+    expected = expected.double()
+    kept = expected > MASKED / 2
+    if not kept.any():
+        return 0.0
+    peak = float(expected[kept].abs().max())
+    return float((value - expected)[kept].abs().max()) / max(peak, 1e-30)
+
+
+def live_html(
+    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+) -> Any:
+    """The live page for ``model``, opening on ``text`` (an ``AttentionView``): the reader
+    types any text and the page runs the model on it and redraws every level."""
+    from glassformer.viz.viewer import LIVE_SCRIPTS, AttentionView, render
+
+    data = live_data(model, tokenizer, text, labels)
+    data["title"] = f"{model.kind} model: its forward pass, run in this page"
+    page = render("explain.html", ("viewer.css", "explain.css"), LIVE_SCRIPTS, data,
+                  title="glassformer: a forward pass, live", data_id="explain-data")  # fmt: skip
+    return AttentionView(page)

@@ -7,6 +7,7 @@ const decoded = new Map(); // base64 → values, decoded once
 const computed = new Map(); // a step's index → its values, found once
 
 function values(base64, dtype = "f32") {
+  if (typeof base64 !== "string") return base64; // the live page's: computed, not carried
   if (!decoded.has(base64)) decoded.set(base64, dtype === "f16" ? halves(base64) : floats(base64));
   return decoded.get(base64);
 }
@@ -33,6 +34,7 @@ function halves(base64) {
 // gives the model's value) and here.
 
 function stepValues(i) {
+  if (data.live) return liveValues(i); // the live page computes every step (live-forward.js)
   if (!computed.has(i)) {
     const s = data.steps[i];
     computed.set(i, s.derive ? derive(s.derive, s.shown) : values(s.values, s.dtype));
@@ -133,6 +135,10 @@ const RULES = {
 };
 
 function howFound(s) {
+  if (s.live) {
+    const bound = s.bound === undefined ? "" : ` (float16 weights: within ${(100 * s.bound).toPrecision(2)}% of its largest value, as measured when the page was written)`;
+    return `computed in this page from the model's weights: ${s.live.op}${bound}`;
+  }
   const within = s.error === undefined ? "" : ` (within ${(100 * s.error).toPrecision(2)}% of its largest value, from float16 values)`;
   if (!s.derive) return s.dtype === "f16" ? `carried in the page, as float16${within}` : "carried in the page";
   const names = s.derive.of.map((j) => data.steps[j].name);

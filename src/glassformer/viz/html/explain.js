@@ -298,12 +298,37 @@ function draw() {
   drawCrumbs();
   drawLevel();
   drawStep();
+  if (data.live) {
+    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${data.precision === "f16" ? "float16" : "float32"}) on the text above: ${data.tokens.length} tokens in ${live.ms.toFixed(1)} ms`;
+    return;
+  }
   const derived = data.steps.filter((s) => s.derive).length;
   const precision = data.precision === "f16" ? "; values carried as float16 to keep the page small (about 3 significant digits)" : "";
   $("note").textContent = `${data.steps.length} steps, every number the model's: ${data.steps.length - derived} read at its hook points and carried, ${derived} computed here from them as the model did${precision}`;
 }
 
+// The live page: the typed text runs through the model here, and every level redraws.
+function startLive() {
+  $("live").hidden = false;
+  const input = $("live-text");
+  input.value = data.text;
+  runLive(liveTokenize(data.text));
+  input.addEventListener("input", () => {
+    const ids = liveTokenize(input.value);
+    if (!ids.length) { $("live-note").textContent = "(no tokens: type some text)"; return; }
+    const start = performance.now();
+    runLive(ids);
+    data.text = input.value;
+    $("subtitle").textContent = input.value;
+    draw();
+    drawOutput();
+    window.liveRedrawMs = performance.now() - start;
+    $("live-note").textContent = `${ids.length} tokens, run and redrawn in ${window.liveRedrawMs.toFixed(0)} ms`;
+  });
+}
+
 function start() {
+  if (data.live) startLive();
   document.title = data.title;
   $("title").textContent = data.title;
   $("subtitle").textContent = data.text;

@@ -1,0 +1,229 @@
+// glassformer's live page: the model's forward pass in JavaScript, one step per hook point,
+// from the weights the page carries. Each step's rule was found, and checked against the
+// model's own hook cache, when the page was written (glassformer/viz/live_rules.py, whose
+// run_rule is this file's twin). Loaded after explain-derive.js and live-tokenize.js.
+"use strict";
+
+const live = { ids: [], results: [], ms: 0 }; // results[i]: step i's {shape, data}
+const liveWeights = new Map();
+
+function liveWeight(name) {
+  if (!liveWeights.has(name)) {
+    const w = data.live.weights[name];
+    liveWeights.set(name, { shape: w.shape, data: w.dtype === "f16" ? halves(w.values) : floats(w.values) });
+  }
+  return liveWeights.get(name);
+}
+
+function liveValues(i) {
+  return live.results[i].data;
+}
+
+// The ids the model reads for a text: the tokenizer's, cut to the model's length as the
+// model's own inputs are (a language model keeps the last tokens, a classifier the first).
+const liveTokenize = (() => {
+  let encode = null;
+  return (text) => {
+    encode = encode || makeTokenizer(data.live.tokenizer);
+    const { keep, max } = data.live.frame;
+    const ids = encode(text);
+    return keep === "last" ? ids.slice(Math.max(0, ids.length - max)) : ids.slice(0, max);
+  };
+})();
+
+// Run every step on ``ids``; each step's values and shape replace the last text's.
+function runLive(ids) {
+  const start = performance.now();
+  live.ids = ids;
+  live.results = [];
+  for (const s of data.steps) {
+    const out = liveStep(s.live);
+    live.results.push(out);
+    s.shape = s.shown = out.shape;
+  }
+  const labels = ids.map((id) => data.live.labels[id] ?? `token ${id}`);
+  data.labels.input = labels;
+  data.tokens = labels;
+  data.output = liveOutput();
+  live.ms = performance.now() - start;
+}
+
+// the output panel's distribution, from the last step's logits
+function liveOutput() {
+  const logits = live.results[live.results.length - 1];
+  if (data.live.output === "classes") {
+    return { kind: "classes", labels: data.live.classes, logits: logits.data };
+  }
+  const V = logits.shape[logits.shape.length - 1];
+  const T = logits.shape.length === 2 ? logits.shape[0] : 1;
+  const row = logits.data.slice((T - 1) * V, T * V);
+  const top = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 100);
+  return { kind: "tokens", vocab: V, positions: [{ after: T - 1, top, labels: top.map((i) => data.live.labels[i] ?? `token ${i}`), logits: row }] };
+}
+
+function liveStep(rule) {
+  const parts = (rule.of || []).map((j) => live.results[j]);
+  const [a, b] = parts;
+  const w = rule.weight ? liveWeight(rule.weight) : null;
+  switch (rule.op) {
+    case "embed": return liveEmbed(w, rule.scale ?? 1);
+    case "rows": return { shape: [live.ids.length, w.shape[1]], data: Float64Array.from(w.data.subarray(0, live.ids.length * w.shape[1])) };
+    case "linear": return liveLinear(rule, a, w);
+    case "layernorm": case "rmsnorm": return liveNorm(rule, a);
+    case "pool": return livePool(rule, a);
+    case "scores": return liveScores(rule, a, b);
+    case "softmax": return liveSoftmax(a);
+    case "weighted": return liveWeighted(a, b);
+    case "rope": return liveRope(rule, a);
+    case "same": return a;
+    case "sum": return { shape: a.shape, data: a.data.map((x, i) => x + b.data[i]) };
+    case "act": return { shape: a.shape, data: a.data.map((x, i) => FUNCTIONS[rule.fn](x) * (b ? b.data[i] : 1)) };
+    default: throw new Error(`no live rule ${rule.op}`); // never zeros as values
+  }
+}
+
+function liveEmbed(w, scale) {
+  const D = w.shape[1];
+  const out = new Float64Array(live.ids.length * D);
+  live.ids.forEach((id, t) => { for (let d = 0; d < D; d++) out[t * D + d] = w.data[id * D + d] * scale; });
+  return { shape: [live.ids.length, D], data: out };
+}
+
+// x · Wᵀ + b over the rows [lo, hi) of W: x (T, in), (in,), or heads (H, T, Dh) side by side;
+// out (T, out), (out,), or split in heads (heads, T, out / heads)
+function liveLinear(rule, x, w) {
+  const [lo, hi] = rule.rows || [0, w.shape[0]];
+  const n = w.shape[1];
+  const bias = rule.bias ? liveWeight(rule.bias).data : null;
+  let rows;
+  let input = x.data;
+  if (x.shape.length === 3) { // (H, T, Dh) → (T, H·Dh)
+    const [H, T, Dh] = x.shape;
+    rows = T;
+    input = new Float64Array(T * H * Dh);
+    for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) for (let d = 0; d < Dh; d++) {
+      input[t * H * Dh + h * Dh + d] = x.data[(h * T + t) * Dh + d];
+    }
+  } else {
+    rows = x.shape.length === 1 ? 1 : x.shape[0];
+  }
+  const m = hi - lo;
+  const out = new Float64Array(rows * m);
+  for (let t = 0; t < rows; t++) {
+    for (let o = 0; o < m; o++) {
+      let sum = bias ? bias[lo + o] : 0;
+      const off = (lo + o) * n;
+      for (let k = 0; k < n; k++) sum += input[t * n + k] * w.data[off + k];
+      out[t * m + o] = sum;
+    }
+  }
+  if (rule.heads) { // (T, heads·Dh) → (heads, T, Dh)
+    const Dh = m / rule.heads;
+    const split = new Float64Array(out.length);
+    for (let t = 0; t < rows; t++) for (let h = 0; h < rule.heads; h++) for (let d = 0; d < Dh; d++) {
+      split[(h * rows + t) * Dh + d] = out[t * m + h * Dh + d];
+    }
+    return { shape: [rule.heads, rows, Dh], data: split };
+  }
+  return { shape: x.shape.length === 1 ? [m] : [rows, m], data: out };
+}
+
+function liveNorm(rule, x) {
+  const n = x.shape[x.shape.length - 1];
+  const weight = rule.weight ? liveWeight(rule.weight).data : null;
+  const bias = rule.bias ? liveWeight(rule.bias).data : null;
+  const out = new Float64Array(x.data.length);
+  for (let r = 0; r < x.data.length / n; r++) {
+    const row = x.data.subarray(r * n, (r + 1) * n);
+    let mean = 0;
+    if (rule.op === "layernorm") { for (const v of row) mean += v; mean /= n; }
+    let spread = 0;
+    for (const v of row) spread += (v - mean) ** 2;
+    const scale = 1 / Math.sqrt(spread / n + rule.eps);
+    for (let c = 0; c < n; c++) {
+      const scaled = (row[c] - mean) * scale * (weight ? weight[c] + (rule.offset ?? 0) : 1);
+      out[r * n + c] = scaled + (bias ? bias[c] : 0);
+    }
+  }
+  return { shape: x.shape, data: out };
+}
+
+// (T, D) → (D,): a classifier's pooling, padded positions left out
+function livePool(rule, x) {
+  const [T, D] = x.shape;
+  const real = live.ids.map((id) => rule.pad == null || id !== rule.pad);
+  const out = new Float64Array(D);
+  if (rule.how === "cls" || rule.how === "last") {
+    const t = rule.how === "cls" ? 0 : Math.max(0, real.lastIndexOf(true));
+    out.set(x.data.subarray(t * D, (t + 1) * D));
+  } else { // mean
+    const count = Math.max(1, real.filter(Boolean).length);
+    for (let t = 0; t < T; t++) if (real[t]) for (let d = 0; d < D; d++) out[d] += x.data[t * D + d] / count;
+  }
+  return { shape: [D], data: out };
+}
+
+// q (H, Tq, D) · k (Hkv, Tk, D)ᵀ / √D, a later key (causal) or a padded one masked
+function liveScores(rule, q, k) {
+  const [H, Tq, D] = q.shape;
+  const [Hkv, Tk] = k.shape;
+  const out = new Float64Array(H * Tq * Tk);
+  for (let h = 0; h < H; h++) {
+    const g = Math.floor(h / (H / Hkv));
+    for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
+      const masked = (rule.mask === "causal" && c > t + (Tk - Tq)) || (rule.pad != null && live.ids[c] === rule.pad);
+      let sum = 0;
+      for (let d = 0; d < D; d++) sum += q.data[(h * Tq + t) * D + d] * k.data[(g * Tk + c) * D + d];
+      out[(h * Tq + t) * Tk + c] = masked ? MASKED : sum / Math.sqrt(D);
+    }
+  }
+  return { shape: [H, Tq, Tk], data: out };
+}
+
+function liveSoftmax(x) {
+  const n = x.shape[x.shape.length - 1];
+  const out = new Float64Array(x.data.length);
+  for (let r = 0; r < out.length / n; r++) {
+    let peak = -Infinity;
+    for (let c = 0; c < n; c++) peak = Math.max(peak, x.data[r * n + c]);
+    if (peak <= MASKED / 2) continue; // a row that may read no key: zeros, as the model gives
+    let total = 0;
+    for (let c = 0; c < n; c++) total += (out[r * n + c] = Math.exp(x.data[r * n + c] - peak));
+    for (let c = 0; c < n; c++) out[r * n + c] /= total;
+  }
+  return { shape: x.shape, data: out };
+}
+
+// weights (H, Tq, Tk) · values (Hkv, Tk, Dv)
+function liveWeighted(p, v) {
+  const [H, Tq, Tk] = p.shape;
+  const [Hkv, , Dv] = v.shape;
+  const out = new Float64Array(H * Tq * Dv);
+  for (let h = 0; h < H; h++) {
+    const g = Math.floor(h / (H / Hkv));
+    for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
+      const weight = p.data[(h * Tq + t) * Tk + c];
+      if (weight) for (let d = 0; d < Dv; d++) out[(h * Tq + t) * Dv + d] += weight * v.data[(g * Tk + c) * Dv + d];
+    }
+  }
+  return { shape: [H, Tq, Dv], data: out };
+}
+
+// the first `width` features of each (head, position) turned by the position's angles
+function liveRope(rule, x) {
+  const table = data.live.tables[rule.table];
+  const [cos, sin] = [values(table.cos), values(table.sin)];
+  const width = table.shape[1];
+  const [, T, D] = x.shape;
+  const half = width / 2;
+  const a = x.data;
+  const out = new Float64Array(a.length);
+  for (let i = 0; i < a.length; i++) {
+    const d = i % D;
+    const t = Math.floor(i / D) % T;
+    if (d >= width) { out[i] = a[i]; continue; }
+    const turned = table.interleaved ? (d % 2 === 0 ? -a[i + 1] : a[i - 1]) : d < half ? -a[i + half] : a[i - half];
+    out[i] = a[i] * cos[t * width + d] + turned * sin[t * width + d];
+  }
+  return { shape: x.shape, data: out };
+}
