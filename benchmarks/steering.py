@@ -3,10 +3,10 @@
 The vector: a probes file's class difference ("positive" − "negative" IMDb reviews, the mean
 of each review's last tokens at the best probe's hook; ``glassformer probe --out``). The
 prompts: the twenty neutral openings below, each continued five times (seeds 0–4), 40 new
-tokens sampled at temperature 0.8, top-k 50; once per alpha. The judge: the IMDb
-classifier ``make demo`` trains (``runs/demo-imdb``), reading each continuation alone; the
-share it calls positive is the figure. Beside it, the perplexity of those continuations
-under the unsteered model (after their prompts): how much the steering costs the text.
+tokens sampled at temperature 0.8, top-k 50; unsteered first, then once per alpha. The
+judge: the IMDb classifier ``make demo`` trains (``runs/demo-imdb``), reading each
+continuation alone; the share it calls positive is the figure. Beside it, the perplexity of
+those continuations under the unsteered model (after their prompts): what steering costs.
 
     glassformer probe --model SmolLM2-135M-Instruct --corpus imdb --out imdb-probes.safetensors
     make demo
@@ -82,17 +82,19 @@ def main() -> None:
     hook, vector, meta = read_vector(args.probes, args.hook)
     print(f"CPU: {_cpu()}; vector: {meta['labels'][1]!r} − {meta['labels'][0]!r} at {hook} "
           f"(norm {float(vector.norm()):.2f}); judge: {args.judge} {labels}")  # fmt: skip
-    base = None
-    for alpha in (float(a) for a in args.alphas.split(",")):
+    alphas = [float(a) for a in args.alphas.split(",")]
+    base = None  # the unsteered run's figures, which every alpha is measured against
+    for alpha in [0.0, *(a for a in alphas if a != 0.0)]:
         started = time.perf_counter()
         pieces = continuations(model, tok, hook, vector, alpha, args.new_tokens)
         texts = [tok.decode(new) for _, new in pieces]
         positive = _positive_share(judge, judge_tok, labels, texts)
         ppl = perplexity(model, pieces)
-        base = ppl if base is None else base
-        print(f"alpha {alpha:>4}: judged positive {positive:.0%}, perplexity {ppl:.2f} "
-              f"({ppl / base - 1:+.0%}), {time.perf_counter() - started:.0f} s; e.g. "
-              f"{texts[0][:70]!r}")  # fmt: skip
+        base = (positive, ppl) if base is None else base
+        gain, cost = 100 * (positive - base[0]), ppl / base[1] - 1
+        print(f"alpha {alpha:>4}: judged positive {positive:.0%} ({gain:+.0f} points), "
+              f"perplexity {ppl:.2f} ({cost:+.0%}), {time.perf_counter() - started:.0f} s; "
+              f"e.g. {texts[0][:70]!r}")  # fmt: skip
 
 
 def _positive_share(judge, tok, labels, texts) -> float:

@@ -182,7 +182,7 @@ def test_the_attention_picture_and_page_of_every_kind(kind, runs, tmp_path, caps
 def test_the_trace_of_every_kind(kind, runs, capsys):
     assert main(["trace", "--model", str(runs[kind]), text_for(kind, runs)]) == 0
     out = capsys.readouterr().out
-    assert "block 2 · feed-forward" in out and "softmax over keys" in out
+    assert "block 1 · feed-forward" in out and "softmax over keys" in out
     last = {"bert": "block output", "sentence": "block output"}.get(kind, "logits")
     assert last in out.strip().splitlines()[-1]
 
@@ -414,13 +414,13 @@ def test_the_explorable_page_of_every_kind_holds_the_caches_numbers(
         torch.testing.assert_close(got.masked_fill(masked, 0), expected.double().masked_fill(
             masked, 0), atol=1e-5, rtol=0, msg=step["name"])  # fmt: skip
     assert sum(s["derived"] for s in steps) > len(steps) // 3
-    # by clicks, down to block 2's attention weights (a translator's cross-attention), head 1:
+    # by clicks, down to block 1's attention weights (a translator's cross-attention), head 1:
     # the cells drawn in the page hold the cache's values
     translator = "translator" in kind
     stack, part = ("decoder ", "cross-attention") if translator else ("", "self-attention")
     name = "decoder.blocks.1.cross_attn.hook_pattern" if stack else "blocks.1.attn.hook_pattern"
-    offline_page.click(f"#flow [data-go='{stack}block 2']")
-    offline_page.click(f"#flow [data-go='{stack}block 2 · {part}']")
+    offline_page.click(f"#flow [data-go='{stack}block 1']")
+    offline_page.click(f"#flow [data-go='{stack}block 1 · {part}']")
     offline_page.click(f"#boxes button.box:has(small:text-is('{name}'))")
     cells = offline_page.evaluate(
         "[...document.querySelectorAll('#step-cells rect')]"

@@ -309,8 +309,8 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
     page.goto(path.resolve().as_uri())
     page.wait_for_selector("body[data-ready='1']")
     assert page.text_content("#subtitle") == text  # the prompt as text, nothing run
-    page.click("#flow [data-go='block 2']")
-    page.click("#flow [data-go='block 2 · self-attention']")
+    page.click("#flow [data-go='block 1']")
+    page.click("#flow [data-go='block 1 · self-attention']")
     page.click("#boxes button.box:has(small:text-is('blocks.1.attn.hook_pattern'))")
     assert page.text_content("#step-name") == "blocks.1.attn.hook_pattern"
     page.select_option("#slice", index=2)  # the third head
@@ -330,8 +330,8 @@ def test_descending_by_clicks_shows_the_caches_values_and_the_temperature_is_sof
     )
     rest = page.text_content("#arith-rest")  # the weight of that query and key, 1 (causal)
     assert "the products' sum" in rest and f"its weight: {float(expected[0, 0]):.6f}" in rest
-    page.click("#crumbs button[data-depth='1']")  # back up to block 2
-    assert page.locator("#flow [data-go='block 2 · feed-forward']").count() == 1
+    page.click("#crumbs button[data-depth='1']")  # back up to block 1
+    assert page.locator("#flow [data-go='block 1 · feed-forward']").count() == 1
     logits = model(torch.tensor([tok.encode(text)])).logits[0, -1].detach().double()
     for temperature in ("0.5", "2"):
         page.fill("#temperature", temperature)
@@ -433,9 +433,9 @@ def test_smollm2_at_40_tokens_is_under_5_mb_opens_in_under_2_s_and_longer_is_ref
     opened = time.perf_counter() - start
     print(f"SmolLM2, 40 tokens: {size / 1e6:.2f} MB, open in {opened:.2f} s")
     assert size < 5_000_000 and opened < 2.0
-    # block 16's weights, head 6: computed in the page from float16 q and k, as the model did
-    tab.click("#flow [data-go='block 16']")
-    tab.click("#flow [data-go='block 16 · self-attention']")
+    # block 15's weights, head 6: computed in the page from float16 q and k, as the model did
+    tab.click("#flow [data-go='block 15']")
+    tab.click("#flow [data-go='block 15 · self-attention']")
     tab.click("#boxes button.box:has(small:text-is('blocks.15.attn.hook_pattern'))")
     tab.select_option("#slice", index=5)
     assert "computed in the page" in tab.text_content("#step-how")
@@ -500,9 +500,9 @@ def test_a_translators_page_draws_cross_attention_from_the_source_and_translates
     context, tab = offline_tab(browser, path)
     blocks = len(model.decoder.blocks)
     assert tab.locator("#flow path.memory").count() == blocks
-    tab.click("#flow [data-go='decoder block 2']")
+    tab.click("#flow [data-go='decoder block 1']")
     assert tab.locator("#flow path.memory").count() == 1  # into the cross-attention branch
-    tab.click("#flow [data-go='decoder block 2 · cross-attention']")
+    tab.click("#flow [data-go='decoder block 1 · cross-attention']")
     tab.click("#boxes button.box:has(small:text-is('decoder.blocks.1.cross_attn.hook_pattern'))")
     src = torch.tensor([tok.encode(source)])
     tgt = torch.tensor([[model.config.bos_id, *tok.encode(target)]])
@@ -563,7 +563,7 @@ def test_a_vits_page_shows_its_image_as_patches(tmp_path, browser):
     seen = processor.open(image)[0]
     stretched = (seen - seen.min()) / (seen.max() - seen.min()) * 255
     assert (pixels - stretched).abs().max() <= 0.5 + 1e-4
-    tab.click("#flow [data-go='block 1']")
+    tab.click("#flow [data-go='block 0']")
     assert not tab.is_visible("#image-box")  # the image belongs to the model's level
     context.close()
 
@@ -619,8 +619,8 @@ def docs_model(kind: str, tmp_path):
     attention = "cross_attn" if kind == "translator" else "attn"
     return (
         *found,
-        f"{stack}block 2",
-        f"{stack}block 2 · {sub}",
+        f"{stack}block 1",
+        f"{stack}block 1 · {sub}",
         f"{prefix}blocks.1.{attention}.hook_attn_scores",
     )
 

@@ -54,7 +54,7 @@ def test_every_step_is_the_value_the_model_computed(tok):
         first = first.masked_fill(first == torch.finfo(first.dtype).min, -torch.inf)  # masked
         torch.testing.assert_close(torch.tensor(s.values), first[:6], msg=s.name)
     T, H, D, V = 11, 4, 128, tok.vocab_size
-    shapes = {s.what: s.shape for s in steps if s.where == "block 1 · self-attention"}
+    shapes = {s.what: s.shape for s in steps if s.where == "block 0 · self-attention"}
     assert shapes[f"Q = x·W_q + b_q, in {H} heads of {D // H}"] == (1, T, H, D // H)
     (scores,) = steps_named(steps, "scores")[:1]
     assert scores.shape == (1, H, T, T)
@@ -75,9 +75,9 @@ def test_a_translator_is_traced_encoder_then_decoder_with_cross_attention(tok):
     model = Seq2SeqTransformer(Seq2SeqConfig.preset("tiny", src_vocab_size=v, tgt_vocab_size=v))
     steps = trace(model.eval(), tok, TEXT, target="el gato")
     places = list(dict.fromkeys(s.where.split(" · ")[0] for s in steps))
-    assert places[:3] == ["encoder embedding", "encoder block 1", "encoder block 2"]
-    assert "decoder block 1" in places and places[-1] == "output"
-    cross = [s for s in steps if s.where == "decoder block 1 · cross-attention"]
+    assert places[:3] == ["encoder embedding", "encoder block 0", "encoder block 1"]
+    assert "decoder block 0" in places and places[-1] == "output"
+    cross = [s for s in steps if s.where == "decoder block 0 · cross-attention"]
     (scores,) = [s for s in cross if s.what.startswith("scores")]
     assert scores.shape == (1, 4, 8, 11)  # <bos> + 7 target characters × 11 source ones
     assert any(s.what.startswith("K = memory·W_k") for s in cross)
@@ -123,7 +123,7 @@ def test_pre_norm_and_one_layer(tok):
     model = gpt(tok)  # GPT blocks are pre-norm
     steps = trace(model, tok, TEXT, layer=2)
     blocks = {s.where.split(" · ")[0] for s in steps if "block" in s.where}
-    assert blocks == {"block 2"}
+    assert blocks == {"block 1"}
     assert any("before self-attention (pre-norm)" in s.what for s in steps)
     with pytest.raises(ValueError, match="layer must be in 1..2, got 3"):
         trace(model, tok, TEXT, layer=3)
@@ -137,7 +137,7 @@ def test_post_norm_steps_say_the_norm_comes_after_the_sum(tok):
     pooled, logits = steps[-2:]
     assert pooled.what == "pooled: the mean of the real tokens' states (padding ignored)"
     assert pooled.shape == (1, 64) and logits.shape == (1, 3)
-    assert "block 1 · self-attention" in format_trace(steps)
+    assert "block 0 · self-attention" in format_trace(steps)
 
 
 def test_a_gpt_shaped_classifier_says_it_reads_the_last_token(tok):

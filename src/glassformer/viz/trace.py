@@ -110,12 +110,13 @@ def _first(t: Tensor, count: int) -> list[float]:
 
 
 def _where(parts: re.Match, model: PretrainedModel) -> str:
-    """A readable place: "embedding", "block 2 · feed-forward", "decoder block 1", "output"."""
+    """A readable place: "embedding", "block 1 · feed-forward" (blocks.1), "decoder block 0",
+    "output"."""
     stack = f"{parts['stack']} " if parts["stack"] else ""
     if parts["block"] is None:
         head = parts["rest"].startswith(("ln_final", "hook_pooled", "hook_logits"))
         return f"{stack}output" if head else f"{stack}embedding"
-    where = f"{stack}block {int(parts['block']) + 1}"
+    where = f"{stack}block {parts['block']}"  # the index the code and the hook names use
     part = _SUBLAYER.get(parts["rest"].split(".")[0])
     return f"{where} · {part}" if part else where
 

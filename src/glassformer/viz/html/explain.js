@@ -115,7 +115,7 @@ function drawStep() {
   $("slice-label").hidden = slices === 1;
   const select = $("slice");
   state.slice = Math.min(state.slice, slices - 1);
-  fillSelect(select, Array.from({ length: slices }, (_, i) => String(i + 1)), state.slice);
+  fillSelect(select, Array.from({ length: slices }, (_, i) => String(i)), state.slice);
   drawMatrix(stepMatrix(s));
   drawArithmetic(s);
 }
@@ -134,7 +134,7 @@ function drawMatrix(m) {
     const x = m.at(r, c);
     if (x > MASKED / 2) peak = Math.max(peak, Math.abs(x));
   }
-  const label = (r) => (m.rows === rowNames.length ? rowNames[r] : String(r + 1));
+  const label = (r) => (m.rows === rowNames.length ? rowNames[r] : String(r));
   const group = svg("g", { id: "step-cells" });
   if (colNames) {
     colNames.forEach((name, c) => {
@@ -193,7 +193,7 @@ function drawArithmetic(s) {
   const cell = document.querySelector(`#step-cells rect[data-row="${state.query}"][data-col="${state.key}"]`);
   if (cell) cell.classList.add("chosen");
   const sumLine = $("arith-sum");
-  sumLine.textContent = `head ${h + 1}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
+  sumLine.textContent = `head ${h}: Σ_d q_d·k_d × ${s.scale.toFixed(4)} = ${sum.toFixed(6)}`;
   sumLine.dataset.sum = String(sum);
   const weight = s.name.endsWith("hook_pattern") ? stepValues(s.index)[(h * T + state.query) * Tk + state.key] : null;
   $("arith-rest").textContent = scoreRest(s, h, T, sum) + (weight === null ? "" : `; after the softmax over the keys, its weight: ${weight.toFixed(6)}`);
