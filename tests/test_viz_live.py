@@ -162,23 +162,29 @@ STEPS = ("data.steps.map((s, i) => ({name: s.name, shape: live.results[i].shape,
 
 
 def small_models() -> dict:
-    """One model of each shape the live page runs: the paper's GPT (LayerNorm, learned
-    positions, GELU), a Llama-shaped one (RMSNorm, rotary, grouped queries, SwiGLU), and a
-    GPT classifier shaped like the demo's, over a WordPiece vocabulary."""
+    """One small model of each shape the live page runs, with its tokenizer and labels: the
+    paper's GPT (LayerNorm, learned positions, GELU), a Llama-shaped one (RMSNorm, rotary,
+    grouped queries, SwiGLU), Qwen2's window, GPT-NeoX's parallel block and partial rotary,
+    the encoders (post-norm, no mask: a classifier and a masked LM), and a GPT classifier
+    over a WordPiece vocabulary, shaped like the demo's."""
+    from test_every_kind import build
+
     from glassformer import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
 
     chars = CharTokenizer("abcdefghijklmnopqrstuvwxyz .,")
     words = WordPieceTokenizer.train([*TYPED, "the film was fine and moving"] * 4,
                                      vocab_size=200, lowercase=True)  # fmt: skip
     torch.manual_seed(0)
-    gpt = GPT(GPTConfig.preset("tiny", vocab_size=chars.vocab_size, max_len=32)).eval()
-    llama = GPT(GPTConfig.preset("llama-tiny", vocab_size=chars.vocab_size, max_len=32)).eval()
+    found = {"gpt": (GPT(GPTConfig.preset("tiny", vocab_size=chars.vocab_size, max_len=32)),
+                     chars, None)}  # fmt: skip
+    for kind in ("modern gpt", "qwen2 gpt", "neox gpt", "classifier", "encoder lm"):
+        model, tokenizer = build(kind, chars, words)
+        found[kind] = (model, tokenizer, ["a", "b", "c"] if kind == "classifier" else None)
     config = GPTClassifierConfig(vocab_size=words.vocab_size, max_len=24, d_model=32,
                                  num_heads=4, num_layers=2, d_ff=64, dropout=0.0,
                                  num_classes=2, pooling="last")  # fmt: skip
-    classifier = GPTClassifier(config).eval()
-    return {"gpt": (gpt, chars, None), "llama": (llama, chars, None),
-            "classifier": (classifier, words, ["no", "yes"])}  # fmt: skip
+    found["gpt classifier"] = (GPTClassifier(config), words, ["no", "yes"])
+    return {kind: (model.eval(), tok, labels) for kind, (model, tok, labels) in found.items()}
 
 
 def open_live(browser, path: Path):
@@ -216,7 +222,8 @@ def typed_steps_match(tab, model, tokenizer, text: str) -> list[str]:
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("kind", ["gpt", "llama", "classifier"])
+@pytest.mark.parametrize("kind", ["gpt", "modern gpt", "qwen2 gpt", "neox gpt", "classifier",
+                                  "encoder lm", "gpt classifier"])  # fmt: skip
 def test_typed_text_gives_every_step_the_models_values(browser, tmp_path, kind):
     from glassformer.viz.live import live_html
 
@@ -263,4 +270,85 @@ def test_a_mistake_in_the_pages_arithmetic_fails(browser, tmp_path, mistake):
     path.write_text(broken, encoding="utf-8")
     context, tab, _ = open_live(browser, path)
     assert typed_steps_match(tab, model, tokenizer, TYPED[0]) != []
+    context.close()
+
+
+@pytest.mark.browser
+def test_float16_weights_keep_every_step_within_its_stated_bound(browser, tmp_path, monkeypatch):
+    """A page made to carry float16 weights states each step's bound (measured on seeded
+    texts, with a margin) and keeps typed text's every step within it, and within 1%."""
+    from glassformer.viz import live
+    from glassformer.viz.live import _ids, live_data, live_html, relative_error
+    from glassformer.viz.live_rules import page_values
+
+    monkeypatch.setattr(live, "LIVE_MAX_BYTES", 0)  # any page is "too large" for float32
+    model, tokenizer, _ = small_models()["gpt"]
+    data = live_data(model, tokenizer, "the film")
+    assert data["precision"] == "f16"
+    assert all(w["dtype"] == "f16" for w in data["live"]["weights"].values())
+    bounds = {s["name"]: s["bound"] for s in data["steps"]}
+    assert all(0 < b <= 0.01 for b in bounds.values())
+    path = live_html(model, tokenizer, "the film").save(tmp_path / "half.html")
+    context, tab, errors = open_live(browser, path)
+    for text in TYPED:
+        tab.fill("#live-text", text)
+        steps = tab.evaluate(STEPS)
+        expected = page_values(model, [s["name"] for s in steps], _ids(model, tokenizer, text))
+        for step, value in zip(steps, expected, strict=True):
+            found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
+            assert relative_error(found, value) <= bounds[step["name"]], (text, step["name"])
+    said = tab.evaluate("howFound(data.steps[data.steps.length - 1])")
+    stated = re.search(r"float16 weights: within ([0-9.e+-]+)%", said)
+    assert stated and float(stated[1]) == pytest.approx(100 * bounds["hook_logits"], rel=0.05)
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.browser
+def test_the_tour_walks_one_forward_pass_pinned_to_the_drawing(browser, tmp_path):
+    """At least eight stops, from the model through a block's attention and MLP to the
+    output and the box to type in; each opens its level, outlines its part of the drawing
+    (visible, the tour's box beside it) and says what it is as text. The first stop and the
+    live page's levels are the docs' pictures (GLASSFORMER_SCREENSHOTS, GLASSFORMER_DEMO_RUN)."""
+    from test_viz_explain import EXPLAIN_VIEWPORT, docs_model
+    from test_viz_html import FRAGMENTS, photograph, screenshot_folder
+
+    from glassformer.viz.live import live_html
+    from glassformer.viz.viewer import LIVE_SCRIPTS
+
+    model, tokenizer, text, labels, block, *_ = docs_model("gpt", tmp_path)
+    path = live_html(model, tokenizer, text, labels).save(tmp_path / "tour.html")
+    context = browser.new_context(viewport=EXPLAIN_VIEWPORT)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.on("dialog", lambda d: (errors.append(d.message), d.dismiss()))
+    tab.goto(path.resolve().as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    folder = screenshot_folder(tmp_path)
+    photograph(tab, folder / "explain-live-gpt-model.png")
+    tab.click(f"#flow [data-go='{block}']")
+    photograph(tab, folder / "explain-live-gpt-block.png")
+    tab.click("#tour-start")
+    stops = tab.evaluate("tour.stops.map((s) => s.step)")
+    assert len(stops) >= 8 and stops[0] == "model" and stops[-1] == "model"
+    assert any(s.endswith("hook_pattern") for s in stops) and "hook_logits" in stops
+    photograph(tab, folder / "explain-tour-gpt.png")
+    for k, stop in enumerate(stops):
+        assert tab.text_content("#tour-count") == f"{k + 1} of {len(stops)}"
+        target = tab.get_attribute("#tour", "data-target")
+        assert tab.locator(f"{target}.tour-target").is_visible(), (k, target)
+        if stop != "model":
+            assert tab.text_content("#step-name") == stop
+        if k < len(stops) - 1:
+            tab.click("#tour-next")
+    assert tab.is_disabled("#tour-next")
+    tab.click("#tour-end")
+    assert tab.locator("#tour").is_hidden() and tab.locator(".tour-target").count() == 0
+    for fragment in FRAGMENTS:  # typed markup stays text: no element made, nothing run
+        tab.fill("#live-text", fragment)
+    scripts = "document.querySelectorAll('script:not([type])').length"
+    assert tab.evaluate(scripts) == len(LIVE_SCRIPTS)
+    assert tab.text_content("#subtitle") == FRAGMENTS[-1]
+    assert errors == []
     context.close()

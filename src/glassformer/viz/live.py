@@ -91,7 +91,9 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
 
 # ---- the live page: the explorable page, run by the page itself ---------------------------
 
-LIVE_KINDS = ("gpt", "gpt_classifier")  # the one-stack models whose every step has a rule
+# the one-stack text models whose steps have rules (a model of them whose step has none,
+# Gemma's norm after attention, gets the page of one text, saying which step)
+LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm")
 LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
 LIVE_MAX_BYTES = 8_000_000  # over this in float32, the weights travel as float16
 HALF_BOUND = 0.0025  # float16 weights: each step within 0.25% of its largest value on the
@@ -103,7 +105,7 @@ def live_refusal(model: PretrainedModel) -> str | None:
     """Why ``model`` gets the page of one fixed text rather than a live one (None: it can)."""
     kind = getattr(model, "kind", None)
     if kind not in LIVE_KINDS:
-        return f"the live page runs {' and '.join(LIVE_KINDS)} models; this is {kind!r}"
+        return f"the live page runs {', '.join(LIVE_KINDS)} models; this is {kind!r}"
     params = sum(p.numel() for p in model.parameters())
     if params > LIVE_MAX_PARAMS:
         return (f"the live page carries models of up to {LIVE_MAX_PARAMS:,} parameters; this "

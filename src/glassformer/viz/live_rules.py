@@ -96,8 +96,8 @@ def run_rule(
             return w[: len(ids)]
         if op == "linear":
             return _linear(rule, parts[0], weights)
-        if op in ("layernorm", "rmsnorm"):
-            return _norm(rule, parts[0], weights)
+        if op in ("layernorm", "rmsnorm"):  # of one step, or of the sum of two (post-norm)
+            return _norm(rule, sum(parts[1:], parts[0]), weights)
         if op == "pool":
             return _pool(rule["how"], parts[0], ids, rule.get("pad"))
         if op == "scores":
@@ -109,7 +109,8 @@ def run_rule(
         if op == "same":
             return parts[0]
         if op == "sum":
-            return parts[0] + parts[1] if parts[0].shape == parts[1].shape else None
+            same = all(part.shape == parts[0].shape for part in parts)
+            return sum(parts[1:], parts[0]) if same else None
         if op == "act":
             out = FUNCTIONS[rule["fn"]](parts[0])
             return out * parts[1] if len(parts) == 2 else out
@@ -162,14 +163,21 @@ def _pool(how: str, x: Tensor, ids: Tensor, pad: int | None) -> Tensor:
 
 
 def _scores(rule: dict, q: Tensor, k: Tensor, ids: Tensor) -> Tensor:
-    """q·kᵀ/√Dh (H, Tq, Tk), a key padded (its id ``pad``) or later than the query (causal)
-    masked."""
+    """q·kᵀ × scale (1/√Dh unless the rule says) (H, Tq, Tk), squashed to c·tanh(s/c) where
+    it has a ``softcap``; a key padded (its id ``pad``), later than the query (causal) or
+    outside the query's ``window`` [left, right] masked."""
     k = k.repeat_interleave(q.size(0) // k.size(0), dim=0)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = q @ k.transpose(-2, -1) * rule.get("scale", 1 / math.sqrt(q.size(-1)))
+    if rule.get("softcap"):
+        scores = rule["softcap"] * torch.tanh(scores / rule["softcap"])
     Tq, Tk = scores.shape[-2:]
     allowed = torch.ones(Tq, Tk, dtype=torch.bool)
     if rule.get("mask") == "causal":
         allowed = allowed.tril(Tk - Tq)
+    if rule.get("window") is not None:
+        from glassformer.modules.local_attention import window_mask
+
+        allowed &= window_mask(Tq, Tk, window=rule["window"], global_tokens=rule["global"])
     if rule.get("pad") is not None:
         allowed &= (ids != rule["pad"])[None, :]
     return scores.masked_fill(~allowed, MASKED)
@@ -185,7 +193,7 @@ def _tried(
 ) -> list[dict]:
     """The rules that might give step ``name``, the weights they read put in ``weights``."""
     owner, _, leaf = name.rpartition(".")
-    before = [i for i in range(index[name] - 1, -1, -1)][:8]  # the latest steps first
+    before = [i for i in range(index[name] - 1, -1, -1)][:16]  # the latest steps first
     rules: list[dict] = []
     if leaf == "hook_embed":
         embed = cast(nn.Embedding, model.get_submodule(f"{owner}.embed" if owner else "embed"))
@@ -226,7 +234,7 @@ def _tried(
         rules += _linear_rules(model, head, before, weights) if head is not None else []
     else:
         rules += _attention_rules(model, name, index, full, tables)
-    return rules
+    return rules + [{"op": "same", "of": [j]} for j in before[:2]]  # post-norm: resid_mid = ln1
 
 
 def _stream_start(name: str, index: dict[str, int]) -> list[dict]:
@@ -250,10 +258,22 @@ def _attention_rules(
     rules = _candidates(name, index, full, tables)
     if name.endswith("hook_attn_scores"):
         attn = model.get_submodule(name.rpartition(".")[0])
-        if not isinstance(attn, MultiHeadAttention) or attn.scale is not None:
+        if not isinstance(attn, MultiHeadAttention):
             return []
-        pad = getattr(model.config, "pad_id", None)
-        rules = [{**rule, "pad": pad} for rule in rules]
+        how: dict[str, Any] = {"pad": getattr(model.config, "pad_id", None)}
+        if attn.scale is not None:
+            how["scale"] = float(attn.scale)
+        if attn.softcap is not None:
+            how["softcap"] = float(attn.softcap)
+        if attn.window is not None:
+            how.update(window=[int(attn.window[0]), int(attn.window[1])],
+                       **{"global": int(attn.global_tokens)})  # fmt: skip
+        rules = [{**rule, **how} for rule in rules]
+    if name.endswith("hook_resid_post"):  # a parallel block: x + attention + MLP
+        parts = [index.get(name.replace("hook_resid_post", leaf))
+                 for leaf in ("hook_resid_pre", "hook_attn_out", "hook_mlp_out")]  # fmt: skip
+        if None not in parts:
+            rules.append({"op": "sum", "of": parts})
     return rules
 
 
@@ -273,7 +293,9 @@ def _norm_rules(
     if bias is not None:
         rule["bias"] = _carry(model, bias, weights)
     width = int(norm.weight.numel()) if norm.weight is not None else norm.normalized_shape[0]
-    return [{**rule, "of": [j]} for j in before if full[j].size(-1) == width]
+    fits = [j for j in before if full[j].size(-1) == width]
+    pairs = [[a, b] for n, a in enumerate(fits[:4]) for b in fits[n + 1 : 4]]  # post-norm's sum
+    return [{**rule, "of": [j]} for j in fits] + [{**rule, "of": sorted(p)} for p in pairs]
 
 
 def _qkv_rules(

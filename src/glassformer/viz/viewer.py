@@ -54,10 +54,11 @@ from glassformer.viz.attention import (
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
 SCRIPTS = ("helpers.js", "data.js", "views.js", "extras.js", "viewer.js")
-EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain.js")
+EXPLAIN_SCRIPTS = ("helpers.js", "explain-derive.js", "explain-flow.js", "explain-tour.js",
+                   "explain.js")  # fmt: skip
 # the live page's: the tokenizer and the forward pass, before the page's own
 LIVE_SCRIPTS = ("helpers.js", "explain-derive.js", "live-tokenize.js", "live-forward.js",
-                "explain-flow.js", "explain.js")  # fmt: skip
+                "explain-flow.js", "explain-tour.js", "explain.js")  # fmt: skip
 _ASSETS = ("page.html", "viewer.html", "viewer.css", *SCRIPTS, "explain.html", "explain.css",
            *EXPLAIN_SCRIPTS, "graph.html", "graph.css", "graph.js", "circuit.html", "circuit.css",
            "circuit.js", "live-tokenize.js", "live-forward.js")  # fmt: skip

@@ -128,6 +128,12 @@ function derive(rule, shape) {
   return out;
 }
 
+const LIVE_RULES = { // the live page's own rules (live-forward.js), in words
+  embed: () => "the embedding table's rows for the tokens", rows: () => "the position table's rows",
+  linear: (s) => `${s} · Wᵀ + b`, layernorm: (s) => `LayerNorm of ${s}`, rmsnorm: (s) => `RMSNorm of ${s}`,
+  pool: (s) => `${s} pooled over the tokens`, scores: (s, t) => `${s} · ${t}ᵀ / √d, masked`,
+};
+
 const RULES = {
   same: (s) => `the same as ${s}`, sum: (s, t) => `${s} + ${t}`, softmax: (s) => `softmax of ${s}`,
   weighted: (s, t) => `${s} · ${t}`, scores: (s, t) => `${s} · ${t}ᵀ / √d`, rope: (s) => `${s} turned by position`,
@@ -137,7 +143,9 @@ const RULES = {
 function howFound(s) {
   if (s.live) {
     const bound = s.bound === undefined ? "" : ` (float16 weights: within ${(100 * s.bound).toPrecision(2)}% of its largest value, as measured when the page was written)`;
-    return `computed in this page from the model's weights: ${s.live.op}${bound}`;
+    const parts = (s.live.of || []).map((j) => data.steps[j].name);
+    const said = (LIVE_RULES[s.live.op] || RULES[s.live.op] || ((x) => s.live.op))(...parts).replace("act(", `${s.live.fn}(`);
+    return `computed in this page from the model's weights: ${said}${bound}`;
   }
   const within = s.error === undefined ? "" : ` (within ${(100 * s.error).toPrecision(2)}% of its largest value, from float16 values)`;
   if (!s.derive) return s.dtype === "f16" ? `carried in the page, as float16${within}` : "carried in the page";

@@ -368,6 +368,7 @@ function start() {
   drawImage();
   draw();
   drawOutput();
+  startTour();
   document.body.dataset.ready = "1";
 }
 

@@ -64,29 +64,58 @@ function liveOutput() {
 function liveStep(rule) {
   const parts = (rule.of || []).map((j) => live.results[j]);
   const [a, b] = parts;
-  const w = rule.weight ? liveWeight(rule.weight) : null;
+  const w = rule.weight && rule.op !== "embed" ? liveWeight(rule.weight) : null;
   switch (rule.op) {
-    case "embed": return liveEmbed(w, rule.scale ?? 1);
+    case "embed": return liveEmbed(rule.weight, rule.scale ?? 1);
     case "rows": return { shape: [live.ids.length, w.shape[1]], data: Float64Array.from(w.data.subarray(0, live.ids.length * w.shape[1])) };
     case "linear": return liveLinear(rule, a, w);
-    case "layernorm": case "rmsnorm": return liveNorm(rule, a);
+    case "layernorm": case "rmsnorm": return liveNorm(rule, liveSum(parts)); // post-norm: of a sum
     case "pool": return livePool(rule, a);
     case "scores": return liveScores(rule, a, b);
     case "softmax": return liveSoftmax(a);
     case "weighted": return liveWeighted(a, b);
     case "rope": return liveRope(rule, a);
     case "same": return a;
-    case "sum": return { shape: a.shape, data: a.data.map((x, i) => x + b.data[i]) };
+    case "sum": return liveSum(parts);
     case "act": return { shape: a.shape, data: a.data.map((x, i) => FUNCTIONS[rule.fn](x) * (b ? b.data[i] : 1)) };
     default: throw new Error(`no live rule ${rule.op}`); // never zeros as values
   }
 }
 
-function liveEmbed(w, scale) {
+// The embedding's rows for the ids. A table read only here is not decoded whole: each row is
+// cut from the base64 text as it is needed (a 16,000-row vocabulary is most of a page).
+function liveSum(parts) {
+  const out = Float64Array.from(parts[0].data);
+  for (const part of parts.slice(1)) part.data.forEach((x, i) => { out[i] += x; });
+  return { shape: parts[0].shape, data: out };
+}
+
+function liveEmbed(name, scale) {
+  const w = data.live.weights[name];
   const D = w.shape[1];
   const out = new Float64Array(live.ids.length * D);
-  live.ids.forEach((id, t) => { for (let d = 0; d < D; d++) out[t * D + d] = w.data[id * D + d] * scale; });
+  live.ids.forEach((id, t) => {
+    const row = liveWeights.has(name) ? liveWeight(name).data.subarray(id * D, (id + 1) * D) : liveRow(name, id);
+    for (let d = 0; d < D; d++) out[t * D + d] = row[d] * scale;
+  });
   return { shape: [live.ids.length, D], data: out };
+}
+
+const rowCache = new Map();
+
+function liveRow(name, r) {
+  const key = `${name}:${r}`;
+  if (!rowCache.has(key)) {
+    const w = data.live.weights[name];
+    const width = w.dtype === "f16" ? 2 : 4;
+    const [start, end] = [r * w.shape[1] * width, (r + 1) * w.shape[1] * width]; // its bytes
+    const first = Math.floor(start / 3) * 3; // base64 turns each 3 bytes into 4 characters
+    const text = w.values.slice((first / 3) * 4, Math.ceil(end / 3) * 4);
+    const bytes = atob(text).slice(start - first, end - first);
+    const b64 = btoa(bytes);
+    rowCache.set(key, w.dtype === "f16" ? halves(b64) : floats(b64));
+  }
+  return rowCache.get(key);
 }
 
 // x · Wᵀ + b over the rows [lo, hi) of W: x (T, in), (in,), or heads (H, T, Dh) side by side;
@@ -163,18 +192,30 @@ function livePool(rule, x) {
   return { shape: [D], data: out };
 }
 
-// q (H, Tq, D) · k (Hkv, Tk, D)ᵀ / √D, a later key (causal) or a padded one masked
+// q (H, Tq, D) · k (Hkv, Tk, D)ᵀ × scale (1/√D unless the rule says), squashed to c·tanh(s/c)
+// under a soft cap; a later key (causal), a padded one or one outside the window masked
 function liveScores(rule, q, k) {
   const [H, Tq, D] = q.shape;
   const [Hkv, Tk] = k.shape;
+  const scale = rule.scale ?? 1 / Math.sqrt(D);
   const out = new Float64Array(H * Tq * Tk);
+  const allowed = (t, c) => {
+    const i = t + (Tk - Tq); // the query's position among the keys
+    if (rule.mask === "causal" && c > i) return false;
+    if (rule.pad != null && live.ids[c] === rule.pad) return false;
+    if (!rule.window) return true;
+    const [left, right] = rule.window;
+    let ok = c >= i - left && c <= i + right;
+    if (rule.global) ok = (ok || c < rule.global || i < rule.global) && (right !== 0 || c <= i);
+    return ok;
+  };
   for (let h = 0; h < H; h++) {
     const g = Math.floor(h / (H / Hkv));
     for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
-      const masked = (rule.mask === "causal" && c > t + (Tk - Tq)) || (rule.pad != null && live.ids[c] === rule.pad);
       let sum = 0;
       for (let d = 0; d < D; d++) sum += q.data[(h * Tq + t) * D + d] * k.data[(g * Tk + c) * D + d];
-      out[(h * Tq + t) * Tk + c] = masked ? MASKED : sum / Math.sqrt(D);
+      const score = rule.softcap ? rule.softcap * Math.tanh((sum * scale) / rule.softcap) : sum * scale;
+      out[(h * Tq + t) * Tk + c] = allowed(t, c) ? score : MASKED;
     }
   }
   return { shape: [H, Tq, Tk], data: out };
