@@ -352,3 +352,45 @@ def test_the_tour_walks_one_forward_pass_pinned_to_the_drawing(browser, tmp_path
     assert tab.text_content("#subtitle") == FRAGMENTS[-1]
     assert errors == []
     context.close()
+
+
+@pytest.mark.browser
+def test_the_page_draws_the_streams_length_the_attention_lines_and_the_output_bars(
+    browser, tmp_path
+):
+    """Drawn, not listed: beside the model, a lane per token as tall as its stream's norm
+    at each place; under a head's weights, a line per (query, key) as opaque as the weight;
+    the output's probabilities as bars. Each holds the model's number for the typed text."""
+    from glassformer.viz.live import _ids, live_html
+    from glassformer.viz.live_rules import page_values
+
+    model, tokenizer, _ = small_models()["gpt"]
+    path = live_html(model, tokenizer, "the film").save(tmp_path / "drawn.html")
+    context, tab, errors = open_live(browser, path)
+    text = TYPED[0]
+    tab.fill("#live-text", text)
+    ids = _ids(model, tokenizer, text)
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{i}.hook_resid_post" for i in range(4))]
+    streams = page_values(model, names, ids)
+    names.append(names[-1])  # the output reads the last block's stream
+    streams.append(streams[-1])
+    lanes = tab.evaluate("[...document.querySelectorAll('#stream-widths rect')]"
+                         ".map((r) => [+r.dataset.place, +r.dataset.token, +r.dataset.norm])")  # fmt: skip
+    assert len(lanes) == len(names) * len(ids)
+    for place, token, norm in lanes:
+        assert norm == pytest.approx(float(streams[place][token].norm()), rel=1e-4)
+    tab.click("#flow [data-go='block 1']")
+    tab.click("#flow [data-go='block 1 · self-attention']")
+    tab.click("#boxes button.box:has(small:text-is('blocks.1.attn.hook_pattern'))")
+    tab.select_option("#slice", index=2)
+    pattern = page_values(model, ["blocks.1.attn.hook_pattern"], ids)[0][2]
+    lines = tab.evaluate("[...document.querySelectorAll('#attention-lines line')]"
+                         ".map((l) => [+l.dataset.q, +l.dataset.k, +l.dataset.weight])")  # fmt: skip
+    assert len(lines) == int((pattern > 0.001).sum())
+    for q, k, weight in lines:
+        assert weight == pytest.approx(float(pattern[q, k]), abs=1e-5)
+    bars = tab.evaluate("[...document.querySelectorAll('#distribution li')].map((li) => "
+                        "[+li.dataset.prob, parseFloat(li.querySelector('.bar').style.width)])")  # fmt: skip
+    assert bars and all(width == pytest.approx(12 * prob, abs=0.01) for prob, width in bars)
+    assert errors == []
+    context.close()

@@ -39,6 +39,7 @@ function drawModelFlow(page, places) {
       stacks[i] ? `the ${stacks[i]}: its residual stream` : "the residual stream"));
     column.forEach((p, j) => flowNode(page, x, 20 + j * step, p.label, stepCount(p.count), p.go));
   });
+  if (columns.length === 1) drawStreamWidths(page, places, 20 + FLOW.width + 24, step);
   if (columns.length === 2) { // the encoder's output is the memory every cross-attention reads
     const from = [20 + FLOW.width, 20 + (columns[0].length - 1) * step + FLOW.node / 2];
     const x = 20 + FLOW.width + 90;
@@ -51,6 +52,45 @@ function drawModelFlow(page, places) {
     page.append(svg("text", { x: 22, y: from[1] + FLOW.node / 2 + 14, class: "detail" },
       "↳ the memory every cross-attention reads"));
   }
+}
+
+// Beside each place of a one-stack model, the stream there as one lane per token, each as
+// tall as that position's vector is long (its norm, on one scale for the whole model): the
+// stream entering the first block, leaving each block, and entering the output.
+function drawStreamWidths(page, places, x0, step) {
+  const whole = (s) => s && s.shown.join() === s.shape.join(); // not thinned: a true norm
+  const named = (name) => data.steps.find((s) => s.name === name);
+  const at = (place) => {
+    if (place === "embedding") return named("blocks.0.hook_resid_pre");
+    if (place === "output") return [...data.steps].reverse().find((s) => s.name.endsWith("hook_resid_post"));
+    const block = /^block (\d+)$/.exec(place);
+    return block ? named(`blocks.${block[1]}.hook_resid_post`) : null;
+  };
+  const found = places.map((p) => at(p.label));
+  if (!found.every(whole)) return;
+  const norms = found.map((s) => {
+    const v = stepValues(s.index);
+    const [T, D] = s.shown.length === 2 ? s.shown : [1, s.shown[0]];
+    return Array.from({ length: T }, (_, t) => Math.hypot(...v.subarray(t * D, (t + 1) * D)));
+  });
+  const peak = Math.max(1e-12, ...norms.flat());
+  const lane = Math.max(3, Math.min(14, Math.floor(360 / norms[0].length)));
+  const group = svg("g", { id: "stream-widths" });
+  group.append(svg("text", { x: x0, y: 12, class: "detail" }, "each token's stream: its length (norm)"));
+  norms.forEach((row, j) => {
+    const y = 20 + j * step;
+    row.forEach((n, t) => {
+      const h = Math.max(1, (n / peak) * FLOW.node);
+      const r = svg("rect", { x: x0 + t * lane, y: y + FLOW.node - h, width: lane - 1, height: h, fill: "#7a9cc6",
+        "data-place": j, "data-token": t, "data-norm": n });
+      r.append(svg("title", {}, `${places[j].label}, ${data.tokens[t] ?? t}: ${n.toFixed(3)}`));
+      group.append(r);
+    });
+  });
+  page.append(group);
+  const width = Math.max(Number(page.getAttribute("width")), x0 + norms[0].length * lane + 20);
+  page.setAttribute("width", String(width));
+  page.setAttribute("viewBox", `0 0 ${width} ${page.getAttribute("height")}`);
 }
 
 // A block: the stream, and each sub-layer as a branch added back to it.

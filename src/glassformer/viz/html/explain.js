@@ -117,6 +117,7 @@ function drawStep() {
   state.slice = Math.min(state.slice, slices - 1);
   fillSelect(select, Array.from({ length: slices }, (_, i) => String(i)), state.slice);
   drawMatrix(stepMatrix(s));
+  drawLines(s);
   drawArithmetic(s);
 }
 
@@ -156,6 +157,32 @@ function drawMatrix(m) {
       group.append(rect);
     }
   }
+  page.append(group);
+}
+
+// An attention map's weights as the familiar lines: the queries' tokens on the left, the
+// keys' on the right, a line between them as opaque as the weight (the chosen head).
+function drawLines(s) {
+  const box = $("lines-box");
+  box.hidden = !/hook_pattern$/.test(s.name);
+  if (box.hidden) return;
+  const [, Tq, Tk] = s.shown.length === 3 ? s.shown : [1, ...s.shown];
+  const v = stepValues(s.index);
+  const offset = state.slice * Tq * Tk;
+  const rows = data.labels[s.rows] || [];
+  const cols = data.labels[s.cols] || [];
+  const gap = 18;
+  const page = $("lines-svg");
+  sizePage(page, 420, 20 + Math.max(Tq, Tk) * gap);
+  const group = svg("g", { id: "attention-lines" });
+  for (let q = 0; q < Tq; q++) for (let k = 0; k < Tk; k++) {
+    const w = v[offset + q * Tk + k];
+    if (!(w > 0.001)) continue;
+    group.append(svg("line", { x1: 130, y1: 14 + q * gap, x2: 290, y2: 14 + k * gap, stroke: "#b2182b",
+      "stroke-opacity": w, "stroke-width": 2, "data-q": q, "data-k": k, "data-weight": w }));
+  }
+  for (let q = 0; q < Tq; q++) group.append(svg("text", { x: 124, y: 18 + q * gap, "text-anchor": "end" }, (rows[q] ?? String(q)).slice(0, 16)));
+  for (let k = 0; k < Tk; k++) group.append(svg("text", { x: 296, y: 18 + k * gap }, (cols[k] ?? String(k)).slice(0, 16)));
   page.append(group);
 }
 
@@ -288,6 +315,9 @@ function drawOutput() {
     const item = tag("li", `${labelOf(i)}  ${prob.toFixed(4)}`);
     item.dataset.index = String(i);
     item.dataset.prob = String(prob);
+    const bar = tag("span", undefined, "bar"); // the probability drawn: 12em is certainty
+    bar.style.width = `${(12 * prob).toFixed(2)}em`;
+    item.append(bar);
     list.append(item);
   }
 }
