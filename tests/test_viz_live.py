@@ -374,8 +374,8 @@ def test_the_page_draws_the_streams_length_the_attention_lines_and_the_output_ba
     streams = page_values(model, names, ids)
     names.append(names[-1])  # the output reads the last block's stream
     streams.append(streams[-1])
-    lanes = tab.evaluate("[...document.querySelectorAll('#stream-widths rect')]"
-                         ".map((r) => [+r.dataset.place, +r.dataset.token, +r.dataset.norm])")  # fmt: skip
+    lane = "(r) => [+r.dataset.place, +r.dataset.token, +r.dataset.norm]"
+    lanes = tab.evaluate(f"[...document.querySelectorAll('#stream-widths rect')].map({lane})")
     assert len(lanes) == len(names) * len(ids)
     for place, token, norm in lanes:
         assert norm == pytest.approx(float(streams[place][token].norm()), rel=1e-4)
@@ -384,13 +384,59 @@ def test_the_page_draws_the_streams_length_the_attention_lines_and_the_output_ba
     tab.click("#boxes button.box:has(small:text-is('blocks.1.attn.hook_pattern'))")
     tab.select_option("#slice", index=2)
     pattern = page_values(model, ["blocks.1.attn.hook_pattern"], ids)[0][2]
-    lines = tab.evaluate("[...document.querySelectorAll('#attention-lines line')]"
-                         ".map((l) => [+l.dataset.q, +l.dataset.k, +l.dataset.weight])")  # fmt: skip
+    line = "(l) => [+l.dataset.q, +l.dataset.k, +l.dataset.weight]"
+    lines = tab.evaluate(f"[...document.querySelectorAll('#attention-lines line')].map({line})")
     assert len(lines) == int((pattern > 0.001).sum())
     for q, k, weight in lines:
         assert weight == pytest.approx(float(pattern[q, k]), abs=1e-5)
-    bars = tab.evaluate("[...document.querySelectorAll('#distribution li')].map((li) => "
-                        "[+li.dataset.prob, parseFloat(li.querySelector('.bar').style.width)])")  # fmt: skip
+    bar = "(li) => [+li.dataset.prob, parseFloat(li.querySelector('.bar').style.width)]"
+    bars = tab.evaluate(f"[...document.querySelectorAll('#distribution li')].map({bar})")
     assert bars and all(width == pytest.approx(12 * prob, abs=0.01) for prob, width in bars)
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.browser
+def test_a_vits_page_runs_what_is_drawn_on_its_pad(browser, tmp_path):
+    """The digits ViT's page: strokes drawn on the pad become the model's image (each pixel
+    its square's mean; clear is black), and every step and the classes are the model's for
+    that image, to 1e-4."""
+    from PIL import Image
+    from test_every_kind import build
+
+    from glassformer.data.images import ImageProcessor
+    from glassformer.viz.live import live_html, relative_error
+    from glassformer.viz.live_rules import page_values
+
+    model, _ = build("vit", CharTokenizer("ab"), None)
+    processor = ImageProcessor((8, 8), 1)
+    start = tmp_path / "start.png"
+    Image.fromarray((torch.rand(8, 8) * 255).byte().numpy(), mode="L").save(start)
+    path = live_html(model, processor, str(start), ["a", "b", "c"]).save(tmp_path / "vit.html")
+    context, tab, errors = open_live(browser, path)
+    assert tab.locator("#pad").is_visible() and tab.locator("#live-text").is_hidden()
+    tab.click("#pad-clear")
+    assert tab.evaluate("Array.from(live.image).every((p) => p === 0)")
+    box = tab.locator("#pad").bounding_box()
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return box["x"] + x * box["width"], box["y"] + y * box["height"]
+
+    for (x0, y0), (x1, y1) in ([(0.3, 0.2), (0.3, 0.8)], [(0.2, 0.5), (0.8, 0.45)]):  # a cross
+        tab.mouse.move(*at(x0, y0))
+        tab.mouse.down()
+        tab.mouse.move(*at(x1, y1), steps=8)
+        tab.mouse.up()
+    image = torch.tensor(tab.evaluate("Array.from(live.image)"), dtype=torch.float32).view(1, 8, 8)
+    assert 4 < int((image > 0.5).sum()) < 40  # the cross, not the whole pad
+    steps = tab.evaluate(STEPS)
+    expected = page_values(model, [s["name"] for s in steps], image)
+    for step, value in zip(steps, expected, strict=True):
+        found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
+        assert relative_error(found, value) <= 1e-4, step["name"]
+    with torch.no_grad():
+        logits = model(image[None]).logits[0]
+    shown = torch.tensor(tab.evaluate("Array.from(data.output.logits)"), dtype=torch.float64)
+    torch.testing.assert_close(shown, logits.double(), atol=1e-4, rtol=0)
     assert errors == []
     context.close()

@@ -93,7 +93,7 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
 
 # the one-stack text models whose steps have rules (a model of them whose step has none,
 # Gemma's norm after attention, gets the page of one text, saying which step)
-LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm")
+LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "vit")
 LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
 LIVE_MAX_BYTES = 8_000_000  # over this in float32, the weights travel as float16
 HALF_BOUND = 0.0025  # float16 weights: each step within 0.25% of its largest value on the
@@ -125,10 +125,10 @@ def live_data(
     why = live_refusal(model)
     if why is not None:
         raise LiveError(why)
-    spec = tokenizer_spec(tokenizer)
+    spec = None if model.kind == "vit" else tokenizer_spec(tokenizer)
     forward = _forward(model, tokenizer, text, None)
     data, _, full = _collect(model, *forward, columns=10**9)
-    ids = _ids(model, tokenizer, text)
+    ids = _ids(model, tokenizer, text)  # a ViT's: its image (C, H, W)
     rules, weights, tables = live_program(model, data["steps"], full, ids)
     for step, rule in zip(data["steps"], rules, strict=True):
         step.pop("derive", None)
@@ -142,14 +142,19 @@ def live_data(
         else:
             for step, bound in zip(data["steps"], bounds, strict=True):
                 step["bound"] = bound
-    data["live"] = _carried(model, tokenizer, spec, weights, tables, half, labels)
+    data["live"] = _carried(model, tokenizer, spec, weights, tables, half, labels, ids)
     data["live"]["why"] = why
     data["precision"] = "f16" if half else "f32"
     return data
 
 
 def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Tensor:
-    """The ids the model reads for ``text``, as the page cuts them (``frame``)."""
+    """The ids the model reads for ``text``, as the page cuts them (``frame``); a ViT's
+    image (C, H, W), ``text`` its file."""
+    if model.kind == "vit":
+        from glassformer.viz.attention import model_inputs
+
+        return model_inputs(model, tokenizer, text)[0][0][0]
     ids = tokenizer.encode(text)
     limit = model.config.max_len
     ids = ids[-limit:] if model.kind == "gpt" else ids[:limit]
@@ -161,11 +166,12 @@ def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Tensor:
 def _carried(
     model: PretrainedModel,
     tokenizer: Any,
-    spec: dict,
+    spec: dict | None,
     weights: dict[str, Tensor],
     tables: dict,
     half: bool,
     labels: list[str] | None,
+    ids: Tensor,
 ) -> dict:
     from glassformer.viz.attention import token_labels
     from glassformer.viz.derive import _json
@@ -174,8 +180,13 @@ def _carried(
     carried = {name: {"shape": list(w.shape), "dtype": "f16" if half else "f32",
                       "values": (base64_halves if half else base64_floats)(w.float())}
                for name, w in weights.items()}  # fmt: skip
-    vocab = model.config.vocab_size
     classes = getattr(model.config, "num_classes", None)
+    if model.kind == "vit":
+        channels, *size = (int(n) for n in ids.shape)
+        return {"image": {"channels": channels, "size": size, "pixels": ids.flatten().tolist()},
+                "weights": carried, "tables": {}, "output": "classes",
+                "classes": labels or [str(c) for c in range(classes or 0)]}  # fmt: skip
+    vocab = model.config.vocab_size
     return {
         "tokenizer": spec,
         "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": model.config.max_len},
@@ -205,8 +216,12 @@ def _half_bounds(
     worst = [0.0] * len(steps)
     low = 4 if getattr(model.config, "pad_id", None) is not None else 0
     for length in CALIBRATION:
-        ids = torch.randint(low, model.config.vocab_size, (min(length, model.config.max_len),),
-                            generator=g)  # fmt: skip
+        if model.kind == "vit":  # seeded images of the model's size, pixels 0..1
+            c = model.config
+            ids = torch.rand(c.channels, *c.image_size, generator=g)
+        else:
+            ids = torch.randint(low, model.config.vocab_size,
+                                (min(length, model.config.max_len),), generator=g)  # fmt: skip
         expected = page_values(model, [s["name"] for s in steps], ids)
         found: list[Tensor] = []
         for i, rule in enumerate(rules):

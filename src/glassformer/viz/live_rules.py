@@ -92,8 +92,13 @@ def run_rule(
     try:
         if op == "embed":
             return w[ids] * rule.get("scale", 1.0)
+        if op == "patches":  # an image (C, H, W): each patch, in raster order, · W + b
+            b = weights[rule["bias"]].double() if "bias" in rule else None
+            return F.conv2d(ids.double()[None], w, b, stride=w.shape[-2:]).flatten(2)[0].T
+        if op == "cls":  # the class token, then the patches with their positions
+            return torch.cat([w.view(1, -1), parts[0] + parts[1]])
         if op == "rows":
-            return w[: len(ids)]
+            return w[: rule.get("count", len(ids))]
         if op == "linear":
             return _linear(rule, parts[0], weights)
         if op in ("layernorm", "rmsnorm"):  # of one step, or of the sum of two (post-norm)
@@ -151,7 +156,7 @@ def _norm(rule: dict, x: Tensor, weights: dict[str, Tensor]) -> Tensor:
 
 def _pool(how: str, x: Tensor, ids: Tensor, pad: int | None) -> Tensor:
     """(T, D) → (D,) as ``models.common.pool`` does for one row: padded positions left out."""
-    real = torch.ones(len(ids), dtype=torch.bool) if pad is None else ids != pad
+    real = torch.ones(len(x), dtype=torch.bool) if pad is None else ids != pad
     if how == "cls":
         return x[0]
     if how == "last":
@@ -195,7 +200,12 @@ def _tried(
     owner, _, leaf = name.rpartition(".")
     before = [i for i in range(index[name] - 1, -1, -1)][:16]  # the latest steps first
     rules: list[dict] = []
-    if leaf == "hook_embed":
+    if leaf == "hook_embed" and model.kind == "vit":
+        proj = cast(nn.Conv2d, cast(Any, model).embed.proj)
+        rules.append({"op": "patches", "weight": _carry(model, proj.weight, weights),
+                      **({"bias": _carry(model, proj.bias, weights)} if proj.bias is not None
+                         else {})})  # fmt: skip
+    elif leaf == "hook_embed":
         embed = cast(nn.Embedding, model.get_submodule(f"{owner}.embed" if owner else "embed"))
         scale = float(getattr(embed, "scale", 1.0))
         rules.append({"op": "embed", "weight": _carry(model, embed.weight, weights),
@@ -203,12 +213,14 @@ def _tried(
     elif leaf == "hook_pos_embed":
         pos: Any = model.get_submodule(f"{owner}.pos_embed" if owner else "pos_embed")
         width = full[index[name]].size(-1)
-        table = pos.rows(torch.zeros(1, model.config.max_len, width), 0, None).detach()
+        rows = len(full[index[name]]) if model.kind == "vit" else model.config.max_len
+        table = pos.rows(torch.zeros(1, rows, width), 0, None).detach()
         key = f"{owner}.pos_embed.table".lstrip(".")
         weights[key] = table.float()
-        rules.append({"op": "rows", "weight": key})
+        rules.append({"op": "rows", "weight": key,
+                      **({"count": rows} if model.kind == "vit" else {})})  # fmt: skip
     elif leaf == "hook_resid_pre":
-        rules += _stream_start(name, index)
+        rules += _stream_start(model, name, index, weights)
     elif leaf == "hook_normalized":
         rules += _norm_rules(model, model.get_submodule(owner), before, full, weights)
     elif leaf in ("hook_q", "hook_k", "hook_v"):
@@ -237,8 +249,11 @@ def _tried(
     return rules + [{"op": "same", "of": [j]} for j in before[:2]]  # post-norm: resid_mid = ln1
 
 
-def _stream_start(name: str, index: dict[str, int]) -> list[dict]:
-    """A block's input: the last block's output, or the embeddings (with the positions)."""
+def _stream_start(
+    model: PretrainedModel, name: str, index: dict[str, int], weights: dict
+) -> list[dict]:
+    """A block's input: the last block's output, or the embeddings (with the positions; a
+    ViT's after its class token)."""
     prefix, layer = name.split(".hook_resid_pre")[0].rsplit(".", 1)
     stack = prefix.rpartition("blocks")[0]
     if int(layer) > 0:
@@ -246,6 +261,9 @@ def _stream_start(name: str, index: dict[str, int]) -> list[dict]:
     embed, pos = index.get(f"{stack}hook_embed"), index.get(f"{stack}hook_pos_embed")
     if embed is None:
         return []
+    cls = getattr(model, "cls_token", None)
+    if cls is not None and pos is not None:
+        return [{"op": "cls", "of": [embed, pos], "weight": _carry(model, cls, weights)}]
     return (
         [{"op": "sum", "of": [embed, pos]}] if pos is not None else [{"op": "same", "of": [embed]}]
     )
@@ -338,7 +356,7 @@ def page_values(model: PretrainedModel, names: list[str], ids: Tensor) -> list[T
     one example, per-head values as heads × positions × features, masked scores as MASKED."""
     from glassformer.viz.explain import HEAD_NORMS, PER_HEAD, _first_example
 
-    _, cache = model.run_with_cache(ids[None], names=names)
+    _, cache = model.run_with_cache(ids[None], names=names)  # ids, or a ViT's image
     out = []
     for name in names:
         value = _first_example(cache[name])

@@ -46,7 +46,7 @@ function drawLevel() {
   boxes.replaceChildren();
   flow.replaceChildren();
   $("flow-box").hidden = true;
-  $("image-box").hidden = !(data.image && state.path.length === 0 && state.step === null);
+  $("image-box").hidden = !(data.image && !data.live && state.path.length === 0 && state.step === null);
   if (state.step !== null) return;
   const kids = children(state.path);
   if (kids.length && kids[0].go !== undefined) {
@@ -337,9 +337,65 @@ function draw() {
   $("note").textContent = `${data.steps.length} steps, every number the model's: ${data.steps.length - derived} read at its hook points and carried, ${derived} computed here from them as the model did${precision}`;
 }
 
+// A ViT's live page: a pad to draw on, read as the model's image (each pixel the mean of
+// its square of the pad), run through the model as it is drawn.
+function startPad() {
+  const { channels, size: [H, W], pixels } = data.live.image;
+  const pad = $("pad");
+  const ctx = pad.getContext("2d", { willReadFrequently: true });
+  const [sx, sy] = [pad.width / W, pad.height / H];
+  $("live-typed").hidden = true;
+  $("pad-box").hidden = false;
+  for (let y = 0; y < H; y++) for (let x = 0; x < W; x++) { // the page's own image, to start
+    const grey = Math.round(255 * pixels[y * W + x]);
+    ctx.fillStyle = `rgb(${grey},${grey},${grey})`;
+    ctx.fillRect(x * sx, y * sy, sx, sy);
+  }
+  const read = () => {
+    const rgba = ctx.getImageData(0, 0, pad.width, pad.height).data;
+    const out = new Float64Array(channels * H * W);
+    for (let y = 0; y < H; y++) for (let x = 0; x < W; x++) {
+      const sums = [0, 0, 0];
+      for (let i = Math.round(y * sy); i < Math.round((y + 1) * sy); i++) for (let j = Math.round(x * sx); j < Math.round((x + 1) * sx); j++) {
+        for (let c = 0; c < 3; c++) sums[c] += rgba[(i * pad.width + j) * 4 + c];
+      }
+      const n = (Math.round((y + 1) * sy) - Math.round(y * sy)) * (Math.round((x + 1) * sx) - Math.round(x * sx));
+      const means = sums.map((v) => v / n / 255);
+      for (let c = 0; c < channels; c++) out[(c * H + y) * W + x] = channels === 1 ? (means[0] + means[1] + means[2]) / 3 : means[c];
+    }
+    return out;
+  };
+  let drawing = false;
+  let last = null;
+  const rerun = () => {
+    const start = performance.now();
+    runLive(read());
+    draw();
+    drawOutput();
+    window.liveRedrawMs = performance.now() - start;
+    $("live-note").textContent = `run and redrawn in ${window.liveRedrawMs.toFixed(0)} ms`;
+  };
+  pad.addEventListener("pointerdown", (e) => { drawing = true; last = [e.offsetX, e.offsetY]; });
+  pad.addEventListener("pointermove", (e) => {
+    if (!drawing) return;
+    ctx.strokeStyle = "#fff";
+    ctx.lineWidth = 1.5 * Math.min(sx, sy);
+    ctx.lineCap = "round";
+    ctx.beginPath();
+    ctx.moveTo(...last);
+    ctx.lineTo(e.offsetX, e.offsetY);
+    ctx.stroke();
+    last = [e.offsetX, e.offsetY];
+  });
+  pad.addEventListener("pointerup", () => { drawing = false; rerun(); });
+  $("pad-clear").addEventListener("click", () => { ctx.fillStyle = "#000"; ctx.fillRect(0, 0, pad.width, pad.height); rerun(); });
+  runLive(Float64Array.from(pixels));
+}
+
 // The live page: the typed text runs through the model here, and every level redraws.
 function startLive() {
   $("live").hidden = false;
+  if (data.live.image) { startPad(); return; }
   const input = $("live-text");
   input.value = data.text;
   runLive(liveTokenize(data.text));

@@ -4,7 +4,7 @@
 // run_rule is this file's twin). Loaded after explain-derive.js and live-tokenize.js.
 "use strict";
 
-const live = { ids: [], results: [], ms: 0 }; // results[i]: step i's {shape, data}
+const live = { ids: [], image: null, results: [], ms: 0 }; // results[i]: step i's {shape, data}
 const liveWeights = new Map();
 
 function liveWeight(name) {
@@ -31,19 +31,22 @@ const liveTokenize = (() => {
   };
 })();
 
-// Run every step on ``ids``; each step's values and shape replace the last text's.
+// Run every step on ``ids`` (a ViT: on its image, C·H·W pixels 0..1); each step's values and
+// shape replace the last input's.
 function runLive(ids) {
   const start = performance.now();
-  live.ids = ids;
+  if (data.live.image) live.image = ids; else live.ids = ids;
   live.results = [];
   for (const s of data.steps) {
     const out = liveStep(s.live);
     live.results.push(out);
     s.shape = s.shown = out.shape;
   }
-  const labels = ids.map((id) => data.live.labels[id] ?? `token ${id}`);
-  data.labels.input = labels;
-  data.tokens = labels;
+  if (!data.live.image) { // a ViT's tokens are its class token and patches, whatever is drawn
+    const labels = ids.map((id) => data.live.labels[id] ?? `token ${id}`);
+    data.labels.input = labels;
+    data.tokens = labels;
+  }
   data.output = liveOutput();
   live.ms = performance.now() - start;
 }
@@ -67,7 +70,12 @@ function liveStep(rule) {
   const w = rule.weight && rule.op !== "embed" ? liveWeight(rule.weight) : null;
   switch (rule.op) {
     case "embed": return liveEmbed(rule.weight, rule.scale ?? 1);
-    case "rows": return { shape: [live.ids.length, w.shape[1]], data: Float64Array.from(w.data.subarray(0, live.ids.length * w.shape[1])) };
+    case "patches": return livePatches(rule, w);
+    case "cls": return liveCls(liveSum(parts), w);
+    case "rows": {
+      const T = rule.count ?? live.ids.length;
+      return { shape: [T, w.shape[1]], data: Float64Array.from(w.data.subarray(0, T * w.shape[1])) };
+    }
     case "linear": return liveLinear(rule, a, w);
     case "layernorm": case "rmsnorm": return liveNorm(rule, liveSum(parts)); // post-norm: of a sum
     case "pool": return livePool(rule, a);
@@ -177,10 +185,36 @@ function liveNorm(rule, x) {
   return { shape: x.shape, data: out };
 }
 
+// A ViT's image (C, H, W) cut into patches in raster order, each · W + b: the convolution
+// whose stride is its kernel, (N, D)
+function livePatches(rule, w) {
+  const [D, C, P, Q] = w.shape;
+  const { size: [H, W] } = data.live.image;
+  const bias = rule.bias ? liveWeight(rule.bias).data : null;
+  const [rows, cols] = [H / P, W / Q];
+  const out = new Float64Array(rows * cols * D);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) for (let d = 0; d < D; d++) {
+    let sum = bias ? bias[d] : 0;
+    for (let ch = 0; ch < C; ch++) for (let i = 0; i < P; i++) for (let j = 0; j < Q; j++) {
+      sum += live.image[(ch * H + r * P + i) * W + c * Q + j] * w.data[((d * C + ch) * P + i) * Q + j];
+    }
+    out[(r * cols + c) * D + d] = sum;
+  }
+  return { shape: [rows * cols, D], data: out };
+}
+
+// the class token, then the patches with their positions: (1 + N, D)
+function liveCls(x, w) {
+  const out = new Float64Array(x.data.length + w.data.length);
+  out.set(w.data);
+  out.set(x.data, w.data.length);
+  return { shape: [x.shape[0] + 1, x.shape[1]], data: out };
+}
+
 // (T, D) → (D,): a classifier's pooling, padded positions left out
 function livePool(rule, x) {
   const [T, D] = x.shape;
-  const real = live.ids.map((id) => rule.pad == null || id !== rule.pad);
+  const real = Array.from({ length: T }, (_, t) => rule.pad == null || live.ids[t] !== rule.pad);
   const out = new Float64Array(D);
   if (rule.how === "cls" || rule.how === "last") {
     const t = rule.how === "cls" ? 0 : Math.max(0, real.lastIndexOf(true));
