@@ -619,6 +619,7 @@ def photograph(page, shot: Path) -> Path:
     blank."""
     from PIL import Image
 
+    page.wait_for_timeout(300)  # an explorable page's level slides in over 220 ms
     page.screenshot(path=str(shot))
     with Image.open(shot) as image:
         viewport = page.viewport_size

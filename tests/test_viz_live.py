@@ -327,7 +327,9 @@ def test_the_tour_walks_one_forward_pass_pinned_to_the_drawing(browser, tmp_path
     tab.wait_for_selector("body[data-ready='1']")
     folder = screenshot_folder(tmp_path)
     photograph(tab, folder / "explain-live-gpt-model.png")
+    entered = "document.querySelector('#layout main').getAnimations().map((a) => a.animationName)"
     tab.click(f"#flow [data-go='{block}']")
+    assert tab.evaluate(entered) == ["enter"]  # a move between levels slides the new one in
     photograph(tab, folder / "explain-live-gpt-block.png")
     tab.click("#tour-start")
     stops = tab.evaluate("tour.stops.map((s) => s.step)")

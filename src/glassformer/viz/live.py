@@ -142,6 +142,10 @@ def live_data(
         else:
             for step, bound in zip(data["steps"], bounds, strict=True):
                 step["bound"] = bound
+    if labels is not None and data["output"] and data["output"]["kind"] == "classes":
+        from glassformer.viz.explain import _class_names
+
+        labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
     data["live"] = _carried(model, tokenizer, spec, weights, tables, half, labels, ids)
     data["live"]["why"] = why
     data["precision"] = "f16" if half else "f32"

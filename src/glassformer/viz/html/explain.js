@@ -324,10 +324,20 @@ function drawOutput() {
 
 // ---- controls ------------------------------------------------------------------------------
 
+let shownLevel = "";
+
 function draw() {
   drawCrumbs();
   drawLevel();
   drawStep();
+  const level = JSON.stringify([state.path, state.step]);
+  if (level !== shownLevel) { // a move between levels slides the new one in (typing does not)
+    const main = document.querySelector("#layout main");
+    main.classList.remove("enter");
+    void main.offsetWidth; // (the class comes back on a fresh frame, so the animation runs again)
+    main.classList.add("enter");
+    shownLevel = level;
+  }
   if (data.live) {
     $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${data.precision === "f16" ? "float16" : "float32"}) on the text above: ${data.tokens.length} tokens in ${live.ms.toFixed(1)} ms`;
     return;
