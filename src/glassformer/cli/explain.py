@@ -42,20 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from glassformer.inference import load_run
     from glassformer.viz.explain import explain_html
+    from glassformer.viz.live import try_live
 
     if not args.out.endswith(".html"):
         raise ValueError(f"--out must name an .html file, got {args.out!r}")
     model, tokenizer = load_run(args.model)
     labels = _labels(args.model, model)
-    from glassformer.viz.live import LiveError, live_html, live_refusal
-
-    why = "--fixed" if args.fixed else live_refusal(model) if args.target is None else "--target"
-    page = None
+    page, why = None, "--fixed" if args.fixed else None if args.target is None else "--target"
     if why is None:
-        try:
-            page = live_html(model, tokenizer, args.text, labels)
-        except LiveError as err:
-            why = str(err)
+        page, why = try_live(model, tokenizer, args.text, labels)
     if page is None:
         page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)

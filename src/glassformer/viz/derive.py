@@ -64,8 +64,9 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
         return parts[0]
     if op == "sum":
         return parts[0] + parts[1]
-    if op == "softmax":
-        return parts[0].softmax(-1)
+    if op == "softmax":  # a row that may read no key gives zeros, as the model does
+        empty = (parts[0] <= MASKED / 2).all(-1, keepdim=True)
+        return parts[0].softmax(-1).masked_fill(empty, 0.0)
     if op == "weighted":  # weights (H, Tq, Tk) @ values (Hkv, Tk, Dv)
         weights, v = parts
         return weights @ v.repeat_interleave(weights.size(0) // v.size(0), dim=0)

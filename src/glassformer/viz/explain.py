@@ -64,18 +64,14 @@ def explain_html(
     ``live``: True makes the live page (``glassformer.viz.live``: the weights travel and the
     page runs the model on whatever the reader types), refused in one line where the model
     cannot have one; None makes it where the model can, else the page of ``text``."""
-    from glassformer.viz.live import LiveError, live_html, live_refusal
+    from glassformer.viz.live import LiveError, try_live
     from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
 
     if live is not False and target is None:
-        why = live_refusal(model)
-        if why is None:
-            try:
-                return live_html(model, tokenizer, text, labels)
-            except LiveError:
-                if live:
-                    raise
-        elif live:
+        page, why = try_live(model, tokenizer, text, labels)
+        if page is not None:
+            return page
+        if live:
             raise LiveError(why)
     forward = _forward(model, tokenizer, text, target)
     collected = None
@@ -148,12 +144,7 @@ def _collect(
     most ``columns`` features) and the same values whole."""
     steps, shown, full = [], [], []
     for step in describe(model, cache, values=0):
-        value = _first_example(cache[step.name])
-        per_head = step.name.rsplit(".", 1)[-1] in PER_HEAD or (
-            step.name.endswith(HEAD_NORMS) and value.dim() == 3  # (OLMo 2's spans every head)
-        )
-        if per_head:  # (T, H, Dh) shown as heads × positions × features
-            value = value.transpose(0, 1)
+        value, per_head = laid_out(step.name, cache[step.name])
         full.append(value)
         whole = per_head or step.name.endswith(("hook_attn_scores", "hook_pattern"))
         value = _thinned(value, MAX_COLUMNS if whole else columns)  # heads and keys kept
@@ -201,11 +192,11 @@ def _carry(data: dict, shown: list[Tensor], *, half: bool) -> None:
             step["values"] = base64_halves(value) if small else base64_floats(value)
             found.append(value.half().float().masked_fill(masked, MASKED) if small else value)
         if half:
-            step["error"] = _relative_error(found[-1], value)
+            step["error"] = relative_error(found[-1], value)
     data["precision"] = "f16" if half else "f32"
 
 
-def _relative_error(found: Tensor, value: Tensor) -> float:
+def relative_error(found: Tensor, value: Tensor) -> float:
     """The largest difference of the unmasked values over the largest magnitude."""
     kept = value > MASKED / 2
     if not kept.any():
@@ -216,6 +207,16 @@ def _relative_error(found: Tensor, value: Tensor) -> float:
 
 HEAD_NORMS = ("q_norm.hook_normalized", "k_norm.hook_normalized")  # QK-norm: per head too
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z", "hook_result")
+
+
+def laid_out(name: str, value: Tensor) -> tuple[Tensor, bool]:
+    """A hook point's value as the page lays it out (the one example, ``_first_example``),
+    and whether it is per head: (T, H, Dh) shown as heads × positions × features."""
+    value = _first_example(value)
+    per_head = name.rsplit(".", 1)[-1] in PER_HEAD or (
+        name.endswith(HEAD_NORMS) and value.dim() == 3  # (OLMo 2's spans every head)
+    )
+    return (value.transpose(0, 1) if per_head else value), per_head
 
 
 def _scale(model: PretrainedModel, name: str) -> dict[str, float]:

@@ -18,6 +18,7 @@ from torch import Tensor
 from glassformer.data.tokenizers.base import CHAR_SPECIALS, UNK_ID
 from glassformer.data.tokenizers.char import CharTokenizer
 from glassformer.models.base import PretrainedModel
+from glassformer.viz.explain import relative_error  # (the tests read it from here too)
 
 
 class LiveError(ValueError):
@@ -119,6 +120,7 @@ def live_data(
     """The live page's data: the explorable page's steps with a rule each instead of values,
     the weights the rules read (float32, or float16 with each step's measured bound), the
     tokenizer, and what the output panel needs."""
+    from glassformer.viz.derive import _json
     from glassformer.viz.explain import _collect, _forward
     from glassformer.viz.live_rules import live_program
 
@@ -146,25 +148,19 @@ def live_data(
         from glassformer.viz.explain import _class_names
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
-    data["live"] = _carried(model, tokenizer, spec, weights, tables, half, labels, ids)
+    data["live"] = _carried(model, tokenizer, spec, weights, half, labels, ids)
+    data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
     data["live"]["why"] = why
     data["precision"] = "f16" if half else "f32"
     return data
 
 
 def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Tensor:
-    """The ids the model reads for ``text``, as the page cuts them (``frame``); a ViT's
-    image (C, H, W), ``text`` its file."""
-    if model.kind == "vit":
-        from glassformer.viz.attention import model_inputs
+    """The ids the model reads for ``text`` (``model_inputs``: cut to its length as the page
+    cuts them, ``frame``); a ViT's image (C, H, W), ``text`` its file."""
+    from glassformer.viz.attention import model_inputs
 
-        return model_inputs(model, tokenizer, text)[0][0][0]
-    ids = tokenizer.encode(text)
-    limit = model.config.max_len
-    ids = ids[-limit:] if model.kind == "gpt" else ids[:limit]
-    if not ids:
-        raise ValueError(f"the text {text!r} encodes to no tokens")
-    return torch.tensor(ids)
+    return model_inputs(model, tokenizer, text)[0][0][0]
 
 
 def _carried(
@@ -172,13 +168,11 @@ def _carried(
     tokenizer: Any,
     spec: dict | None,
     weights: dict[str, Tensor],
-    tables: dict,
     half: bool,
     labels: list[str] | None,
     ids: Tensor,
 ) -> dict:
     from glassformer.viz.attention import token_labels
-    from glassformer.viz.derive import _json
     from glassformer.viz.viewer import base64_floats, base64_halves
 
     carried = {name: {"shape": list(w.shape), "dtype": "f16" if half else "f32",
@@ -188,14 +182,13 @@ def _carried(
     if model.kind == "vit":
         channels, *size = (int(n) for n in ids.shape)
         return {"image": {"channels": channels, "size": size, "pixels": ids.flatten().tolist()},
-                "weights": carried, "tables": {}, "output": "classes",
+                "weights": carried, "output": "classes",
                 "classes": labels or [str(c) for c in range(classes or 0)]}  # fmt: skip
     vocab = model.config.vocab_size
     return {
         "tokenizer": spec,
         "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": model.config.max_len},
         "weights": carried,
-        "tables": {name: _json(table) for name, table in tables.items()},
         "labels": token_labels(tokenizer, list(range(vocab))),
         "output": "classes" if classes else "tokens",
         "classes": labels or [str(c) for c in range(classes or 0)],
@@ -241,18 +234,6 @@ def _half_bounds(
     return [float(f"{max(4 * w, 1e-4):.2g}") for w in worst]
 
 
-def relative_error(value: Tensor, expected: Tensor) -> float:
-    """The largest difference over the largest magnitude, masked scores left out."""
-    from glassformer.viz.derive import MASKED
-
-    expected = expected.double()
-    kept = expected > MASKED / 2
-    if not kept.any():
-        return 0.0
-    peak = float(expected[kept].abs().max())
-    return float((value - expected)[kept].abs().max()) / max(peak, 1e-30)
-
-
 def live_html(
     model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
 ) -> Any:
@@ -265,3 +246,16 @@ def live_html(
     page = render("explain.html", ("viewer.css", "explain.css"), LIVE_SCRIPTS, data,
                   title="glassformer: a forward pass, live", data_id="explain-data")  # fmt: skip
     return AttentionView(page)
+
+
+def try_live(
+    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+) -> tuple[Any, str | None]:
+    """``(the live page, None)``, or ``(None, why the model gets the page of one text)``."""
+    why = live_refusal(model)
+    if why is None:
+        try:
+            return live_html(model, tokenizer, text, labels), None
+        except LiveError as err:
+            why = str(err)
+    return None, why

@@ -69,16 +69,14 @@ def live_program(
 def close(value: Tensor, expected: Tensor) -> bool:
     """``value`` is ``expected`` within ``TOLERANCE`` of its largest magnitude, masked
     scores masked alike."""
+    from glassformer.viz.explain import relative_error
+
     if value.shape != expected.shape:
         return False
-    expected = expected.double()
     masked = expected <= MASKED / 2
     if not torch.equal(masked, value <= MASKED / 2):
         return False
-    if not expected.numel() or masked.all():
-        return True
-    peak = float(expected.abs().masked_fill(masked, 0).max())
-    return bool(((value - expected).abs().masked_fill(masked, 0) <= TOLERANCE * peak).all())
+    return not expected.numel() or relative_error(value, expected) <= TOLERANCE
 
 
 def run_rule(
@@ -107,10 +105,6 @@ def run_rule(
             return _pool(rule["how"], parts[0], ids, rule.get("pad"))
         if op == "scores":
             return _scores(rule, parts[0], parts[1], ids)
-        if op == "softmax":
-            x = parts[0]
-            empty = (x <= MASKED / 2).all(-1, keepdim=True)  # a row that may read no key: zeros
-            return x.softmax(-1).masked_fill(empty, 0.0)
         if op == "same":
             return parts[0]
         if op == "sum":
@@ -121,7 +115,7 @@ def run_rule(
             return out * parts[1] if len(parts) == 2 else out
         from glassformer.viz.derive import compute
 
-        return compute({**rule, "of": list(range(len(parts)))}, parts, tables)  # weighted, rope
+        return compute({**rule, "of": list(range(len(parts)))}, parts, tables)  # softmax, ...
     except (RuntimeError, IndexError):
         return None
 
@@ -354,14 +348,7 @@ def _carry(model: PretrainedModel, parameter: Tensor, weights: dict[str, Tensor]
 def page_values(model: PretrainedModel, names: list[str], ids: Tensor) -> list[Tensor]:
     """The model's value at each of ``names`` for ``ids`` (T,), as the page lays it out: the
     one example, per-head values as heads × positions × features, masked scores as MASKED."""
-    from glassformer.viz.explain import HEAD_NORMS, PER_HEAD, _first_example
+    from glassformer.viz.explain import laid_out
 
     _, cache = model.run_with_cache(ids[None], names=names)  # ids, or a ViT's image
-    out = []
-    for name in names:
-        value = _first_example(cache[name])
-        per_head = name.rsplit(".", 1)[-1] in PER_HEAD or (
-            name.endswith(HEAD_NORMS) and value.dim() == 3
-        )
-        out.append(value.transpose(0, 1) if per_head else value)
-    return out
+    return [laid_out(name, cache[name])[0] for name in names]

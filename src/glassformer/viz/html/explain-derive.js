@@ -76,6 +76,7 @@ function derive(rule, shape) {
     for (let r = 0; r < out.length / n; r++) {
       let peak = -Infinity;
       for (let c = 0; c < n; c++) peak = Math.max(peak, a[r * n + c]);
+      if (peak <= MASKED / 2) continue; // a row that may read no key: zeros, as the model gives
       let total = 0;
       for (let c = 0; c < n; c++) total += (out[r * n + c] = Math.exp(a[r * n + c] - peak));
       for (let c = 0; c < n; c++) out[r * n + c] /= total;

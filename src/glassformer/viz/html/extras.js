@@ -13,7 +13,8 @@ function diverging(v) {
   return `rgb(${mix(r)},${mix(g)},${mix(b)})`;
 }
 
-// rows × columns of cells; the first row at the bottom (layers), or at the top (topDown)
+// rows × columns of cells, coloured by colour(value, row, column); the first row at the
+// bottom (layers), or at the top (topDown)
 function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id, topDown = false) {
   const group = svg("g", { id });
   for (let r = 0; r < rows.length; r++) {
@@ -21,7 +22,7 @@ function heatmap(page, x0, y0, rows, columns, values, colour, cellW, cellH, id, 
     group.append(svg("text", { x: x0 - 6, y: y + cellH * 0.7, "text-anchor": "end", "data-row": r }, rows[r]));
     for (let c = 0; c < columns.length; c++) {
       const cell = svg("rect", {
-        x: x0 + c * cellW, y, width: cellW - 1, height: cellH - 1, fill: colour(values[r][c]),
+        x: x0 + c * cellW, y, width: cellW - 1, height: cellH - 1, fill: colour(values[r][c], r, c),
         "data-row": r, "data-col": c, "data-value": values[r][c],
       });
       cell.append(svg("title", {}, `${rows[r]}, ${columns[c]}: ${values[r][c].toFixed(4)}`));
@@ -160,10 +161,8 @@ function drawDirections() {
   page.append(svg("rect", {
     x: 0, y: gridTop + chosen * cellH, width: left - 2, height: cellH - 1, fill: "#dde8f6", "pointer-events": "none",
   }));
-  const scaled = D.values.map((row) => { const s = typical(row); return row.map((v) => v / s); });
-  heatmap(page, left, gridTop, D.hooks, D.tokens, D.values, (v) => diverging(v), cellW, cellH, "directions-grid", true);
-  const cells = page.querySelectorAll("#directions-grid rect");
-  for (const cell of cells) cell.setAttribute("fill", diverging(scaled[+cell.dataset.row][+cell.dataset.col]));
+  const scales = D.values.map(typical);
+  heatmap(page, left, gridTop, D.hooks, D.tokens, D.values, (v, r) => diverging(v / scales[r]), cellW, cellH, "directions-grid", true);
   const [first, second] = D.labels;
   $("directions-hint").textContent = `Each token's value at a hook point, projected on the direction from the ${first} texts' mean to the ${second} texts' (${D.file}), measured from the mean of both: red leans ${second}, blue ${first}. The track above is the chosen hook's; below, every hook (click one to choose it). Each row's scale is its 90th percentile of |value|, so that one outsized token (a causal model's first) does not wash out the rest: bars beyond it are outlined. Hover for the values.`;
   $("note").textContent = `directions: ${D.hooks.length} hook points × ${T} tokens`;

@@ -80,9 +80,11 @@ function liveStep(rule) {
     case "layernorm": case "rmsnorm": return liveNorm(rule, liveSum(parts)); // post-norm: of a sum
     case "pool": return livePool(rule, a);
     case "scores": return liveScores(rule, a, b);
-    case "softmax": return liveSoftmax(a);
-    case "weighted": return liveWeighted(a, b);
-    case "rope": return liveRope(rule, a);
+    case "softmax": case "rope": return { shape: a.shape, data: derive(rule, a.shape) }; // explain-derive.js's
+    case "weighted": { // weights (H, Tq, Tk) · values (Hkv, Tk, Dv)
+      const shape = [a.shape[0], a.shape[1], b.shape[2]];
+      return { shape, data: derive(rule, shape) };
+    }
     case "same": return a;
     case "sum": return liveSum(parts);
     case "act": return { shape: a.shape, data: a.data.map((x, i) => FUNCTIONS[rule.fn](x) * (b ? b.data[i] : 1)) };
@@ -255,50 +257,5 @@ function liveScores(rule, q, k) {
   return { shape: [H, Tq, Tk], data: out };
 }
 
-function liveSoftmax(x) {
-  const n = x.shape[x.shape.length - 1];
-  const out = new Float64Array(x.data.length);
-  for (let r = 0; r < out.length / n; r++) {
-    let peak = -Infinity;
-    for (let c = 0; c < n; c++) peak = Math.max(peak, x.data[r * n + c]);
-    if (peak <= MASKED / 2) continue; // a row that may read no key: zeros, as the model gives
-    let total = 0;
-    for (let c = 0; c < n; c++) total += (out[r * n + c] = Math.exp(x.data[r * n + c] - peak));
-    for (let c = 0; c < n; c++) out[r * n + c] /= total;
-  }
-  return { shape: x.shape, data: out };
-}
 
-// weights (H, Tq, Tk) · values (Hkv, Tk, Dv)
-function liveWeighted(p, v) {
-  const [H, Tq, Tk] = p.shape;
-  const [Hkv, , Dv] = v.shape;
-  const out = new Float64Array(H * Tq * Dv);
-  for (let h = 0; h < H; h++) {
-    const g = Math.floor(h / (H / Hkv));
-    for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
-      const weight = p.data[(h * Tq + t) * Tk + c];
-      if (weight) for (let d = 0; d < Dv; d++) out[(h * Tq + t) * Dv + d] += weight * v.data[(g * Tk + c) * Dv + d];
-    }
-  }
-  return { shape: [H, Tq, Dv], data: out };
-}
 
-// the first `width` features of each (head, position) turned by the position's angles
-function liveRope(rule, x) {
-  const table = data.live.tables[rule.table];
-  const [cos, sin] = [values(table.cos), values(table.sin)];
-  const width = table.shape[1];
-  const [, T, D] = x.shape;
-  const half = width / 2;
-  const a = x.data;
-  const out = new Float64Array(a.length);
-  for (let i = 0; i < a.length; i++) {
-    const d = i % D;
-    const t = Math.floor(i / D) % T;
-    if (d >= width) { out[i] = a[i]; continue; }
-    const turned = table.interleaved ? (d % 2 === 0 ? -a[i + 1] : a[i - 1]) : d < half ? -a[i + half] : a[i - half];
-    out[i] = a[i] * cos[t * width + d] + turned * sin[t * width + d];
-  }
-  return { shape: x.shape, data: out };
-}
