@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     labels = _labels(args.model, model)
     page, why = None, "--fixed" if args.fixed else None if args.target is None else "--target"
     if why is None:
-        page, why = try_live(model, tokenizer, args.text, labels)
+        page, why = try_live(model, tokenizer, args.text, labels, _calibration(args.model))
     if page is None:
         page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)
@@ -74,3 +74,24 @@ def _labels(path: str, model: PretrainedModel) -> list[str] | None:
     if len(labels) != classes:
         raise ValueError(f"{ckpt}/labels.json has {len(labels)} labels, the model {classes}")
     return labels
+
+
+def _calibration(path: str, n: int = 20) -> list[str]:
+    """Up to ``n`` texts of the run's own test split (a bundled corpus), on which a live page
+    that rounds its weights measures each step's bound; none for other models."""
+    from glassformer.data import load_corpus
+    from glassformer.training.config import RunConfig
+
+    try:
+        config = RunConfig.from_run(path)
+    except (OSError, ValueError):  # a packaged model, a GGUF file, a Hub id: no run
+        return []
+    if config.corpus is None or config.data is not None:
+        return []
+    try:
+        test = load_corpus(config.corpus, config.task).test
+    except ValueError:  # a task its corpus serves as "lm" (the masked LM's text)
+        test = load_corpus(config.corpus, "lm").test
+    if isinstance(test, str):  # a language model's text: its paragraphs
+        return [p for p in test.split("\n\n") if len(p.split()) >= 8][:n]
+    return [item[0] if isinstance(item, tuple) else str(item) for item in test[:n]]

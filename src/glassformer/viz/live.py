@@ -10,15 +10,14 @@ Python gives, or say it cannot.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from glassformer.data.tokenizers.base import CHAR_SPECIALS, UNK_ID
 from glassformer.data.tokenizers.char import CharTokenizer
 from glassformer.models.base import PretrainedModel
-from glassformer.viz.explain import relative_error  # (the tests read it from here too)
 
 
 class LiveError(ValueError):
@@ -96,10 +95,8 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
 # Gemma's norm after attention, gets the page of one text, saying which step)
 LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "vit")
 LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
-LIVE_MAX_BYTES = 8_000_000  # over this in float32, the weights travel as float16
-HALF_BOUND = 0.0025  # float16 weights: each step within 0.25% of its largest value on the
-# seeded texts, stated with four times that margin (typed text is not the seeded text)
-CALIBRATION = (8, 24, 48)  # the lengths of the seeded texts a float16 step's bound is found on
+LIVE_MAX_BYTES = 8_000_000  # the page's goal: over this, its weights carry fewer bits
+PAGE_BYTES = 120_000  # the page's scripts and styles, which the weights' budget leaves room for
 
 
 def live_refusal(model: PretrainedModel) -> str | None:
@@ -115,14 +112,22 @@ def live_refusal(model: PretrainedModel) -> str | None:
 
 
 def live_data(
-    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+    model: PretrainedModel,
+    tokenizer: Any,
+    text: str,
+    labels: list[str] | None = None,
+    calibration: Sequence[str] = (),
 ) -> dict:
     """The live page's data: the explorable page's steps with a rule each instead of values,
-    the weights the rules read (float32, or float16 with each step's measured bound), the
-    tokenizer, and what the output panel needs."""
+    the weights the rules read (``live_weights``: float32, with fewer mantissa bits where the
+    page would be over ``LIVE_MAX_BYTES``, each step then stating its bound as measured on
+    ``text``, the ``calibration`` texts and seeded ones), the tokenizer, and what the output
+    panel needs."""
     from glassformer.viz.derive import _json
     from glassformer.viz.explain import _collect, _forward
     from glassformer.viz.live_rules import live_program
+    from glassformer.viz.live_weights import carried
+    from glassformer.viz.viewer import embed_json
 
     why = live_refusal(model)
     if why is not None:
@@ -135,23 +140,20 @@ def live_data(
     for step, rule in zip(data["steps"], rules, strict=True):
         step.pop("derive", None)
         step["live"] = rule
-    half, why = 4 / 3 * 4 * sum(w.numel() for w in weights.values()) > LIVE_MAX_BYTES, None
-    if half:
-        try:
-            bounds = _half_bounds(model, data["steps"], rules, weights, tables)
-        except LiveError as err:  # float32, however large: never a step out of its bound
-            half, why = False, str(err).split(";")[0]
-        else:
-            for step, bound in zip(data["steps"], bounds, strict=True):
-                step["bound"] = bound
     if labels is not None and data["output"] and data["output"]["kind"] == "classes":
         from glassformer.viz.explain import _class_names
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
-    data["live"] = _carried(model, tokenizer, spec, weights, half, labels, ids)
+    data["live"] = _carried(model, tokenizer, spec, labels, ids)
     data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
-    data["live"]["why"] = why
-    data["precision"] = "f16" if half else "f32"
+    budget = LIVE_MAX_BYTES - PAGE_BYTES - len(embed_json(data))
+    inputs = [ids] + [_ids(model, tokenizer, t) for t in calibration if model.kind != "vit"]
+    data["live"]["weights"], bounds, data["live"]["why"] = carried(
+        model, data["steps"], rules, weights, tables, budget, inputs
+    )
+    for step, bound in zip(data["steps"], bounds or [], strict=False):
+        step["bound"] = bound
+    data["precision"] = "f32"
     return data
 
 
@@ -167,81 +169,41 @@ def _carried(
     model: PretrainedModel,
     tokenizer: Any,
     spec: dict | None,
-    weights: dict[str, Tensor],
-    half: bool,
     labels: list[str] | None,
     ids: Tensor,
 ) -> dict:
     from glassformer.viz.attention import token_labels
-    from glassformer.viz.viewer import base64_floats, base64_halves
 
-    carried = {name: {"shape": list(w.shape), "dtype": "f16" if half else "f32",
-                      "values": (base64_halves if half else base64_floats)(w.float())}
-               for name, w in weights.items()}  # fmt: skip
     classes = getattr(model.config, "num_classes", None)
     if model.kind == "vit":
         channels, *size = (int(n) for n in ids.shape)
         return {"image": {"channels": channels, "size": size, "pixels": ids.flatten().tolist()},
-                "weights": carried, "output": "classes",
+                "output": "classes",
                 "classes": labels or [str(c) for c in range(classes or 0)]}  # fmt: skip
-    vocab = model.config.vocab_size
+    shown = token_labels(tokenizer, list(range(model.config.vocab_size)))
     return {
         "tokenizer": spec,
         "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": model.config.max_len},
-        "weights": carried,
-        "labels": token_labels(tokenizer, list(range(vocab))),
+        # the tokens as shown, where they are not the tokenizer's own vocabulary
+        "labels": None if spec and shown == spec.get("vocab") else shown,
         "output": "classes" if classes else "tokens",
         "classes": labels or [str(c) for c in range(classes or 0)],
     }
 
 
-def _half_bounds(
-    model: PretrainedModel,
-    steps: list[dict],
-    rules: list[dict],
-    weights: dict[str, Tensor],
-    tables: dict,
-) -> list[float]:
-    """Each step's largest difference from the model's value, relative to the step's
-    largest magnitude, with the weights rounded to float16, over seeded texts of the
-    ``CALIBRATION`` lengths; four times that is the bound the page states (at least 1e-4). A
-    step float16 moves by more than ``HALF_BOUND`` refuses float16."""
-    from glassformer.viz.live_rules import page_values, run_rule
-
-    rounded = {name: w.half().double() for name, w in weights.items()}
-    g = torch.Generator().manual_seed(0)
-    worst = [0.0] * len(steps)
-    low = 4 if getattr(model.config, "pad_id", None) is not None else 0
-    for length in CALIBRATION:
-        if model.kind == "vit":  # seeded images of the model's size, pixels 0..1
-            c = model.config
-            ids = torch.rand(c.channels, *c.image_size, generator=g)
-        else:
-            ids = torch.randint(low, model.config.vocab_size,
-                                (min(length, model.config.max_len),), generator=g)  # fmt: skip
-        expected = page_values(model, [s["name"] for s in steps], ids)
-        found: list[Tensor] = []
-        for i, rule in enumerate(rules):
-            value = run_rule(rule, found, rounded, ids, tables)
-            assert value is not None, steps[i]["name"]
-            found.append(value)
-            worst[i] = max(worst[i], relative_error(value, expected[i]))
-    over = [(w, s["name"]) for w, s in zip(worst, steps, strict=True) if w > HALF_BOUND]
-    if over:
-        error, name = max(over)
-        raise LiveError(f"float16 weights move {name} by {error:.2%} of its largest value, "
-                        f"more than {HALF_BOUND:.0%}; the page keeps its text fixed")  # fmt: skip
-    return [float(f"{max(4 * w, 1e-4):.2g}") for w in worst]
-
-
 def live_html(
-    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+    model: PretrainedModel,
+    tokenizer: Any,
+    text: str,
+    labels: list[str] | None = None,
+    calibration: Sequence[str] = (),
 ) -> Any:
     """The live page for ``model``, opening on ``text`` (an ``AttentionView``): the reader
-    types any text and the page runs the model on it and redraws every level."""
+    types any text and the page runs the model on it and redraws every level
+    (``calibration``: texts like the ones it will read, see ``live_data``)."""
     from glassformer.viz.viewer import LIVE_SCRIPTS, AttentionView, render
 
-    data = live_data(model, tokenizer, text, labels)
+    data = live_data(model, tokenizer, text, labels, calibration)
     data["title"] = f"{model.kind} model: its forward pass, run in this page"
     page = render("explain.html", ("viewer.css", "explain.css"), LIVE_SCRIPTS, data,
                   title="glassformer: a forward pass, live", data_id="explain-data")  # fmt: skip
@@ -249,13 +211,17 @@ def live_html(
 
 
 def try_live(
-    model: PretrainedModel, tokenizer: Any, text: str, labels: list[str] | None = None
+    model: PretrainedModel,
+    tokenizer: Any,
+    text: str,
+    labels: list[str] | None = None,
+    calibration: Sequence[str] = (),
 ) -> tuple[Any, str | None]:
     """``(the live page, None)``, or ``(None, why the model gets the page of one text)``."""
     why = live_refusal(model)
     if why is None:
         try:
-            return live_html(model, tokenizer, text, labels), None
+            return live_html(model, tokenizer, text, labels, calibration), None
         except LiveError as err:
             why = str(err)
     return None, why

@@ -143,7 +143,7 @@ const RULES = {
 
 function howFound(s) {
   if (s.live) {
-    const bound = s.bound === undefined ? "" : ` (float16 weights: within ${(100 * s.bound).toPrecision(2)}% of its largest value, as measured when the page was written)`;
+    const bound = s.bound === undefined ? "" : ` (weights rounded to ${data.live.weights.bits} mantissa bits: within ${(100 * s.bound).toPrecision(2)}% of its largest value, four times the error measured when the page was written)`;
     const parts = (s.live.of || []).map((j) => data.steps[j].name);
     const said = (LIVE_RULES[s.live.op] || RULES[s.live.op] || ((x) => s.live.op))(...parts).replace("act(", `${s.live.fn}(`);
     return `computed in this page from the model's weights: ${said}${bound}`;

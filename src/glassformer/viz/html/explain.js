@@ -339,7 +339,7 @@ function draw() {
     shownLevel = level;
   }
   if (data.live) {
-    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${data.precision === "f16" ? "float16" : "float32"}) on the text above: ${data.tokens.length} tokens in ${live.ms.toFixed(1)} ms`;
+    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${liveWeightsSaid()}) on the text above: ${data.tokens.length} tokens in ${live.ms.toFixed(1)} ms`;
     return;
   }
   const derived = data.steps.filter((s) => s.derive).length;
@@ -403,8 +403,9 @@ function startPad() {
 }
 
 // The live page: the typed text runs through the model here, and every level redraws.
-function startLive() {
+async function startLive() {
   $("live").hidden = false;
+  await liveUnpack();
   if (data.live.image) { startPad(); return; }
   const input = $("live-text");
   input.value = data.text;
@@ -423,8 +424,8 @@ function startLive() {
   });
 }
 
-function start() {
-  if (data.live) startLive();
+async function start() {
+  if (data.live) await startLive();
   document.title = data.title;
   $("title").textContent = data.title;
   $("subtitle").textContent = data.text;
@@ -465,6 +466,7 @@ function start() {
   draw();
   drawOutput();
   startTour();
+  window.openMs = performance.now(); // from the page's navigation to ready: its open time
   document.body.dataset.ready = "1";
 }
 

@@ -8,11 +8,43 @@ const live = { ids: [], image: null, results: [], ms: 0 }; // results[i]: step i
 const liveWeights = new Map();
 
 function liveWeight(name) {
-  if (!liveWeights.has(name)) {
-    const w = data.live.weights[name];
-    liveWeights.set(name, { shape: w.shape, data: w.dtype === "f16" ? halves(w.values) : floats(w.values) });
-  }
   return liveWeights.get(name);
+}
+
+// The weights arrive as one run of float32 values (glassformer/viz/live_weights.py): their
+// bytes plane by plane, deflated, as base85 text. Read once, when the page opens.
+const B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%:()*+-;.=,?@^_`{|}~";
+
+function base85(text, length) {
+  const digit = new Uint8Array(128);
+  for (let i = 0; i < B85.length; i++) digit[B85.charCodeAt(i)] = i;
+  const out = new Uint8Array((text.length / 5) * 4);
+  for (let g = 0, o = 0; g < text.length; g += 5, o += 4) {
+    const v = (((digit[text.charCodeAt(g)] * 85 + digit[text.charCodeAt(g + 1)]) * 85 + digit[text.charCodeAt(g + 2)]) * 85
+      + digit[text.charCodeAt(g + 3)]) * 85 + digit[text.charCodeAt(g + 4)];
+    out[o] = v >>> 24; out[o + 1] = (v >>> 16) & 255; out[o + 2] = (v >>> 8) & 255; out[o + 3] = v & 255;
+  }
+  return out.subarray(0, length);
+}
+
+// what the page's weights are: float32, or float32 rounded to fewer mantissa bits
+function liveWeightsSaid() {
+  const bits = data.live.weights.bits;
+  return bits === 23 ? "float32" : `float32 rounded to ${bits} of its 23 mantissa bits to keep the page small`;
+}
+
+async function liveUnpack() {
+  const w = data.live.weights;
+  const stream = new Blob([base85(w.values, w.length)]).stream().pipeThrough(new DecompressionStream("deflate"));
+  const planes = new Uint8Array(await new Response(stream).arrayBuffer());
+  const n = planes.length / 4;
+  const words = new Uint32Array(n); // each value's four bytes, least significant first
+  for (let i = 0; i < n; i++) words[i] = planes[i] | (planes[n + i] << 8) | (planes[2 * n + i] << 16) | (planes[3 * n + i] << 24);
+  const values = new Float32Array(words.buffer); // (the machine's order, as the words were made)
+  for (const t of w.tensors) {
+    const size = t.shape.reduce((a, b) => a * b, 1);
+    liveWeights.set(t.name, { shape: t.shape, data: values.subarray(t.offset, t.offset + size) });
+  }
 }
 
 function liveValues(i) {
@@ -43,12 +75,18 @@ function runLive(ids) {
     s.shape = s.shown = out.shape;
   }
   if (!data.live.image) { // a ViT's tokens are its class token and patches, whatever is drawn
-    const labels = ids.map((id) => data.live.labels[id] ?? `token ${id}`);
+    const labels = ids.map((id) => liveLabel(id));
     data.labels.input = labels;
     data.tokens = labels;
   }
   data.output = liveOutput();
   live.ms = performance.now() - start;
+}
+
+// A token as shown: the run's labels, where they are not the tokenizer's own vocabulary.
+function liveLabel(id) {
+  const labels = data.live.labels || data.live.tokenizer.vocab;
+  return labels[id] ?? `token ${id}`;
 }
 
 // the output panel's distribution, from the last step's logits
@@ -61,7 +99,7 @@ function liveOutput() {
   const T = logits.shape.length === 2 ? logits.shape[0] : 1;
   const row = logits.data.slice((T - 1) * V, T * V);
   const top = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 100);
-  return { kind: "tokens", vocab: V, positions: [{ after: T - 1, top, labels: top.map((i) => data.live.labels[i] ?? `token ${i}`), logits: row }] };
+  return { kind: "tokens", vocab: V, positions: [{ after: T - 1, top, labels: top.map((i) => liveLabel(i)), logits: row }] };
 }
 
 function liveStep(rule) {
@@ -92,40 +130,21 @@ function liveStep(rule) {
   }
 }
 
-// The embedding's rows for the ids. A table read only here is not decoded whole: each row is
-// cut from the base64 text as it is needed (a 16,000-row vocabulary is most of a page).
 function liveSum(parts) {
   const out = Float64Array.from(parts[0].data);
   for (const part of parts.slice(1)) part.data.forEach((x, i) => { out[i] += x; });
   return { shape: parts[0].shape, data: out };
 }
 
+// The embedding's rows for the ids (times √D where the model scales them).
 function liveEmbed(name, scale) {
-  const w = data.live.weights[name];
+  const w = liveWeight(name);
   const D = w.shape[1];
   const out = new Float64Array(live.ids.length * D);
   live.ids.forEach((id, t) => {
-    const row = liveWeights.has(name) ? liveWeight(name).data.subarray(id * D, (id + 1) * D) : liveRow(name, id);
-    for (let d = 0; d < D; d++) out[t * D + d] = row[d] * scale;
+    for (let d = 0; d < D; d++) out[t * D + d] = w.data[id * D + d] * scale;
   });
   return { shape: [live.ids.length, D], data: out };
-}
-
-const rowCache = new Map();
-
-function liveRow(name, r) {
-  const key = `${name}:${r}`;
-  if (!rowCache.has(key)) {
-    const w = data.live.weights[name];
-    const width = w.dtype === "f16" ? 2 : 4;
-    const [start, end] = [r * w.shape[1] * width, (r + 1) * w.shape[1] * width]; // its bytes
-    const first = Math.floor(start / 3) * 3; // base64 turns each 3 bytes into 4 characters
-    const text = w.values.slice((first / 3) * 4, Math.ceil(end / 3) * 4);
-    const bytes = atob(text).slice(start - first, end - first);
-    const b64 = btoa(bytes);
-    rowCache.set(key, w.dtype === "f16" ? halves(b64) : floats(b64));
-  }
-  return rowCache.get(key);
 }
 
 // x · Wᵀ + b over the rows [lo, hi) of W: x (T, in), (in,), or heads (H, T, Dh) side by side;
@@ -148,13 +167,27 @@ function liveLinear(rule, x, w) {
   }
   const m = hi - lo;
   const out = new Float64Array(rows * m);
-  for (let t = 0; t < rows; t++) {
-    for (let o = 0; o < m; o++) {
-      let sum = bias ? bias[lo + o] : 0;
+  const W = w.data;
+  for (let t = 0; t < rows; t++) { // four output features at once: each input read once for four
+    const x0 = t * n;
+    let o = 0;
+    for (; o + 3 < m; o += 4) {
+      const a = (lo + o) * n, b = a + n, c = b + n, d = c + n; // (destructuring would allocate)
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (let k = 0; k < n; k++) {
+        const xk = input[x0 + k];
+        s0 += xk * W[a + k]; s1 += xk * W[b + k]; s2 += xk * W[c + k]; s3 += xk * W[d + k];
+      }
+      const at = t * m + o;
+      out[at] = s0; out[at + 1] = s1; out[at + 2] = s2; out[at + 3] = s3;
+    }
+    for (; o < m; o++) {
       const off = (lo + o) * n;
-      for (let k = 0; k < n; k++) sum += input[t * n + k] * w.data[off + k];
+      let sum = 0;
+      for (let k = 0; k < n; k++) sum += input[x0 + k] * W[off + k];
       out[t * m + o] = sum;
     }
+    if (bias) for (let j = 0; j < m; j++) out[t * m + j] += bias[lo + j];
   }
   if (rule.heads) { // (T, heads·Dh) → (heads, T, Dh)
     const Dh = m / rule.heads;
