@@ -541,6 +541,67 @@ def test_the_page_draws_the_streams_length_the_attention_lines_and_the_output_ba
     context.close()
 
 
+def ending_translator():
+    """The explorable page's tiny translator, its EOS logit lowered until greedy decoding
+    ends some of the ``TRANSLATED`` at EOS and not others (which stop at the limit)."""
+    from test_viz_explain import tiny_translator
+
+    model, tokenizer = tiny_translator()
+    sources = [torch.tensor([tokenizer.encode(text)]) for text in TRANSLATED]
+    eos = model.config.eos_id
+    with torch.no_grad():
+        for _ in range(64):
+            ended = [model.generate(src, 2 * src.size(1) + 10)[0, -1] == eos for src in sources]
+            if any(ended) and not all(ended):
+                return model, tokenizer
+            model.output_proj.bias[eos] -= 0.125
+    pytest.fail("no EOS logit ends some translations and not others")
+
+
+TRANSLATED = ["the house", "a cat sat on the mat.", "zebra"]
+
+
+@pytest.mark.browser
+def test_a_translators_page_translates_typed_text_step_by_step(browser, tmp_path):
+    """A typed source: the page's encoder, its greedy decoding (the model's generate: to
+    EOS, or to the limit) and every step of the decoder over that translation are the
+    model's, within 1e-4; the output panel has the next-token distribution after every
+    target position, the model's logits."""
+    from glassformer.viz.explain import relative_error
+    from glassformer.viz.live import _ids, live_html
+    from glassformer.viz.live_rules import page_values
+
+    model, tokenizer = ending_translator()
+    path = live_html(model, tokenizer, "the house").save(tmp_path / "translator.html")
+    context, tab, errors = open_live(browser, path)
+    eos_seen = 0
+    for text in TRANSLATED:
+        tab.fill("#live-text", text)
+        src = torch.tensor([tokenizer.encode(text)])
+        generated = model.generate(src, 2 * src.size(1) + 10)[0].tolist()
+        eos_seen += generated[-1] == model.config.eos_id
+        expected_ids = _ids(model, tokenizer, text)
+        assert tab.evaluate("live.inputs.source") == src[0].tolist()
+        assert tab.evaluate("live.inputs.target") == expected_ids["target"].tolist()
+        assert expected_ids["target"].tolist() == [t for t in generated if t != model.config.eos_id]
+        steps = tab.evaluate(STEPS)
+        assert any(s["name"].startswith("decoder.") and ".cross_attn." in s["name"] for s in steps)
+        expected = page_values(model, [s["name"] for s in steps], expected_ids)
+        for step, value in zip(steps, expected, strict=True):
+            found = torch.tensor(step["values"], dtype=torch.float64).view(value.shape)
+            assert relative_error(found, value) <= 1e-4, (text, step["name"])
+        with torch.no_grad():
+            logits = model(src, expected_ids["target"][None]).logits[0]
+        positions = tab.evaluate("data.output.positions.map((p) => Array.from(p.logits))")
+        torch.testing.assert_close(torch.tensor(positions, dtype=torch.float64), logits.double(),
+                                   atol=1e-4 * float(logits.abs().max()), rtol=0)  # fmt: skip
+        options = tab.eval_on_selector_all("#position option", "o => o.length")
+        assert options == len(expected_ids["target"])
+    assert 0 < eos_seen < len(TRANSLATED)  # both ends of the loop taken
+    assert errors == []
+    context.close()
+
+
 @pytest.mark.browser
 def test_a_vits_page_runs_what_is_drawn_on_its_pad(browser, tmp_path):
     """The digits ViT's page: strokes drawn on the pad become the model's image (each pixel

@@ -10,9 +10,10 @@ token, a classifier's classes, a translator's next token after each target posit
 recomputed in the page under temperature, top-k and top-p.
 
 A model of up to 5 M parameters whose every step the page can compute (GPT-shaped language
-models and classifiers: the demo's classifier, the tutorial's char GPTs) gets a live page: its
-weights and tokenizer travel in it, and the page runs the model on whatever the reader types
-into its box, redrawing every level (--fixed: the page of TEXT alone). Other models get the
+models and classifiers, encoders, the paper's translator, the ViT: the demo's classifier, the
+tutorial's char GPTs) gets a live page: its weights and tokenizer travel in it, and the page
+runs the model on whatever the reader types into its box (a translator decoding it step by
+step), redrawing every level (--fixed: the page of TEXT alone). Other models get the
 page of TEXT: at most 5 MB, steps that follow from earlier ones travel as their rule, then
 float16 values and fewer features a step; SmolLM2-135M's page holds up to 50 tokens.
 

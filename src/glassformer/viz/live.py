@@ -93,7 +93,7 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
 
 # the one-stack text models whose steps have rules (a model of them whose step has none,
 # Gemma's norm after attention, gets the page of one text, saying which step)
-LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "vit")
+LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "vit", "seq2seq")
 LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
 LIVE_MAX_BYTES = 8_000_000  # the page's goal: over this, its weights carry fewer bits
 PAGE_BYTES = 120_000  # the page's scripts and styles, which the weights' budget leaves room for
@@ -157,12 +157,16 @@ def live_data(
     return data
 
 
-def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Tensor:
+def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Any:
     """The ids the model reads for ``text`` (``model_inputs``: cut to its length as the page
-    cuts them, ``frame``); a ViT's image (C, H, W), ``text`` its file."""
+    cuts them, ``frame``); a ViT's image (C, H, W), ``text`` its file; a translator's
+    ``{"source": ..., "target": its greedy translation from BOS, without EOS}``."""
     from glassformer.viz.attention import model_inputs
 
-    return model_inputs(model, tokenizer, text)[0][0][0]
+    args = model_inputs(model, tokenizer, text)[0]
+    if model.kind == "seq2seq":
+        return {"source": args[0][0], "target": args[1][0]}
+    return args[0][0]
 
 
 def _carried(
@@ -180,14 +184,18 @@ def _carried(
         return {"image": {"channels": channels, "size": size, "pixels": ids.flatten().tolist()},
                 "output": "classes",
                 "classes": labels or [str(c) for c in range(classes or 0)]}  # fmt: skip
-    shown = token_labels(tokenizer, list(range(model.config.vocab_size)))
+    c = model.config
+    vocab = c.tgt_vocab_size if model.kind == "seq2seq" else c.vocab_size
+    shown = token_labels(tokenizer, list(range(vocab)))
     return {
         "tokenizer": spec,
-        "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": model.config.max_len},
+        "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": c.max_len},
+        # a translator decodes greedily from BOS to EOS, at most 2·source + 10 tokens
+        **({"decode": {"bos": c.bos_id, "eos": c.eos_id}} if model.kind == "seq2seq" else {}),
         # the tokens as shown, where they are not the tokenizer's own vocabulary
         "labels": None if spec and shown == spec.get("vocab") else shown,
-        "output": "classes" if classes else "tokens",
-        "classes": labels or [str(c) for c in range(classes or 0)],
+        "output": "classes" if classes else "translation" if model.kind == "seq2seq" else "tokens",
+        "classes": labels or [str(n) for n in range(classes or 0)],
     }
 
 

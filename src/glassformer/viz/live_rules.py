@@ -41,7 +41,7 @@ LINEARS = {  # a step's leaf → the Linear under the step's owner that makes it
 
 
 def live_program(
-    model: PretrainedModel, steps: list[dict], full: list[Tensor], ids: Tensor
+    model: PretrainedModel, steps: list[dict], full: list[Tensor], ids: Any
 ) -> tuple[list[dict], dict[str, Tensor], dict[str, dict]]:
     """Each step's rule (JSON-ready but for its tensors), the weights the rules read by name,
     and the rotary tables, for ``steps`` (the page's, in order) whose values on ``ids`` (T,)
@@ -52,7 +52,8 @@ def live_program(
     found: list[Tensor] = []
     rules: list[dict] = []
     for i, step in enumerate(steps):
-        for rule in _tried(model, step["name"], index, full, weights, tables):
+        for rule in _inputs(model, step["name"], _tried(model, step["name"], index, full,
+                                                        weights, tables)):  # fmt: skip
             if not all(j < i for j in rule.get("of", [])):
                 continue
             value = run_rule(rule, found, weights, ids, tables)
@@ -64,6 +65,17 @@ def live_program(
             raise LiveError(f"the live page has no rule that gives {step['name']} "
                             f"({step['what']}); the page keeps its text fixed")  # fmt: skip
     return rules, weights, tables
+
+
+def _inputs(model: PretrainedModel, name: str, rules: list[dict]) -> list[dict]:
+    """A translator's rules that read ids name whose: the source's in the encoder and for
+    the keys of cross-attention, else the target's."""
+    if model.kind != "seq2seq":
+        return rules
+    own = "source" if name.startswith("encoder.") else "target"
+    keys = "source" if ".cross_attn." in name else own
+    return [{**rule, "ids": keys if rule["op"] == "scores" else own}
+            if rule["op"] in ("embed", "rows", "scores") else rule for rule in rules]  # fmt: skip
 
 
 def close(value: Tensor, expected: Tensor) -> bool:
@@ -80,13 +92,16 @@ def close(value: Tensor, expected: Tensor) -> bool:
 
 
 def run_rule(
-    rule: dict, found: list[Tensor], weights: dict[str, Tensor], ids: Tensor, tables: dict
+    rule: dict, found: list[Tensor], weights: dict[str, Tensor], ids: Any, tables: dict
 ) -> Tensor | None:
     """What ``rule`` gives (float64), as ``html/live-forward.js`` computes it; None where
-    its parts do not go together."""
+    its parts do not go together. ``ids``: the input's (T,), a ViT's image, or a
+    translator's ``{"source": ..., "target": ...}``, of which the rule names one."""
     parts = [found[j] for j in rule.get("of", [])]
     op = rule["op"]
     w = weights[rule["weight"]].double() if "weight" in rule else torch.empty(0)
+    if isinstance(ids, dict):  # a translator's: the rule reads the source's or the target's
+        ids = ids[rule.get("ids", "source")]
     try:
         if op == "embed":
             return w[ids] * rule.get("scale", 1.0)
@@ -218,9 +233,12 @@ def _tried(
     elif leaf == "hook_normalized":
         rules += _norm_rules(model, model.get_submodule(owner), before, full, weights)
     elif leaf in ("hook_q", "hook_k", "hook_v"):
+        if ".cross_attn" in name and leaf != "hook_q":  # the encoder's output, its memory
+            before = [max(i for n, i in index.items() if n.startswith("encoder."))]
         rules += _qkv_rules(model, model.get_submodule(owner), leaf, before, weights)
-    elif leaf == "hook_attn_out":
-        attn = cast(MultiHeadAttention, model.get_submodule(f"{owner}.attn"))
+    elif leaf in ("hook_attn_out", "hook_cross_attn_out"):
+        which = "cross_attn" if leaf == "hook_cross_attn_out" else "attn"
+        attn = cast(MultiHeadAttention, model.get_submodule(f"{owner}.{which}"))
         rules += _linear_rules(model, attn.out_proj, before, weights)
     elif leaf in LINEARS:
         for child in LINEARS[leaf]:
@@ -236,7 +254,8 @@ def _tried(
         rules += [{"op": "pool", "of": [j], "how": model.config.pooling, "pad": pad}
                   for j in before[:2]]  # fmt: skip
     elif leaf == "hook_logits":
-        head = getattr(model, "lm_head", None) or getattr(model, "head", None)
+        head = next((getattr(model, n) for n in ("lm_head", "head", "output_proj")
+                     if hasattr(model, n)), None)  # fmt: skip
         rules += _linear_rules(model, head, before, weights) if head is not None else []
     else:
         rules += _attention_rules(model, name, index, full, tables)
@@ -345,10 +364,11 @@ def _carry(model: PretrainedModel, parameter: Tensor, weights: dict[str, Tensor]
 
 
 @torch.no_grad()
-def page_values(model: PretrainedModel, names: list[str], ids: Tensor) -> list[Tensor]:
+def page_values(model: PretrainedModel, names: list[str], ids: Any) -> list[Tensor]:
     """The model's value at each of ``names`` for ``ids`` (T,), as the page lays it out: the
     one example, per-head values as heads × positions × features, masked scores as MASKED."""
     from glassformer.viz.explain import laid_out
 
-    _, cache = model.run_with_cache(ids[None], names=names)  # ids, or a ViT's image
+    inputs = (ids["source"][None], ids["target"][None]) if isinstance(ids, dict) else (ids[None],)
+    _, cache = model.run_with_cache(*inputs, names=names)  # ids, a ViT's image, a translator's
     return [laid_out(name, cache[name])[0] for name in names]

@@ -65,7 +65,7 @@ def carried(
     weights: dict[str, Tensor],
     tables: dict,
     budget: int,
-    inputs: list[Tensor],
+    inputs: list[Any],
 ) -> tuple[dict[str, Any], list[float] | None, str | None]:
     """(the packed weights, each step's stated bound or None for float32's every bit, why
     the page is over ``budget`` characters of weights where it is). The most bits whose
@@ -95,8 +95,8 @@ def carried(
 
 
 def _calibration(
-    model: PretrainedModel, steps: list[dict], inputs: list[Tensor]
-) -> list[tuple[Tensor, list[Tensor]]]:
+    model: PretrainedModel, steps: list[dict], inputs: list[Any]
+) -> list[tuple[Any, list[Tensor]]]:
     """The calibration inputs (``inputs``, then seeded texts of the ``SEEDED`` lengths or
     seeded images) with the model's value at each step."""
     from glassformer.viz.live_rules import page_values
@@ -108,6 +108,11 @@ def _calibration(
         if model.kind == "vit":  # seeded images of the model's size, pixels 0..1
             c = model.config
             inputs.append(torch.rand(c.channels, *c.image_size, generator=g))
+        elif model.kind == "seq2seq":  # a seeded source and target (from BOS)
+            c, size = model.config, (min(length, model.config.max_len - 1),)
+            target = torch.randint(low, c.tgt_vocab_size, size, generator=g)
+            inputs.append({"source": torch.randint(low, c.src_vocab_size, size, generator=g),
+                           "target": torch.cat([torch.tensor([c.bos_id]), target])})  # fmt: skip
         else:
             size = (min(length, model.config.max_len),)
             inputs.append(torch.randint(low, model.config.vocab_size, size, generator=g))
@@ -120,7 +125,7 @@ def _errors(
     weights: dict[str, Tensor],
     tables: dict,
     bits: int,
-    calibration: list[tuple[Tensor, list[Tensor]]],
+    calibration: list[tuple[Any, list[Tensor]]],
 ) -> list[float]:
     """Each step's largest difference from the model's value, relative to the step's
     largest magnitude, over ``calibration``, with the weights rounded to ``bits``."""

@@ -417,11 +417,20 @@ async function startLive() {
     runLive(ids);
     data.text = input.value;
     $("subtitle").textContent = input.value;
+    if (data.output.kind === "translation") fillPositions();
     draw();
     drawOutput();
     window.liveRedrawMs = performance.now() - start;
     $("live-note").textContent = `${ids.length} tokens, run and redrawn in ${window.liveRedrawMs.toFixed(0)} ms`;
   });
+}
+
+// A translator's output: the next token after each target position, from the first.
+function fillPositions() {
+  const target = data.labels.target || [];
+  const positions = data.output.positions;
+  fillSelect($("position"), positions.map((p) => `${p.after + 1}: after "${target[p.after] ?? ""}"`), 0);
+  state.position = 0;
 }
 
 async function start() {
@@ -456,10 +465,7 @@ async function start() {
   $("key").addEventListener("change", (e) => { state.key = Number(e.target.value); drawStep(); });
   for (const id of ["temperature", "top-k", "top-p"]) $(id).addEventListener("input", drawOutput);
   if (data.output && data.output.kind === "translation") {
-    const target = data.labels.target || [];
-    const positions = data.output.positions;
-    fillSelect($("position"), positions.map((p) => `${p.after + 1}: after "${target[p.after] ?? ""}"`), 0);
-    state.position = 0; // the translation from its first step
+    fillPositions();
     $("position").addEventListener("change", (e) => { state.position = Number(e.target.value); drawOutput(); });
   }
   drawImage();

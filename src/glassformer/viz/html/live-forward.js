@@ -4,7 +4,13 @@
 // run_rule is this file's twin). Loaded after explain-derive.js and live-tokenize.js.
 "use strict";
 
-const live = { ids: [], image: null, results: [], ms: 0 }; // results[i]: step i's {shape, data}
+// results[i]: step i's {shape, data}; a translator's ids: inputs.source and inputs.target
+const live = { ids: [], inputs: {}, image: null, results: [], ms: 0 };
+
+// the ids a rule reads: the input's, or the translator's source or target that it names
+function liveIds(rule) {
+  return rule.ids ? live.inputs[rule.ids] : live.ids;
+}
 const liveWeights = new Map();
 
 function liveWeight(name) {
@@ -69,18 +75,47 @@ function runLive(ids) {
   const start = performance.now();
   if (data.live.image) live.image = ids; else live.ids = ids;
   live.results = [];
-  for (const s of data.steps) {
-    const out = liveStep(s.live);
-    live.results.push(out);
-    s.shape = s.shown = out.shape;
-  }
-  if (!data.live.image) { // a ViT's tokens are its class token and patches, whatever is drawn
+  if (data.live.decode) liveTranslate(ids);
+  else data.steps.forEach((s, i) => liveRun(i));
+  if (data.live.decode) {
+    data.labels.source = live.inputs.source.map(liveLabel);
+    data.labels.target = live.inputs.target.map(liveLabel);
+    data.tokens = data.labels.target;
+  } else if (!data.live.image) { // a ViT's tokens are its class token and patches, whatever is drawn
     const labels = ids.map((id) => liveLabel(id));
     data.labels.input = labels;
     data.tokens = labels;
   }
   data.output = liveOutput();
   live.ms = performance.now() - start;
+}
+
+function liveRun(i) {
+  const s = data.steps[i];
+  live.results[i] = liveStep(s.live);
+  s.shape = s.shown = live.results[i].shape;
+}
+
+// A translator: the encoder once on the source, then its greedy decoding as the model's
+// generate: from BOS, the decoder run on the target so far and its likeliest next token
+// appended, until EOS (not kept) or 2·source + 10 tokens (at most the model's length - 1).
+// Each step's values are the last run's: the decoder on the whole translation.
+function liveTranslate(source) {
+  const { bos, eos } = data.live.decode;
+  const decoder = [];
+  live.inputs = { source, target: [bos] };
+  data.steps.forEach((s, i) => (s.name.startsWith("encoder.") ? liveRun(i) : decoder.push(i)));
+  const most = Math.min(data.live.frame.max - 1, 2 * source.length + 10);
+  for (;;) {
+    decoder.forEach(liveRun);
+    const logits = live.results[live.results.length - 1];
+    const V = logits.shape[logits.shape.length - 1];
+    const last = logits.data.subarray(logits.data.length - V);
+    let next = 0;
+    for (let v = 1; v < V; v++) if (last[v] > last[next]) next = v;
+    if (next === eos || live.inputs.target.length - 1 >= most) return;
+    live.inputs.target = [...live.inputs.target, next];
+  }
 }
 
 // A token as shown: the run's labels, where they are not the tokenizer's own vocabulary.
@@ -97,9 +132,15 @@ function liveOutput() {
   }
   const V = logits.shape[logits.shape.length - 1];
   const T = logits.shape.length === 2 ? logits.shape[0] : 1;
-  const row = logits.data.slice((T - 1) * V, T * V);
-  const top = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 100);
-  return { kind: "tokens", vocab: V, positions: [{ after: T - 1, top, labels: top.map((i) => liveLabel(i)), logits: row }] };
+  const at = (t) => { // the distribution after position t
+    const row = logits.data.slice(t * V, (t + 1) * V);
+    const top = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 100);
+    return { after: t, top, labels: top.map((i) => liveLabel(i)), logits: row };
+  };
+  if (data.live.output === "translation") { // after every target position: the translation step by step
+    return { kind: "translation", vocab: V, positions: Array.from({ length: T }, (_, t) => at(t)) };
+  }
+  return { kind: "tokens", vocab: V, positions: [at(T - 1)] };
 }
 
 function liveStep(rule) {
@@ -107,11 +148,11 @@ function liveStep(rule) {
   const [a, b] = parts;
   const w = rule.weight && rule.op !== "embed" ? liveWeight(rule.weight) : null;
   switch (rule.op) {
-    case "embed": return liveEmbed(rule.weight, rule.scale ?? 1);
+    case "embed": return liveEmbed(rule.weight, rule.scale ?? 1, liveIds(rule));
     case "patches": return livePatches(rule, w);
     case "cls": return liveCls(liveSum(parts), w);
     case "rows": {
-      const T = rule.count ?? live.ids.length;
+      const T = rule.count ?? liveIds(rule).length;
       return { shape: [T, w.shape[1]], data: Float64Array.from(w.data.subarray(0, T * w.shape[1])) };
     }
     case "linear": return liveLinear(rule, a, w);
@@ -137,14 +178,14 @@ function liveSum(parts) {
 }
 
 // The embedding's rows for the ids (times √D where the model scales them).
-function liveEmbed(name, scale) {
+function liveEmbed(name, scale, ids) {
   const w = liveWeight(name);
   const D = w.shape[1];
-  const out = new Float64Array(live.ids.length * D);
-  live.ids.forEach((id, t) => {
+  const out = new Float64Array(ids.length * D);
+  ids.forEach((id, t) => {
     for (let d = 0; d < D; d++) out[t * D + d] = w.data[id * D + d] * scale;
   });
-  return { shape: [live.ids.length, D], data: out };
+  return { shape: [ids.length, D], data: out };
 }
 
 // x · Wᵀ + b over the rows [lo, hi) of W: x (T, in), (in,), or heads (H, T, Dh) side by side;
@@ -267,11 +308,12 @@ function liveScores(rule, q, k) {
   const [H, Tq, D] = q.shape;
   const [Hkv, Tk] = k.shape;
   const scale = rule.scale ?? 1 / Math.sqrt(D);
+  const keys = liveIds(rule);
   const out = new Float64Array(H * Tq * Tk);
   const allowed = (t, c) => {
     const i = t + (Tk - Tq); // the query's position among the keys
     if (rule.mask === "causal" && c > i) return false;
-    if (rule.pad != null && live.ids[c] === rule.pad) return false;
+    if (rule.pad != null && keys[c] === rule.pad) return false;
     if (!rule.window) return true;
     const [left, right] = rule.window;
     let ok = c >= i - left && c <= i + right;
