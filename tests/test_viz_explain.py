@@ -579,6 +579,9 @@ DEMO_TEXT = "A moving, beautifully acted film. I was gripped from the first scen
 BIBLE = "In the beginning God created the heaven and the earth."
 
 
+AUSTEN = "It is a truth universally acknowledged, that a single man in possession"
+
+
 def docs_model(kind: str, tmp_path):
     """(model, tokenizer, text, labels, where to go) of the page photographed for ``kind``."""
     import os
@@ -586,7 +589,7 @@ def docs_model(kind: str, tmp_path):
     from glassformer.inference import load_run, read_labels
 
     variable = {"gpt": "GLASSFORMER_DEMO_RUN", "translator": "GLASSFORMER_TRANSLATOR",
-                "vit": "GLASSFORMER_VIT"}[kind]  # fmt: skip
+                "vit": "GLASSFORMER_VIT", "char gpt": "GLASSFORMER_CHAR_GPT"}[kind]  # fmt: skip
     run = os.environ.get(variable)
     if os.environ.get("GLASSFORMER_SCREENSHOTS") and not run:  # the docs show trained models
         pytest.skip(f"set {variable} to a trained run to photograph it for the docs")
@@ -600,6 +603,14 @@ def docs_model(kind: str, tmp_path):
             Image.fromarray((digits.images[9] * 15).astype("uint8")).save(image)  # a 9
             vit, processor = load_run(run)
         found = (vit, processor, str(image), read_labels(run) if run else None)
+    elif kind == "char gpt":  # the tutorial's: train lm --corpus austen --preset tiny
+        from glassformer import GPT, GPTConfig
+
+        tok = CharTokenizer("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,;'")
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=tok.vocab_size, max_len=64, d_model=32, num_heads=4,
+                           num_layers=2, d_ff=64)  # fmt: skip
+        found = (*(load_run(run) if run else (GPT(config).eval(), tok)), AUSTEN, None)
     elif kind == "translator":
         text = BIBLE if run else "the house"
         found = (*(load_run(run) if run else tiny_translator()), text, None)

@@ -500,6 +500,47 @@ def test_the_tour_walks_one_forward_pass_pinned_to_the_drawing(browser, tmp_path
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("kind", ["char gpt", "translator", "vit"])
+def test_the_live_pages_of_a_char_gpt_the_translator_and_the_vit_are_photographed(
+    browser, tmp_path, kind
+):
+    """Each kind's live page at the model level, a block, one head's scores (the attention
+    matrix) and, where it has one, the tour's first stop: the docs' pictures, of trained runs
+    (GLASSFORMER_SCREENSHOTS with GLASSFORMER_CHAR_GPT, GLASSFORMER_TRANSLATOR, GLASSFORMER_VIT);
+    each level shows what it says."""
+    from test_viz_explain import EXPLAIN_VIEWPORT, docs_model
+    from test_viz_html import photograph, screenshot_folder
+
+    from glassformer.viz.live import live_html
+
+    model, tokenizer, text, labels, block, part, scores = docs_model(kind, tmp_path)
+    path = live_html(model, tokenizer, text, labels).save(tmp_path / "live.html")
+    context = browser.new_context(viewport=EXPLAIN_VIEWPORT)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.goto(path.resolve().as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    folder, slug = screenshot_folder(tmp_path), kind.replace(" ", "-")
+    assert tab.is_visible("#pad-box" if kind == "vit" else "#live-text")
+    photograph(tab, folder / f"explain-live-{slug}-model.png")
+    tab.click(f"#flow [data-go='{block}']")
+    photograph(tab, folder / f"explain-live-{slug}-block.png")
+    tab.click(f"#flow [data-go='{part}']")
+    tab.click(f"#boxes button.box:has(small:text-is('{scores}'))")
+    assert tab.text_content("#step-name") == scores
+    assert tab.locator("#step-cells rect").count() > 4
+    photograph(tab, folder / f"explain-live-{slug}-head.png")
+    if tab.is_visible("#tour-start"):
+        tab.click("#tour-start")
+        assert tab.text_content("#tour-count").startswith("1 of ")
+        photograph(tab, folder / f"explain-tour-{slug}.png")
+    assert (kind != "translator") == tab.locator("#tour-count").is_visible()  # one stack
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.browser
 def test_the_page_draws_the_streams_length_the_attention_lines_and_the_output_bars(
     browser, tmp_path
 ):

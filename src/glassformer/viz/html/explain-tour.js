@@ -9,7 +9,9 @@ const tour = { stops: [], at: -1 };
 
 // [where the stop opens (a step's name, a place, or the model), what it outlines, its text]
 function tourStops() {
-  if (data.image || data.steps.some((s) => s.name.startsWith("encoder."))) return []; // one stack of text
+  if (data.steps.some((s) => s.name.startsWith("encoder."))) return []; // one stack: text or an image
+  const image = Boolean(data.image || (data.live && data.live.image));
+  const [token, tokens] = image ? ["patch", "patches"] : ["token", "tokens"];
   const first = (suffix) => data.steps.find((s) => s.name.endsWith(suffix));
   const block = (s) => (s ? s.where.split(" · ")[0] : null);
   const stops = [];
@@ -23,17 +25,22 @@ function tourStops() {
   const mlp = first("mlp.hook_post");
   const post = first("hook_resid_post");
   const logits = first("hook_logits");
-  add("model", "#flow", `This is the whole model: a stream of vectors, one per token, flowing from the embedding at the top through ${new Set(data.steps.filter((s) => /^block \d+$/.test(block(s))).map(block)).size} blocks to the output. Each block reads the stream and adds its results back.`);
-  if (embed) add(embed.name, "#step-svg", `Each token becomes a vector: its row of the embedding table (${embed.shape[embed.shape.length - 1]} numbers). A row of this grid is one token; hover a cell for its value.`);
-  if (pos) add(pos.name, "#step-svg", "The model cannot tell order from the vectors alone, so each position adds its own vector. Token plus position is the stream that enters the first block.");
-  if (q) add(q.name, "#step-svg", "Inside a block, attention first: each token's vector (normalised) is multiplied by three weight matrices into a query, a key and a value for every head. This is the queries of one head (choose the head above the grid).");
-  if (scores) add(scores.name, "#step-svg", "Each query is compared with every key: a dot product, divided by √d so that it does not grow with the width. A token may not look at later ones: those scores are masked (grey).");
-  if (pattern) add(pattern.name, "#step-svg", "Softmax turns each row of scores into weights that are positive and add up to 1: how much each token reads from each earlier one.");
-  if (z) add(z.name, "#step-svg", "Each head's output is the weighted average of the values: for every token, the values of the tokens it attends to, mixed by those weights. The heads are then joined and projected back into the stream.");
-  if (mlp) add(mlp.name, "#step-svg", "Then the MLP: each token alone is widened, passed through a non-linearity (here, its activations), and narrowed back. This is where most of the weights are.");
+  add("model", "#flow", `This is the whole model: a stream of vectors, one per ${image ? "patch of the image (after a class token)" : "token"}, flowing from the embedding at the top through ${new Set(data.steps.filter((s) => /^block \d+$/.test(block(s))).map(block)).size} blocks to the output. Each block reads the stream and adds its results back.`);
+  const width = embed ? embed.shape[embed.shape.length - 1] : 0;
+  if (embed && image) add(embed.name, "#step-svg", `The image is cut into square patches, and each patch becomes a vector of ${width} numbers through one weight matrix (a convolution whose stride is the patch's size). A row of this grid is one patch; hover a cell for its value.`);
+  else if (embed) add(embed.name, "#step-svg", `Each token becomes a vector: its row of the embedding table (${width} numbers). A row of this grid is one token; hover a cell for its value.`);
+  if (pos) add(pos.name, "#step-svg", `The model cannot tell order from the vectors alone, so each position adds its own vector. ${image ? "Patch" : "Token"} plus position is the stream that enters the first block.`);
+  if (q) add(q.name, "#step-svg", `Inside a block, attention first: each ${token}'s vector (normalised) is multiplied by three weight matrices into a query, a key and a value for every head. This is the queries of one head (choose the head above the grid).`);
+  const causal = scores && (scores.live || scores.derive || {}).mask === "causal";
+  const masked = causal ? "A token may not look at later ones: those scores are masked (grey)." : `Every ${token} may look at every other, before or after it.`;
+  if (scores) add(scores.name, "#step-svg", `Each query is compared with every key: a dot product, divided by √d so that it does not grow with the width. ${masked}`);
+  if (pattern) add(pattern.name, "#step-svg", `Softmax turns each row of scores into weights that are positive and add up to 1: how much each ${token} reads from each ${causal ? "earlier one" : "other"}.`);
+  if (z) add(z.name, "#step-svg", `Each head's output is the weighted average of the values: for every ${token}, the values of the ${tokens} it attends to, mixed by those weights. The heads are then joined and projected back into the stream.`);
+  if (mlp) add(mlp.name, "#step-svg", `Then the MLP: each ${token} alone is widened, passed through a non-linearity (here, its activations), and narrowed back. This is where most of the weights are.`);
   if (post) add(post.name, "#step-svg", "The block's output: the stream with attention's and the MLP's results added. The next block reads exactly this.");
   if (logits) add(logits.name, "#output", "At the end, a final norm and the output layer turn the stream into scores for every answer; softmax makes them the probabilities on the right. Change the temperature to see them sharpen or flatten.");
-  if (data.live) add("model", "#live-text", "Now type your own text in the box: the page runs the model on it and every number you have seen changes with it.");
+  if (data.live && image) add("model", "#pad-box", "Now draw on the pad: the page runs the model on your drawing and every number you have seen changes with it.");
+  else if (data.live) add("model", "#live-text", "Now type your own text in the box: the page runs the model on it and every number you have seen changes with it.");
   return stops;
 }
 

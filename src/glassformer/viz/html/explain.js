@@ -339,7 +339,7 @@ function draw() {
     shownLevel = level;
   }
   if (data.live) {
-    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${liveWeightsSaid()}) on the text above: ${data.tokens.length} tokens in ${live.ms.toFixed(1)} ms`;
+    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${liveWeightsSaid()}) on the ${data.live.image ? "image" : "text"} above: ${data.tokens.length} ${data.live.image ? "tokens (the class token and the patches)" : "tokens"} in ${live.ms.toFixed(1)} ms`;
     return;
   }
   const derived = data.steps.filter((s) => s.derive).length;
