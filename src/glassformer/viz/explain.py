@@ -161,7 +161,7 @@ def _collect(
         steps[i]["derive"] = rule
     data = {
         "title": f"{model.kind} model: one forward pass",
-        "text": text,
+        "text": Path(text).name if image else text,  # an image: its file's name, not its path
         "tokens": labels.get("input") or labels.get("target") or [],
         "labels": labels,
         "image": image,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from torch import Tensor
@@ -146,8 +145,6 @@ def live_data(
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
     data["live"] = _carried(model, tokenizer, spec, labels, ids)
-    if model.kind == "vit":  # the image's file by its name (the pad is what the page runs)
-        data["text"] = Path(text).name
     data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
     budget = LIVE_MAX_BYTES - PAGE_BYTES - len(embed_json(data))
     inputs = [ids] + [_ids(model, tokenizer, t) for t in calibration if model.kind != "vit"]
