@@ -339,7 +339,7 @@ function draw() {
     shownLevel = level;
   }
   if (data.live) {
-    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${liveWeightsSaid()}) on the ${data.live.image ? "image" : "text"} above: ${data.tokens.length} ${data.live.image ? "tokens (the class token and the patches)" : "tokens"} in ${live.ms.toFixed(1)} ms`;
+    $("note").textContent = `${data.steps.length} steps, every one computed in this page from the model's weights (${liveWeightsSaid()}) on the ${data.live.image ? "image" : "text"} above: ${data.live.decode ? `${live.inputs.source.length} source tokens, decoded into ${data.tokens.length} target positions` : `${data.tokens.length} ${data.live.image ? "tokens (the class token and the patches)" : "tokens"}`} in ${live.ms.toFixed(1)} ms`;
     return;
   }
   const derived = data.steps.filter((s) => s.derive).length;
@@ -402,6 +402,12 @@ function startPad() {
   runLive(Float64Array.from(pixels));
 }
 
+// A translator's translation, as its tokens read (spaces for ␣), after the note's figures.
+function liveTranslation() {
+  if (!data.live.decode) return "";
+  return `; its translation, decoded here token by token: ${data.labels.target.slice(1).join("").replaceAll("␣", " ").replaceAll("⏎", " ").trim()}`;
+}
+
 // The live page: the typed text runs through the model here, and every level redraws.
 async function startLive() {
   $("live").hidden = false;
@@ -410,6 +416,7 @@ async function startLive() {
   const input = $("live-text");
   input.value = data.text;
   runLive(liveTokenize(data.text));
+  $("live-note").textContent = liveTranslation().replace(/^; i/, "I");
   input.addEventListener("input", () => {
     const ids = liveTokenize(input.value);
     if (!ids.length) { $("live-note").textContent = "(no tokens: type some text)"; return; }
@@ -421,7 +428,7 @@ async function startLive() {
     draw();
     drawOutput();
     window.liveRedrawMs = performance.now() - start;
-    $("live-note").textContent = `${ids.length} tokens, run and redrawn in ${window.liveRedrawMs.toFixed(0)} ms`;
+    $("live-note").textContent = `${ids.length} tokens, run and redrawn in ${window.liveRedrawMs.toFixed(0)} ms${liveTranslation()}`;
   });
 }
 
