@@ -397,13 +397,13 @@ def demo_classifier():
     import os
 
     from glassformer import GPTClassifier, GPTClassifierConfig
-    from glassformer.cli.explain import _calibration
+    from glassformer.cli.explain import _calibration_texts
     from glassformer.data.tokenizers.make import train_tokenizer
     from glassformer.inference import load_run
 
     run = os.environ.get("GLASSFORMER_DEMO_RUN")
     if run:
-        return (*load_run(run), _calibration(run))
+        return (*load_run(run), _calibration_texts(run))
     reviews = corpus_lines(20)[:20]
     from glassformer.data.corpora import load_corpus
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     labels = _labels(args.model, model)
     page, why = None, "--fixed" if args.fixed else None if args.target is None else "--target"
     if why is None:
-        page, why = try_live(model, tokenizer, args.text, labels, _calibration(args.model))
+        page, why = try_live(model, tokenizer, args.text, labels, _calibration_texts(args.model))
     if page is None:
         page = explain_html(model, tokenizer, args.text, target=args.target, labels=labels)
     path = page.save(args.out)
@@ -77,7 +77,7 @@ def _labels(path: str, model: PretrainedModel) -> list[str] | None:
     return labels
 
 
-def _calibration(path: str, n: int = 20) -> list[str]:
+def _calibration_texts(path: str, n: int = 20) -> list[str]:
     """Up to ``n`` texts of the run's own test split (a bundled corpus), on which a live page
     that rounds its weights measures each step's bound; none for other models."""
     from glassformer.data import load_corpus

@@ -144,7 +144,7 @@ def live_data(
         from glassformer.viz.explain import _class_names
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
-    data["live"] = _carried(model, tokenizer, spec, labels, ids)
+    data["live"] = _input_output(model, tokenizer, spec, labels, ids)
     data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
     budget = LIVE_MAX_BYTES - PAGE_BYTES - len(embed_json(data))
     inputs = [ids] + [_ids(model, tokenizer, t) for t in calibration if model.kind != "vit"]
@@ -169,13 +169,15 @@ def _ids(model: PretrainedModel, tokenizer: Any, text: str) -> Any:
     return args[0][0]
 
 
-def _carried(
+def _input_output(
     model: PretrainedModel,
     tokenizer: Any,
     spec: dict | None,
     labels: list[str] | None,
     ids: Tensor,
 ) -> dict:
+    """What the page reads (the tokenizer and how the ids are cut, a translator's decoding, a
+    ViT's image) and what it shows (the tokens' labels, the output's kind and classes)."""
     from glassformer.viz.attention import token_labels
 
     classes = getattr(model.config, "num_classes", None)

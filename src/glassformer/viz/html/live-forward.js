@@ -158,9 +158,9 @@ function liveOutput() {
 function liveStep(rule) {
   const parts = (rule.of || []).map((j) => live.results[j]);
   const [a, b] = parts;
-  const w = rule.weight && rule.op !== "embed" ? liveWeight(rule.weight) : null;
+  const w = rule.weight ? liveWeight(rule.weight) : null;
   switch (rule.op) {
-    case "embed": return liveEmbed(rule.weight, rule.scale ?? 1, liveIds(rule));
+    case "embed": return liveEmbed(w, rule.scale ?? 1, liveIds(rule));
     case "patches": return livePatches(rule, w);
     case "cls": return liveCls(liveSum(parts), w);
     case "rows": {
@@ -190,8 +190,7 @@ function liveSum(parts) {
 }
 
 // The embedding's rows for the ids (times √D where the model scales them).
-function liveEmbed(name, scale, ids) {
-  const w = liveWeight(name);
+function liveEmbed(w, scale, ids) {
   const D = w.shape[1];
   const out = new Float64Array(ids.length * D);
   ids.forEach((id, t) => {
