@@ -34,6 +34,7 @@ from glassformer.data.tokenizers import CharTokenizer
 from glassformer.models.families import GemmaConfig, T5Config
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.viz import attention_html, attention_maps, viewer
+from glassformer.viz.page import embed_json, render
 
 TEXT = "the cat sat on the mat"
 SCRIPTS = len(viewer.SCRIPTS) + 1  # script elements in a page: the viewer's and the data
@@ -158,10 +159,21 @@ def scores_of(model, args, kind: str) -> torch.Tensor:
 
 def test_embedded_json_cannot_end_the_script_element():
     data = {"tokens": ["</script>", "<!--", "&amp;", "a\u2028b", "x>y"]}
-    text = viewer.embed_json(data)
+    text = embed_json(data)
     assert not set("<>&") & set(text)
     assert "\u2028" not in text
     assert json.loads(text) == data
+
+
+def test_inert_text_that_could_be_markup_is_refused():
+    """A page's inert blocks (``<template>``, read as text) take text without markup only."""
+    page = render("viewer.html", ("viewer.css",), viewer.SCRIPTS, {}, title="t", data_id="d",
+                  inert={"w": "0Az!#$%:()*+-;.=,?@^_`{|}~"})  # fmt: skip
+    assert '<template id="w">0Az!#$%:()*+-;.=,?@^_`{|}~</template>' in page
+    for text in ("a</template><script>alert(1)</script>", "&lt;"):
+        with pytest.raises(ValueError, match="no '<' or '&'"):
+            render("viewer.html", ("viewer.css",), viewer.SCRIPTS, {}, title="t", data_id="d",
+                   inert={"w": text})  # fmt: skip
 
 
 @pytest.mark.parametrize("which", ["gpt", "translator"])

@@ -18,7 +18,8 @@ from typing import Any
 
 from glassformer.inspect.attribution import EdgeAttribution
 from glassformer.inspect.circuits import Faithfulness
-from glassformer.viz.viewer import AttentionView, render
+from glassformer.viz.page import render
+from glassformer.viz.viewer import AttentionView
 
 SCRIPTS = ("helpers.js", "circuit.js")
 MAX_EDGES = 4_000  # the strongest edges sent at most (larger circuits draw these)

@@ -65,7 +65,8 @@ def explain_html(
     page runs the model on whatever the reader types), refused in one line where the model
     cannot have one; None makes it where the model can, else the page of ``text``."""
     from glassformer.viz.live import LiveError, try_live
-    from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView, render
+    from glassformer.viz.page import render
+    from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView
 
     if live is not False and target is None:
         page, why = try_live(model, tokenizer, text, labels)

@@ -19,7 +19,8 @@ import math
 from typing import Any
 
 from glassformer.inspect.graph import AttributionGraph
-from glassformer.viz.viewer import AttentionView, render
+from glassformer.viz.page import render
+from glassformer.viz.viewer import AttentionView
 
 SCRIPTS = ("helpers.js", "graph.js")
 MAX_EDGES = 6_000  # the strongest kept edges drawn at most (a drawing one can read)

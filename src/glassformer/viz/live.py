@@ -127,7 +127,7 @@ def live_data(
     from glassformer.viz.explain import _collect, _forward
     from glassformer.viz.live_rules import live_program
     from glassformer.viz.live_weights import carried
-    from glassformer.viz.viewer import embed_json
+    from glassformer.viz.page import embed_json
 
     why = live_refusal(model)
     if why is not None:
@@ -211,12 +211,15 @@ def live_html(
     """The live page for ``model``, opening on ``text`` (an ``AttentionView``): the reader
     types any text and the page runs the model on it and redraws every level
     (``calibration``: texts like the ones it will read, see ``live_data``)."""
-    from glassformer.viz.viewer import LIVE_SCRIPTS, AttentionView, render
+    from glassformer.viz.page import render
+    from glassformer.viz.viewer import LIVE_SCRIPTS, AttentionView
 
     data = live_data(model, tokenizer, text, labels, calibration)
     data["title"] = f"{model.kind} model: its forward pass, run in this page"
+    values = data["live"]["weights"].pop("values")  # (read faster outside the JSON)
     page = render("explain.html", ("viewer.css", "explain.css"), LIVE_SCRIPTS, data,
-                  title="glassformer: a forward pass, live", data_id="explain-data")  # fmt: skip
+                  title="glassformer: a forward pass, live", data_id="explain-data",
+                  inert={"live-weights": values})  # fmt: skip
     return AttentionView(page)
 
 

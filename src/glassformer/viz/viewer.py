@@ -25,13 +25,9 @@ query and key values, 4 bytes each before base64. Beyond ``MAX_NUMBERS`` it is r
 from __future__ import annotations
 
 import base64
-import hashlib
 import html
-import json
 import os
-import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +46,7 @@ from glassformer.viz.attention import (
     model_inputs,
     token_labels,
 )
+from glassformer.viz.page import render
 
 MAX_NUMBERS = 8_000_000  # about 43 MB of page; the browser holds each number as 4 bytes
 # classic scripts, in order, sharing the page's scope: data and helpers, the views, controls
@@ -334,56 +331,7 @@ def base64_halves(t: Tensor) -> str:
     return base64.b64encode(t.detach().half().contiguous().numpy().astype("<f2").tobytes()).decode()
 
 
-def embed_json(data: Any) -> str:
-    """``data`` as JSON safe inside a ``<script>`` element: ``<``, ``>`` and ``&`` escaped
-    as ``\\u003c`` and so on, so no text in it (``</script>``, ``<!--``) can end the element."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
-        text = text.replace(char, escape)
-    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
 def render_page(data: dict[str, Any]) -> str:
     """The viewer: ``html/viewer.html`` in the page, with its style, data and scripts."""
     return render("viewer.html", ("viewer.css",), SCRIPTS, data,
                   title="glassformer attention", data_id="attention-data")  # fmt: skip
-
-
-def render(
-    body_name: str,
-    styles: tuple[str, ...],
-    script_names: tuple[str, ...],
-    data: dict[str, Any],
-    *,
-    title: str,
-    data_id: str,
-) -> str:
-    """A page of the package's ``html/`` files: ``page.html`` (the head, the header) with the
-    body, the styles, the data (JSON in the element ``data_id``, see ``embed_json``) and the
-    scripts put in, under a policy that allows no network and no script or style but these."""
-    template = _asset("page.html").replace("{{body}}", _asset(body_name))
-    style = "\n".join(_asset(name) for name in styles)
-    scripts = [_asset(name) for name in script_names]
-    hashes = " ".join(f"'{_sha256(script)}'" for script in scripts)
-    policy = (
-        f"default-src 'none'; script-src {hashes}; style-src '{_sha256(style)}'; "
-        "img-src data: blob:"
-    )
-    parts = {
-        "policy": policy,
-        "style": style,
-        "title": html.escape(title),
-        "data_id": data_id,
-        "data": embed_json(data),
-        "scripts": "\n".join(f"<script>{script}</script>" for script in scripts),
-    }
-    # one pass: a placeholder inside the data or the script is never replaced in turn
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], template)
-
-
-def _asset(name: str) -> str:
-    return (resources.files("glassformer.viz") / "html" / name).read_text(encoding="utf-8")
-
-
-def _sha256(text: str) -> str:
-    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()

@@ -4,8 +4,9 @@
 // run_rule is this file's twin). Loaded after explain-derive.js and live-tokenize.js.
 "use strict";
 
-// results[i]: step i's {shape, data}; a translator's ids: inputs.source and inputs.target
-const live = { ids: [], inputs: {}, image: null, results: [], ms: 0 };
+// results[i]: step i's {shape, data}; a translator's ids: inputs.source and inputs.target;
+// from: the first position a step computes (a translator's decoding: only the newest)
+const live = { ids: [], inputs: {}, image: null, results: [], ms: 0, from: 0 };
 
 // the ids a rule reads: the input's, or the translator's source or target that it names
 function liveIds(rule) {
@@ -18,16 +19,18 @@ function liveWeight(name) {
 }
 
 // The weights arrive as one run of float32 values (glassformer/viz/live_weights.py): their
-// bytes plane by plane, deflated, as base85 text. Read once, when the page opens.
+// bytes plane by plane, deflated, as base85 text in the page's <template id="live-weights">
+// (parsed faster there than inside the JSON). Read once, when the page opens.
 const B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%:()*+-;.=,?@^_`{|}~";
 
 function base85(text, length) {
   const digit = new Uint8Array(128);
   for (let i = 0; i < B85.length; i++) digit[B85.charCodeAt(i)] = i;
-  const out = new Uint8Array((text.length / 5) * 4);
-  for (let g = 0, o = 0; g < text.length; g += 5, o += 4) {
-    const v = (((digit[text.charCodeAt(g)] * 85 + digit[text.charCodeAt(g + 1)]) * 85 + digit[text.charCodeAt(g + 2)]) * 85
-      + digit[text.charCodeAt(g + 3)]) * 85 + digit[text.charCodeAt(g + 4)];
+  const chars = new TextEncoder().encode(text); // (bytes: read faster than the string's characters)
+  const out = new Uint8Array((chars.length / 5) * 4);
+  for (let g = 0, o = 0; g < chars.length; g += 5, o += 4) {
+    const v = (((digit[chars[g]] * 85 + digit[chars[g + 1]]) * 85 + digit[chars[g + 2]]) * 85
+      + digit[chars[g + 3]]) * 85 + digit[chars[g + 4]];
     out[o] = v >>> 24; out[o + 1] = (v >>> 16) & 255; out[o + 2] = (v >>> 8) & 255; out[o + 3] = v & 255;
   }
   return out.subarray(0, length);
@@ -41,8 +44,12 @@ function liveWeightsSaid() {
 
 async function liveUnpack() {
   const w = data.live.weights;
-  const stream = new Blob([base85(w.values, w.length)]).stream().pipeThrough(new DecompressionStream("deflate"));
-  const planes = new Uint8Array(await new Response(stream).arrayBuffer());
+  const text = document.getElementById("live-weights").content.textContent;
+  const inflate = new DecompressionStream("deflate");
+  const writer = inflate.writable.getWriter();
+  writer.write(base85(text, w.length));
+  writer.close();
+  const planes = new Uint8Array(await new Response(inflate.readable).arrayBuffer());
   const n = planes.length / 4;
   const words = new Uint32Array(n); // each value's four bytes, least significant first
   for (let i = 0; i < n; i++) words[i] = planes[i] | (planes[n + i] << 8) | (planes[2 * n + i] << 16) | (planes[3 * n + i] << 24);
@@ -99,7 +106,9 @@ function liveRun(i) {
 // A translator: the encoder once on the source, then its greedy decoding as the model's
 // generate: from BOS, the decoder run on the target so far and its likeliest next token
 // appended, until EOS (not kept) or 2·source + 10 tokens (at most the model's length - 1).
-// Each step's values are the last run's: the decoder on the whole translation.
+// While it decodes, each new position runs alone against the earlier positions' keys and
+// values, as a model with a key/value cache does; then every step is run once more on the
+// whole translation, and those are the values the page shows.
 function liveTranslate(source) {
   const { bos, eos } = data.live.decode;
   const decoder = [];
@@ -115,17 +124,52 @@ function liveTranslate(source) {
   const head = decoder.pop(); // the logits: only the last position's, until the translation ends
   const rule = data.steps[head].live;
   const most = Math.min(data.live.frame.max - 1, 2 * source.length + 10);
+  const rules = decoder.map((i) => data.steps[i].live);
+  const cache = rules.some((r) => r.op === "rope") ? null // (a turn by position: rerun it all)
+    : new Set(rules.filter((r) => (r.op === "scores" || r.op === "weighted") && !once.has(r.of[1])).map((r) => r.of[1]));
+  const logits = []; // each position's, found as it was decoded: the head's rows
   for (;;) {
-    decoder.forEach(liveRun);
+    if (cache) liveNewPosition(decoder, cache); else decoder.forEach(liveRun);
     const x = live.results[rule.of[0]];
     const D = x.shape[x.shape.length - 1];
     const last = liveLinear(rule, { shape: [D], data: x.data.subarray(x.data.length - D) }, liveWeight(rule.weight)).data;
+    logits.push(last);
     let next = 0;
     for (let v = 1; v < last.length; v++) if (last[v] > last[next]) next = v;
     if (next === eos || live.inputs.target.length - 1 >= most) break;
     live.inputs.target = [...live.inputs.target, next];
   }
-  liveRun(head);
+  if (cache) decoder.forEach(liveRun);
+  const V = logits[0].length;
+  const out = new Float64Array(logits.length * V);
+  logits.forEach((row, t) => out.set(row, t * V));
+  live.results[head] = { shape: [logits.length, V], data: out };
+  data.steps[head].shape = data.steps[head].shown = live.results[head].shape;
+}
+
+// The target's last position alone through the decoder's steps; the self-attention's keys and
+// values (``kept``) gain its row beside the earlier positions'.
+function liveNewPosition(decoder, kept) {
+  live.from = live.inputs.target.length - 1;
+  for (const i of decoder) {
+    const row = liveStep(data.steps[i].live);
+    live.results[i] = kept.has(i) && live.from > 0 ? liveAppend(live.results[i], row) : row;
+    data.steps[i].shown = live.results[i].shape; // (derive's rules read the shapes)
+  }
+  live.from = 0;
+}
+
+// x (T, D) or (H, T, D), with one position's row(s) (1, D) or (H, 1, D) after its own
+function liveAppend(x, row) {
+  const D = x.shape[x.shape.length - 1];
+  const T = x.shape[x.shape.length - 2];
+  const H = x.shape.length === 3 ? x.shape[0] : 1;
+  const out = new Float64Array(H * (T + 1) * D);
+  for (let h = 0; h < H; h++) {
+    out.set(x.data.subarray(h * T * D, (h + 1) * T * D), h * (T + 1) * D);
+    out.set(row.data.subarray(h * D, (h + 1) * D), (h * (T + 1) + T) * D);
+  }
+  return { shape: H === 1 && x.shape.length === 2 ? [T + 1, D] : [H, T + 1, D], data: out };
 }
 
 // A token as shown: the run's labels, where they are not the tokenizer's own vocabulary.
@@ -142,12 +186,15 @@ function liveOutput() {
   }
   const V = logits.shape[logits.shape.length - 1];
   const T = logits.shape.length === 2 ? logits.shape[0] : 1;
-  const at = (t) => { // the distribution after position t
-    const row = logits.data.slice(t * V, (t + 1) * V);
-    const k = Math.min(100, V);
-    const least = Float64Array.from(row).sort()[V - k]; // (a typed sort: native, a tenth of the time)
-    const top = [...row.keys()].filter((i) => row[i] >= least).sort((a, b) => row[b] - row[a]).slice(0, k);
-    return { after: t, top, labels: top.map((i) => liveLabel(i)), logits: row };
+  const at = (t) => { // the distribution after position t; its likeliest tokens found when asked
+    const row = logits.data.subarray(t * V, (t + 1) * V);
+    let top = null;
+    let labels = null;
+    return {
+      after: t, logits: row,
+      get top() { return (top = top || liveTop(row, Math.min(100, V))); },
+      get labels() { return (labels = labels || this.top.map((i) => liveLabel(i))); },
+    };
   };
   if (data.live.output === "translation") { // after every target position: the translation step by step
     return { kind: "translation", vocab: V, positions: Array.from({ length: T }, (_, t) => at(t)) };
@@ -155,17 +202,23 @@ function liveOutput() {
   return { kind: "tokens", vocab: V, positions: [at(T - 1)] };
 }
 
+// the k likeliest ids of a row of logits, likeliest first
+function liveTop(row, k) {
+  const least = Float64Array.from(row).sort()[row.length - k]; // (a typed sort: native, a tenth of the time)
+  return [...row.keys()].filter((i) => row[i] >= least).sort((a, b) => row[b] - row[a]).slice(0, k);
+}
+
 function liveStep(rule) {
   const parts = (rule.of || []).map((j) => live.results[j]);
   const [a, b] = parts;
   const w = rule.weight ? liveWeight(rule.weight) : null;
   switch (rule.op) {
-    case "embed": return liveEmbed(w, rule.scale ?? 1, liveIds(rule));
+    case "embed": return liveEmbed(w, rule.scale ?? 1, liveIds(rule).slice(live.from));
     case "patches": return livePatches(rule, w);
     case "cls": return liveCls(liveSum(parts), w);
     case "rows": {
-      const T = rule.count ?? liveIds(rule).length;
-      return { shape: [T, w.shape[1]], data: Float64Array.from(w.data.subarray(0, T * w.shape[1])) };
+      const [T, D] = [rule.count ?? liveIds(rule).length, w.shape[1]];
+      return { shape: [T - live.from, D], data: Float64Array.from(w.data.subarray(live.from * D, T * D)) };
     }
     case "linear": return liveLinear(rule, a, w);
     case "layernorm": case "rmsnorm": return liveNorm(rule, liveSum(parts)); // post-norm: of a sum
