@@ -187,6 +187,32 @@ def small_models() -> dict:
     return {kind: (model.eval(), tok, labels) for kind, (model, tok, labels) in found.items()}
 
 
+def test_model_explain_makes_the_live_page_where_asked_and_says_why_not():
+    """``model.explain``: the page of the text by default; ``live=None`` the live page where
+    the model can have one, else the page of the text; ``live=True`` the live page or one
+    line saying why not; a translator given a target, the page of that pair."""
+    from test_viz_explain import tiny_translator
+
+    from glassformer import GPT, GPTConfig
+
+    live = '<template id="live-weights">'  # (the weights only a live page carries)
+    model, chars, _ = small_models()["gpt"]
+    assert live not in model.explain(chars, "the cat").html
+    assert live in model.explain(chars, "the cat", live=None).html
+    assert live in model.explain(chars, "the cat", live=True).html
+    big = GPT(GPTConfig(vocab_size=chars.vocab_size, max_len=32, d_model=384, num_heads=6,
+                        num_layers=4, d_ff=1536)).eval()  # fmt: skip
+    assert big.num_parameters() > 5_000_000
+    with pytest.raises(LiveError, match="up to 5,000,000 parameters; this has"):
+        big.explain(chars, "the cat", live=True)
+    assert live not in big.explain(chars, "the cat", live=None).html
+    translator, tokenizer = tiny_translator()
+    assert live in translator.explain(tokenizer, "the house", live=None).html
+    paired = translator.explain(tokenizer, "the house", target="la casa", live=None)
+    assert live not in paired.html
+    assert '"target":["\\u003cbos\\u003e","l","a","␣","c","a","s","a"]' in paired.html
+
+
 def open_live(browser, path: Path):
     context = browser.new_context()
     context.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")

@@ -51,7 +51,7 @@ from glassformer.modules import (
     scaled_dot_product_attention,
 )
 from glassformer.training import RunConfig, RunResult, fit
-from glassformer.viz import explain as _explain  # noqa: F401  (model.explain's page)
+from glassformer.viz import live as _live  # noqa: F401  (model.explain's page)
 
 __all__ = [
     "__version__",

@@ -105,3 +105,7 @@ def _cut(text: str, limit: int) -> str:
     head = max(limit - 1, 2) // 2
     tail = max(limit - 1 - head, 1)
     return f"{text[:head]}…{text[-tail:]}"
+
+
+class LiveError(ValueError):
+    """A model or tokenizer the live page (``glassformer.viz.live``) cannot run, and why."""

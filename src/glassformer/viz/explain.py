@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from glassformer.models.base import PAGES, PretrainedModel
+from glassformer.models.base import PretrainedModel
 from glassformer.viz.attention import attention_module
 from glassformer.viz.derive import MASKED, derivations
 from glassformer.viz.trace import describe
@@ -53,27 +53,16 @@ def explain_html(
     *,
     target: str | None = None,
     labels: list[str] | None = None,
-    live: bool | None = False,
 ) -> Any:
     """The page for ``model`` on ``text`` (an ``AttentionView``: ``save(path)``, shown inline
-    in a notebook; also ``model.explain(tokenizer, text)``). ``labels``: a classifier's class
-    names, in the order of its outputs. The page carries its tensors as float32; a page that
-    would be over ``MAX_BYTES`` so carries them as float16 (about 3 significant digits, and
-    said on the page); one still over is refused in one line.
-
-    ``live``: True makes the live page (``glassformer.viz.live``: the weights travel and the
-    page runs the model on whatever the reader types), refused in one line where the model
-    cannot have one; None makes it where the model can, else the page of ``text``."""
-    from glassformer.viz.live import LiveError, try_live
+    in a notebook). ``labels``: a classifier's class names, in the order of its outputs. The
+    page carries its tensors as float32; a page that would be over ``MAX_BYTES`` so carries
+    them as float16 (about 3 significant digits, and said on the page); one still over is
+    refused in one line. (``model.explain(tokenizer, text, live=None)`` makes the live page
+    where the model can have one: ``glassformer.viz.live.explain_page``.)"""
     from glassformer.viz.page import render
     from glassformer.viz.viewer import EXPLAIN_SCRIPTS, AttentionView
 
-    if live is not False and target is None:
-        page, why = try_live(model, tokenizer, text, labels)
-        if page is not None:
-            return page
-        if live:
-            raise LiveError(why)
     forward = _forward(model, tokenizer, text, target)
     collected = None
     for columns, half in ((MAX_COLUMNS, False), *((c, True) for c in THINNER)):
@@ -351,6 +340,3 @@ def _image(model: PretrainedModel, args: tuple) -> dict | None:
     rows, cols = model.config.grid
     return {"png": "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(),
             "rows": rows, "cols": cols}  # fmt: skip
-
-
-PAGES["explain"] = explain_html

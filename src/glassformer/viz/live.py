@@ -17,11 +17,8 @@ from torch import Tensor
 
 from glassformer.data.tokenizers.base import CHAR_SPECIALS, UNK_ID
 from glassformer.data.tokenizers.char import CharTokenizer
-from glassformer.models.base import PretrainedModel
-
-
-class LiveError(ValueError):
-    """The model or its tokenizer is not one the live page can run."""
+from glassformer.errors import LiveError
+from glassformer.models.base import PAGES, PretrainedModel
 
 
 def tokenizer_spec(tokenizer: Any) -> dict[str, Any]:
@@ -238,3 +235,31 @@ def try_live(
         except LiveError as err:
             why = str(err)
     return None, why
+
+
+def explain_page(
+    model: PretrainedModel,
+    tokenizer: Any,
+    text: str,
+    *,
+    target: str | None = None,
+    labels: list[str] | None = None,
+    live: bool | None = False,
+    calibration: Sequence[str] = (),
+) -> Any:
+    """The page ``model.explain(tokenizer, text, **options)`` makes: the page of ``text``
+    (``glassformer.viz.explain.explain_html``; a translator's with ``target``, if given).
+    ``live=None`` makes the live page instead where the model can have one; ``live=True``
+    makes it or says in one line why it cannot (``LiveError``)."""
+    from glassformer.viz.explain import explain_html
+
+    if live is not False and target is None:
+        page, why = try_live(model, tokenizer, text, labels, calibration)
+        if page is not None:
+            return page
+        if live:
+            raise LiveError(why)
+    return explain_html(model, tokenizer, text, target=target, labels=labels)
+
+
+PAGES["explain"] = explain_page

@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from glassformer.errors import LiveError
 from glassformer.models.base import PretrainedModel
 from glassformer.modules.attention import MultiHeadAttention
 from glassformer.modules.norms import RMSNorm
 from glassformer.viz.derive import FUNCTIONS, MASKED, _candidates, _rope_tables
-from glassformer.viz.live import LiveError
 
 TOLERANCE = 1e-4  # of the step's largest magnitude: a float64 rule against the float32 model
 LINEARS = {  # a step's leaf → the Linear under the step's owner that makes it

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from glassformer.errors import LiveError
 from glassformer.models.base import PretrainedModel
 from glassformer.viz.explain import relative_error
-from glassformer.viz.live import LiveError
 
 BITS = (23, 20, 18, 16, 14, 12, 10)  # mantissa bits kept: float32's all, then fewer
 ROUNDED_BOUND = 0.0025  # rounded weights: no step moved by more than 0.25% of its largest
