@@ -165,8 +165,10 @@ def small_models() -> dict:
     """One small model of each shape the live page runs, with its tokenizer and labels: the
     paper's GPT (LayerNorm, learned positions, GELU), a Llama-shaped one (RMSNorm, rotary,
     grouped queries, SwiGLU), Qwen2's window, GPT-NeoX's parallel block and partial rotary,
-    the encoders (post-norm, no mask: a classifier and a masked LM), and a GPT classifier
-    over a WordPiece vocabulary, shaped like the demo's."""
+    Gemma 3's (norms after each sub-layer, QK-norm, local windows with their own rotary base,
+    GELU-tanh gates, capped logits), the encoders (post-norm, no mask: a classifier and a
+    masked LM), BERT's (token types, a normalised embedding, [CLS] … [SEP]; bare and as a
+    classifier), and a GPT classifier over a WordPiece vocabulary, shaped like the demo's."""
     from test_every_kind import build
 
     from glassformer import GPT, GPTClassifier, GPTClassifierConfig, GPTConfig
@@ -177,9 +179,18 @@ def small_models() -> dict:
     torch.manual_seed(0)
     found = {"gpt": (GPT(GPTConfig.preset("tiny", vocab_size=chars.vocab_size, max_len=32)),
                      chars, None)}  # fmt: skip
-    for kind in ("modern gpt", "qwen2 gpt", "neox gpt", "classifier", "encoder lm"):
+    for kind in (
+        "modern gpt",
+        "qwen2 gpt",
+        "neox gpt",
+        "gemma gpt",
+        "classifier",
+        "encoder lm",
+        "bert",
+        "bert classifier",
+    ):
         model, tokenizer = build(kind, chars, words)
-        found[kind] = (model, tokenizer, ["a", "b", "c"] if kind == "classifier" else None)
+        found[kind] = (model, tokenizer, ["a", "b", "c"] if "classifier" in kind else None)
     config = GPTClassifierConfig(vocab_size=words.vocab_size, max_len=24, d_model=32,
                                  num_heads=4, num_layers=2, d_ff=64, dropout=0.0,
                                  num_classes=2, pooling="last")  # fmt: skip
@@ -250,7 +261,8 @@ def typed_steps_match(tab, model, tokenizer, text: str) -> list[str]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("kind", ["gpt", "modern gpt", "qwen2 gpt", "neox gpt", "classifier",
-                                  "encoder lm", "gpt classifier"])  # fmt: skip
+                                  "gemma gpt", "encoder lm", "gpt classifier", "bert",
+                                  "bert classifier"])  # fmt: skip
 def test_typed_text_gives_every_step_the_models_values(browser, tmp_path, kind):
     from glassformer.viz.live import live_html
 
@@ -259,6 +271,9 @@ def test_typed_text_gives_every_step_the_models_values(browser, tmp_path, kind):
     context, tab, errors = open_live(browser, path)
     for text in TYPED:
         assert typed_steps_match(tab, model, tokenizer, text) == [], text
+        if kind == "bert":  # a bare encoder: its hidden states are the last step, no output
+            assert tab.evaluate("data.output") is None and tab.is_hidden("#output")
+            continue
         with torch.no_grad():
             logits = model(torch.tensor([tab.evaluate("live.ids")])).logits[0]
         logits = logits if logits.dim() == 1 else logits[-1]

@@ -88,9 +88,11 @@ def _bpe(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
 
 # ---- the live page: the explorable page, run by the page itself ---------------------------
 
-# the one-stack text models whose steps have rules (a model of them whose step has none,
-# Gemma's norm after attention, gets the page of one text, saying which step)
-LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "vit", "seq2seq")
+# the kinds whose steps have rules: the one-stack text models (BERT's too), the ViT and the
+# translator (a model of them whose step has none, T5's relative position bias, gets the
+# page of one text, saying which step)
+LIVE_KINDS = ("gpt", "gpt_classifier", "classifier", "encoder_lm", "bert", "bert_classifier", "vit",
+              "seq2seq")  # fmt: skip
 LIVE_MAX_PARAMS = 5_000_000  # larger models keep the page of one fixed text
 LIVE_MAX_BYTES = 8_000_000  # the page's goal: over this, its weights carry fewer bits
 PAGE_BYTES = 120_000  # the page's scripts and styles, which the weights' budget leaves room for
@@ -122,7 +124,7 @@ def live_data(
     panel needs."""
     from glassformer.viz.derive import _json
     from glassformer.viz.explain import _collect, _forward
-    from glassformer.viz.live_rules import live_program
+    from glassformer.viz.live_steps import live_program
     from glassformer.viz.live_weights import carried
     from glassformer.viz.page import embed_json
 
@@ -142,6 +144,8 @@ def live_data(
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
     data["live"] = _input_output(model, tokenizer, spec, labels, ids)
+    if not data["output"]:  # a bare encoder (BERT's): its hidden states are the last step
+        data["live"]["output"] = None
     data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
     budget = LIVE_MAX_BYTES - PAGE_BYTES - len(embed_json(data))
     inputs = [ids] + [_ids(model, tokenizer, t) for t in calibration if model.kind != "vit"]
@@ -188,7 +192,16 @@ def _input_output(
     shown = token_labels(tokenizer, list(range(vocab)))
     return {
         "tokenizer": spec,
-        "frame": {"keep": "last" if model.kind == "gpt" else "first", "max": c.max_len},
+        "frame": {
+            "keep": "last" if model.kind == "gpt" else "first",
+            "max": c.max_len,
+            # BERT's: [CLS] text [SEP], the text cut to fit between them
+            **(
+                {"cls": tokenizer.bos_id, "sep": tokenizer.eos_id}
+                if model.kind in ("bert", "bert_classifier")
+                else {}
+            ),
+        },  # fmt: skip
         # a translator decodes greedily from BOS to EOS, at most 2·source + 10 tokens
         **({"decode": {"bos": c.bos_id, "eos": c.eos_id}} if model.kind == "seq2seq" else {}),
         # the tokens as shown, where they are not the tokenizer's own vocabulary

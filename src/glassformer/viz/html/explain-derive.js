@@ -145,7 +145,9 @@ function howFound(s) {
   if (s.live) {
     const bound = s.bound === undefined ? "" : ` (weights rounded to ${data.live.weights.bits} mantissa bits: within ${(100 * s.bound).toPrecision(2)}% of its largest value, four times the error measured when the page was written)`;
     const parts = (s.live.of || []).map((j) => data.steps[j].name);
-    const said = (LIVE_RULES[s.live.op] || RULES[s.live.op] || ((x) => s.live.op))(...parts).replace("act(", `${s.live.fn}(`);
+    if (s.live.project) parts[0] = `(${parts[0]} · Wᵀ${s.live.project.bias ? " + b" : ""})`; // Gemma's norm after a sub-layer
+    const capped = s.live.op === "linear" && s.live.softcap ? `, squashed to ${s.live.softcap}·tanh(s / ${s.live.softcap})` : "";
+    const said = (LIVE_RULES[s.live.op] || RULES[s.live.op] || ((x) => s.live.op))(...parts).replace("act(", `${s.live.fn}(`) + capped;
     return `computed in this page from the model's weights: ${said}${bound}`;
   }
   const within = s.error === undefined ? "" : ` (within ${(100 * s.error).toPrecision(2)}% of its largest value, from float16 values)`;

@@ -88,7 +88,8 @@ function drawStreamWidths(page, places, x0, step) {
     });
   });
   page.append(group);
-  const width = Math.max(Number(page.getAttribute("width")), x0 + norms[0].length * lane + 20);
+  const label = 200; // the label's width: a few tokens' bars must not cut it
+  const width = Math.max(Number(page.getAttribute("width")), x0 + Math.max(norms[0].length * lane, label) + 20);
   page.setAttribute("width", String(width));
   page.setAttribute("viewBox", `0 0 ${width} ${page.getAttribute("height")}`);
 }

@@ -29,7 +29,9 @@ function tourStops() {
   const width = embed ? embed.shape[embed.shape.length - 1] : 0;
   if (embed && image) add(embed.name, "#step-svg", `The image is cut into square patches, and each patch becomes a vector of ${width} numbers through one weight matrix (a convolution whose stride is the patch's size). A row of this grid is one patch; hover a cell for its value.`);
   else if (embed) add(embed.name, "#step-svg", `Each token becomes a vector: its row of the embedding table (${width} numbers). A row of this grid is one token; hover a cell for its value.`);
-  if (pos) add(pos.name, "#step-svg", `The model cannot tell order from the vectors alone, so each position adds its own vector. ${image ? "Patch" : "Token"} plus position is the stream that enters the first block.`);
+  const normed = first("ln_embed.hook_normalized"); // BERT's: the sum normalised, segment 0's vector in it
+  const sum = !normed ? "" : (normed.live || {}).segment ? ", plus the vector of its segment (here every token is in the first), normalised," : ", normalised,";
+  if (pos) add(pos.name, "#step-svg", `The model cannot tell order from the vectors alone, so each position adds its own vector. ${image ? "Patch" : "Token"} plus position${sum} is the stream that enters the first block.`);
   if (q) add(q.name, "#step-svg", `Inside a block, attention first: each ${token}'s vector (normalised) is multiplied by three weight matrices into a query, a key and a value for every head. This is the queries of one head (choose the head above the grid).`);
   const causal = scores && (scores.live || scores.derive || {}).mask === "causal";
   const masked = causal ? "A token may not look at later ones: those scores are masked (grey)." : `Every ${token} may look at every other, before or after it.`;

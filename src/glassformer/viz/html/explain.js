@@ -424,7 +424,7 @@ async function startLive() {
     runLive(ids);
     data.text = input.value;
     $("subtitle").textContent = input.value;
-    if (data.output.kind === "translation") fillPositions();
+    if (data.output && data.output.kind === "translation") fillPositions();
     draw();
     drawOutput();
     window.liveRedrawMs = performance.now() - start;

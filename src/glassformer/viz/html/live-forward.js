@@ -65,13 +65,15 @@ function liveValues(i) {
 }
 
 // The ids the model reads for a text: the tokenizer's, cut to the model's length as the
-// model's own inputs are (a language model keeps the last tokens, a classifier the first).
+// model's own inputs are (a language model keeps the last tokens, a classifier the first;
+// BERT's between its [CLS] and [SEP]).
 const liveTokenize = (() => {
   let encode = null;
   return (text) => {
     encode = encode || makeTokenizer(data.live.tokenizer);
-    const { keep, max } = data.live.frame;
+    const { keep, max, cls, sep } = data.live.frame;
     const ids = encode(text);
+    if (cls !== undefined) return [cls, ...ids.slice(0, max - 2), sep]; // BERT's frame
     return keep === "last" ? ids.slice(Math.max(0, ids.length - max)) : ids.slice(0, max);
   };
 })();
@@ -132,7 +134,7 @@ function liveTranslate(source) {
     if (cache) liveNewPosition(decoder, cache); else decoder.forEach(liveRun);
     const x = live.results[rule.of[0]];
     const D = x.shape[x.shape.length - 1];
-    const last = liveLinear(rule, { shape: [D], data: x.data.subarray(x.data.length - D) }, liveWeight(rule.weight)).data;
+    const last = liveCapped(rule, liveLinear(rule, { shape: [D], data: x.data.subarray(x.data.length - D) }, liveWeight(rule.weight))).data;
     logits.push(last);
     let next = 0;
     for (let v = 1; v < last.length; v++) if (last[v] > last[next]) next = v;
@@ -180,6 +182,7 @@ function liveLabel(id) {
 
 // the output panel's distribution, from the last step's logits
 function liveOutput() {
+  if (!data.live.output) return null; // a bare encoder: its last step is its output
   const logits = live.results[live.results.length - 1];
   if (data.live.output === "classes") {
     return { kind: "classes", labels: data.live.classes, logits: logits.data };
@@ -220,8 +223,11 @@ function liveStep(rule) {
       const [T, D] = [rule.count ?? liveIds(rule).length, w.shape[1]];
       return { shape: [T - live.from, D], data: Float64Array.from(w.data.subarray(live.from * D, T * D)) };
     }
-    case "linear": return liveLinear(rule, a, w);
-    case "layernorm": case "rmsnorm": return liveNorm(rule, liveSum(parts)); // post-norm: of a sum
+    case "linear": return liveCapped(rule, liveLinear(rule, a, w));
+    case "layernorm": case "rmsnorm": { // post-norm: of a sum; Gemma's after a sub-layer: of its projection
+      const x = rule.project ? liveLinear(rule.project, a, liveWeight(rule.project.weight)) : liveSum(parts);
+      return liveNorm(rule, liveSegment(rule, x));
+    }
     case "pool": return livePool(rule, a);
     case "scores": return liveScores(rule, a, b);
     case "softmax": case "rope": return { shape: a.shape, data: derive(rule, a.shape) }; // explain-derive.js's
@@ -234,6 +240,21 @@ function liveStep(rule) {
     case "act": return { shape: a.shape, data: a.data.map((x, i) => FUNCTIONS[rule.fn](x) * (b ? b.data[i] : 1)) };
     default: throw new Error(`no live rule ${rule.op}`); // never zeros as values
   }
+}
+
+// Gemma's logits: squashed to c·tanh(s/c) under its soft cap c
+function liveCapped(rule, y) {
+  if (rule.softcap) for (let i = 0; i < y.data.length; i++) y.data[i] = rule.softcap * Math.tanh(y.data[i] / rule.softcap);
+  return y;
+}
+
+// BERT's embeddings: every position is in segment 0, whose row of the token-type table is added
+function liveSegment(rule, x) {
+  if (!rule.segment) return x;
+  const types = liveWeight(rule.segment).data; // (types, D): row 0 is its first D values
+  const D = x.shape[x.shape.length - 1];
+  for (let i = 0; i < x.data.length; i++) x.data[i] += types[i % D];
+  return x;
 }
 
 function liveSum(parts) {
