@@ -71,14 +71,7 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
         weights, v = parts
         return weights @ v.repeat_interleave(weights.size(0) // v.size(0), dim=0)
     if op == "scores":  # q (H, Tq, Dh), k (Hkv, Tk, Dh)
-        q, k = parts
-        scores = q @ k.repeat_interleave(q.size(0) // k.size(0), dim=0).transpose(-2, -1)
-        scores = scores / math.sqrt(q.size(-1))
-        if rule["mask"] == "causal":
-            Tq, Tk = scores.shape[-2:]
-            allowed = torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq)
-            scores = scores.masked_fill(~allowed, MASKED)
-        return scores
+        return scores(rule, parts[0], parts[1], None)
     if op == "rope":  # x (H, T, Dh) turned by the table's (T, width) cosines and sines
         x, table = parts[0], tables[rule["table"]]
         cos, sin = (table[part].double()[: x.size(-2)] for part in ("cos", "sin"))
@@ -96,6 +89,28 @@ def compute(rule: dict, shown: list[Tensor], tables: dict[str, dict]) -> Tensor:
         out = FUNCTIONS[rule["fn"]](parts[0])
         return out * parts[1] if len(parts) == 2 else out
     raise ValueError(f"no rule {op!r}")
+
+
+def scores(rule: dict, q: Tensor, k: Tensor, ids: Tensor | None) -> Tensor:
+    """q·kᵀ × scale (1/√Dh unless the rule says) (H, Tq, Tk), squashed to c·tanh(s/c) where
+    it has a ``softcap``; a key later than the query (``mask`` "causal"), outside the query's
+    ``window`` [left, right] (its first ``global`` positions seen by all), or padded (its id
+    in ``ids`` the rule's ``pad``: a live page's) masked. The one scores rule of both pages."""
+    k = k.repeat_interleave(q.size(0) // k.size(0), dim=0)
+    out = q @ k.transpose(-2, -1) * rule.get("scale", 1 / math.sqrt(q.size(-1)))
+    if rule.get("softcap"):
+        out = rule["softcap"] * torch.tanh(out / rule["softcap"])
+    Tq, Tk = out.shape[-2:]
+    allowed = torch.ones(Tq, Tk, dtype=torch.bool)
+    if rule.get("mask") == "causal":
+        allowed = allowed.tril(Tk - Tq)
+    if rule.get("window") is not None:
+        from glassformer.modules.local_attention import window_mask
+
+        allowed &= window_mask(Tq, Tk, window=rule["window"], global_tokens=rule["global"])
+    if rule.get("pad") is not None and ids is not None:
+        allowed &= (ids != rule["pad"])[None, :]
+    return out.masked_fill(~allowed, MASKED)
 
 
 def _candidates(

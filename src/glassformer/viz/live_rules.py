@@ -20,7 +20,6 @@ mask, rotary). ``run_rule`` here computes a rule as ``html/live-forward.js`` doe
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from glassformer.models.base import PretrainedModel
-from glassformer.viz.derive import FUNCTIONS, MASKED
+from glassformer.viz.derive import FUNCTIONS, MASKED, scores
 
 TOLERANCE = 1e-4  # of the step's largest magnitude: a float64 rule against the float32 model
 
@@ -78,7 +77,7 @@ def run_rule(
         if op == "pool":
             return _pool(rule["how"], parts[0], ids, rule.get("pad"))
         if op == "scores":
-            return _scores(rule, parts[0], parts[1], ids)
+            return scores(rule, parts[0], parts[1], ids)
         if op == "same":
             return parts[0]
         if op == "sum":
@@ -133,27 +132,6 @@ def _pool(how: str, x: Tensor, ids: Tensor, pad: int | None) -> Tensor:
     if how == "mean":
         return (x * real[:, None]).sum(0) / real.sum().clamp(min=1)
     raise IndexError(how)
-
-
-def _scores(rule: dict, q: Tensor, k: Tensor, ids: Tensor) -> Tensor:
-    """q·kᵀ × scale (1/√Dh unless the rule says) (H, Tq, Tk), squashed to c·tanh(s/c) where
-    it has a ``softcap``; a key padded (its id ``pad``), later than the query (causal) or
-    outside the query's ``window`` [left, right] masked."""
-    k = k.repeat_interleave(q.size(0) // k.size(0), dim=0)
-    scores = q @ k.transpose(-2, -1) * rule.get("scale", 1 / math.sqrt(q.size(-1)))
-    if rule.get("softcap"):
-        scores = rule["softcap"] * torch.tanh(scores / rule["softcap"])
-    Tq, Tk = scores.shape[-2:]
-    allowed = torch.ones(Tq, Tk, dtype=torch.bool)
-    if rule.get("mask") == "causal":
-        allowed = allowed.tril(Tk - Tq)
-    if rule.get("window") is not None:
-        from glassformer.modules.local_attention import window_mask
-
-        allowed &= window_mask(Tq, Tk, window=rule["window"], global_tokens=rule["global"])
-    if rule.get("pad") is not None:
-        allowed &= (ids != rule["pad"])[None, :]
-    return scores.masked_fill(~allowed, MASKED)
 
 
 @torch.no_grad()

@@ -82,21 +82,17 @@ function derive(rule, shape) {
       for (let c = 0; c < n; c++) out[r * n + c] /= total;
     }
   }
-  if (rule.op === "weighted" || rule.op === "scores") {
-    // weighted: weights (H, Tq, Tk) · values (Hkv, Tk, Dv); scores: q (H, Tq, D) · k (Hkv, Tk, D) / √D
+  if (rule.op === "scores") return scoresOf(rule, a, shapes[0], b, shapes[1], null);
+  if (rule.op === "weighted") { // weights (H, Tq, Tk) · values (Hkv, Tk, Dv)
     const [H, Tq, inner] = shapes[0];
     const [Hkv, Tk, Dk] = shapes[1];
     const n = last(shape);
-    const scores = rule.op === "scores";
     for (let h = 0; h < H; h++) {
       const g = Math.floor(h / (H / Hkv));
       for (let t = 0; t < Tq; t++) for (let c = 0; c < n; c++) {
         let sum = 0;
-        for (let j = 0; j < inner; j++) {
-          sum += a[(h * Tq + t) * inner + j] * (scores ? b[(g * Tk + c) * Dk + j] : b[(g * Tk + j) * Dk + c]);
-        }
-        const masked = scores && rule.mask === "causal" && c > t + (Tk - Tq);
-        out[(h * Tq + t) * n + c] = masked ? MASKED : scores ? sum / Math.sqrt(inner) : sum;
+        for (let j = 0; j < inner; j++) sum += a[(h * Tq + t) * inner + j] * b[(g * Tk + j) * Dk + c];
+        out[(h * Tq + t) * n + c] = sum;
       }
     }
   }
@@ -125,6 +121,37 @@ function derive(rule, shape) {
       const c = i % n;
       out[i] = (a[i] - (shift ? shift[r] : 0)) * scale[r] * weight[c] + (bias ? bias[c] : 0);
     });
+  }
+  return out;
+}
+
+// q (H, Tq, D) · k (Hkv, Tk, D)ᵀ × scale (1/√D unless the rule says), squashed to c·tanh(s/c)
+// under a soft cap; a later key (causal), one outside the window or a padded one (its id in
+// ``keys`` the rule's pad: a live page's) masked. The one scores rule of both pages
+// (derive.py's ``scores``).
+function scoresOf(rule, q, qShape, k, kShape, keys) {
+  const [H, Tq, D] = qShape;
+  const [Hkv, Tk] = kShape;
+  const scale = rule.scale ?? 1 / Math.sqrt(D);
+  const out = new Float64Array(H * Tq * Tk);
+  const allowed = (t, c) => {
+    const i = t + (Tk - Tq); // the query's position among the keys
+    if (rule.mask === "causal" && c > i) return false;
+    if (rule.pad != null && keys && keys[c] === rule.pad) return false;
+    if (!rule.window) return true;
+    const [left, right] = rule.window;
+    let ok = c >= i - left && c <= i + right;
+    if (rule.global) ok = (ok || c < rule.global || i < rule.global) && (right !== 0 || c <= i);
+    return ok;
+  };
+  for (let h = 0; h < H; h++) {
+    const g = Math.floor(h / (H / Hkv));
+    for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
+      let sum = 0;
+      for (let d = 0; d < D; d++) sum += q[(h * Tq + t) * D + d] * k[(g * Tk + c) * D + d];
+      const score = rule.softcap ? rule.softcap * Math.tanh((sum * scale) / rule.softcap) : sum * scale;
+      out[(h * Tq + t) * Tk + c] = allowed(t, c) ? score : MASKED;
+    }
   }
   return out;
 }

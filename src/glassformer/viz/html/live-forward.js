@@ -387,35 +387,7 @@ function livePool(rule, x) {
   return { shape: [D], data: out };
 }
 
-// q (H, Tq, D) · k (Hkv, Tk, D)ᵀ × scale (1/√D unless the rule says), squashed to c·tanh(s/c)
-// under a soft cap; a later key (causal), a padded one or one outside the window masked
+// the scores (explain-derive.js's rule), a padded key read from the ids
 function liveScores(rule, q, k) {
-  const [H, Tq, D] = q.shape;
-  const [Hkv, Tk] = k.shape;
-  const scale = rule.scale ?? 1 / Math.sqrt(D);
-  const keys = liveIds(rule);
-  const out = new Float64Array(H * Tq * Tk);
-  const allowed = (t, c) => {
-    const i = t + (Tk - Tq); // the query's position among the keys
-    if (rule.mask === "causal" && c > i) return false;
-    if (rule.pad != null && keys[c] === rule.pad) return false;
-    if (!rule.window) return true;
-    const [left, right] = rule.window;
-    let ok = c >= i - left && c <= i + right;
-    if (rule.global) ok = (ok || c < rule.global || i < rule.global) && (right !== 0 || c <= i);
-    return ok;
-  };
-  for (let h = 0; h < H; h++) {
-    const g = Math.floor(h / (H / Hkv));
-    for (let t = 0; t < Tq; t++) for (let c = 0; c < Tk; c++) {
-      let sum = 0;
-      for (let d = 0; d < D; d++) sum += q.data[(h * Tq + t) * D + d] * k.data[(g * Tk + c) * D + d];
-      const score = rule.softcap ? rule.softcap * Math.tanh((sum * scale) / rule.softcap) : sum * scale;
-      out[(h * Tq + t) * Tk + c] = allowed(t, c) ? score : MASKED;
-    }
-  }
-  return { shape: [H, Tq, Tk], data: out };
+  return { shape: [q.shape[0], q.shape[1], k.shape[1]], data: scoresOf(rule, q.data, q.shape, k.data, k.shape, liveIds(rule)) };
 }
-
-
-
