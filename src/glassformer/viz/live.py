@@ -143,9 +143,9 @@ def live_data(
         from glassformer.viz.explain import _class_names
 
         labels = data["output"]["labels"] = _class_names(labels, len(data["output"]["labels"]))
-    data["live"] = _input_output(model, tokenizer, spec, labels, ids)
-    if not data["output"]:  # a bare encoder (BERT's): its hidden states are the last step
-        data["live"]["output"] = None
+    # the output panel's kind is the page of one text's (None: a bare encoder, BERT's)
+    data["live"] = {**_input_output(model, tokenizer, spec, labels, ids),
+                    "output": data["output"]["kind"] if data["output"] else None}  # fmt: skip
     data["tables"] = {name: _json(table) for name, table in tables.items()}  # rotary's, max_len
     budget = LIVE_MAX_BYTES - PAGE_BYTES - len(embed_json(data))
     inputs = [ids] + [_ids(model, tokenizer, t) for t in calibration if model.kind != "vit"]
@@ -178,35 +178,27 @@ def _input_output(
     ids: Tensor,
 ) -> dict:
     """What the page reads (the tokenizer and how the ids are cut, a translator's decoding, a
-    ViT's image) and what it shows (the tokens' labels, the output's kind and classes)."""
+    ViT's image) and what it shows (the tokens' labels, the classes)."""
     from glassformer.viz.attention import token_labels
 
     classes = getattr(model.config, "num_classes", None)
     if model.kind == "vit":
         channels, *size = (int(n) for n in ids.shape)
         return {"image": {"channels": channels, "size": size, "pixels": ids.flatten().tolist()},
-                "output": "classes",
                 "classes": labels or [str(c) for c in range(classes or 0)]}  # fmt: skip
     c = model.config
     vocab = c.tgt_vocab_size if model.kind == "seq2seq" else c.vocab_size
     shown = token_labels(tokenizer, list(range(vocab)))
+    frame = {"keep": "last" if model.kind == "gpt" else "first", "max": c.max_len}
+    if model.kind in ("bert", "bert_classifier"):  # [CLS] text [SEP], the text cut between
+        frame.update(cls=tokenizer.bos_id, sep=tokenizer.eos_id)
     return {
         "tokenizer": spec,
-        "frame": {
-            "keep": "last" if model.kind == "gpt" else "first",
-            "max": c.max_len,
-            # BERT's: [CLS] text [SEP], the text cut to fit between them
-            **(
-                {"cls": tokenizer.bos_id, "sep": tokenizer.eos_id}
-                if model.kind in ("bert", "bert_classifier")
-                else {}
-            ),
-        },  # fmt: skip
+        "frame": frame,
         # a translator decodes greedily from BOS to EOS, at most 2·source + 10 tokens
         **({"decode": {"bos": c.bos_id, "eos": c.eos_id}} if model.kind == "seq2seq" else {}),
         # the tokens as shown, where they are not the tokenizer's own vocabulary
         "labels": None if spec and shown == spec.get("vocab") else shown,
-        "output": "classes" if classes else "translation" if model.kind == "seq2seq" else "tokens",
         "classes": labels or [str(n) for n in range(classes or 0)],
     }
 

@@ -70,10 +70,12 @@ def run_rule(
             y = _linear(rule, parts[0], weights)
             return rule["softcap"] * torch.tanh(y / rule["softcap"]) if "softcap" in rule else y
         if op in ("layernorm", "rmsnorm"):  # of one step, or of the sum of two (post-norm)
-            x = sum(parts[1:], parts[0])  # (BERT's embeddings: plus segment 0's row)
-            x = _linear(rule["project"], x, weights) if "project" in rule else x  # (Gemma's)
-            return _norm(rule, x + weights[rule["segment"]][0].double() if "segment" in rule
-                         else x, weights)  # fmt: skip
+            x = sum(parts[1:], parts[0])
+            if "project" in rule:  # Gemma's norm after a sub-layer: of its output projection
+                x = _linear(rule["project"], x, weights)
+            if "segment" in rule:  # BERT's embeddings: every position in segment 0
+                x = x + weights[rule["segment"]][0].double()
+            return _norm(rule, x, weights)
         if op == "pool":
             return _pool(rule["how"], parts[0], ids, rule.get("pad"))
         if op == "scores":

@@ -171,7 +171,7 @@ function liveAppend(x, row) {
     out.set(x.data.subarray(h * T * D, (h + 1) * T * D), h * (T + 1) * D);
     out.set(row.data.subarray(h * D, (h + 1) * D), (h * (T + 1) + T) * D);
   }
-  return { shape: H === 1 && x.shape.length === 2 ? [T + 1, D] : [H, T + 1, D], data: out };
+  return { shape: x.shape.length === 2 ? [T + 1, D] : [H, T + 1, D], data: out };
 }
 
 // A token as shown: the run's labels, where they are not the tokenizer's own vocabulary.
